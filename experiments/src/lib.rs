@@ -1,0 +1,9 @@
+//! envgen's bundled experiments, written on Burn 0.21.
+//!
+//! This crate knows nothing about containers or schedulers: the same code
+//! runs natively, inside a Docker image, or inside a Slurm job.
+
+pub mod backend;
+pub mod error;
+
+pub use error::{ErrorKind, UserError};

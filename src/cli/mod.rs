@@ -1,0 +1,65 @@
+//! The command line: one file per subcommand, each with its `Args` and an
+//! `execute` that returns the exit code. Parsing is clap's; bad flags and
+//! values exit 2 with clap's message naming the value.
+
+use clap::{Parser, Subcommand};
+
+use crate::error::Result;
+
+pub mod doctor;
+pub mod experiments;
+pub mod image;
+pub mod rerun;
+pub mod run;
+pub mod runs;
+pub mod sample;
+pub mod sudoku;
+
+/// Reproducible deep-learning research environments on any NVIDIA machine.
+#[derive(Debug, Parser)]
+#[command(name = "envgen", version, about, propagate_version = true)]
+pub struct Cli {
+    /// More log output on stderr (-v info, -vv debug; or ENVGEN_LOG=filter).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Probe the host and say, per GPU and image, whether it will really run.
+    Doctor(doctor::Args),
+    /// Pinned container images: list, render, build, lock, verify, export.
+    #[command(subcommand)]
+    Image(image::Command),
+    /// The bundled experiments and their presets.
+    #[command(subcommand)]
+    Experiments(experiments::Command),
+    /// Run an experiment natively, in Docker, or through Slurm.
+    Run(run::Args),
+    /// Inspect, compare and report finished or running runs.
+    #[command(subcommand)]
+    Runs(runs::Command),
+    /// Re-create a run from its manifest (same science config, same image).
+    Rerun(rerun::Args),
+    /// Sample text from a trained GPT-2 run.
+    Sample(sample::Args),
+    /// Sudoku toolkit: solve, generate, build the HRM dataset.
+    #[command(subcommand)]
+    Sudoku(sudoku::Command),
+}
+
+/// Run the parsed command; `Ok` carries the exit code (0, or 1 for a failed check).
+pub fn dispatch(cli: Cli) -> Result<i32> {
+    match cli.command {
+        Command::Doctor(args) => doctor::execute(args),
+        Command::Image(cmd) => image::execute(cmd),
+        Command::Experiments(cmd) => experiments::execute(cmd),
+        Command::Run(args) => run::execute(args),
+        Command::Runs(cmd) => runs::execute(cmd),
+        Command::Rerun(args) => rerun::execute(args),
+        Command::Sample(args) => sample::execute(args),
+        Command::Sudoku(cmd) => sudoku::execute(cmd),
+    }
+}

@@ -1,0 +1,1 @@
+//! Edges that read the host into a [`crate::host::Host`]. (Issue #2.)
