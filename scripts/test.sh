@@ -2,11 +2,34 @@
 # The whole test suite, with the real services it needs: installs them from
 # Debian if missing, starts private instances (own sockets and data dirs, so
 # a developer's own daemons are never touched), runs the tests, stops them.
+#
+# Each service is a file scripts/services/NAME.sh defining NAME_start and
+# NAME_stop; NAME_start exports what the tests need (DOCKER_HOST, …).
 here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/lib.sh"
 cd "$here/.."
 require_rust
 apt_install pkg-config ca-certificates nix-bin
+
+export ENVGEN_TEST_STATE="${ENVGEN_TEST_STATE:-$PWD/.envgen-test}"
+mkdir -p "$ENVGEN_TEST_STATE"
+
+started=()
+stop_services() {
+  for ((i = ${#started[@]} - 1; i >= 0; i--)); do
+    "${started[$i]}_stop" || true
+  done
+}
+trap stop_services EXIT
+
+for svc in "$here"/services/*.sh; do
+  [ -e "$svc" ] || continue
+  name="$(basename "$svc" .sh)"
+  source "$svc"
+  log "starting $name"
+  "${name}_start"
+  started+=("$name")
+done
 
 log "checking flake.nix parses"
 nix-instantiate --parse flake.nix >/dev/null

@@ -23,7 +23,9 @@ pub fn render(err: &anyhow::Error) -> String {
 /// The error for a subcommand whose feature has not landed yet: exit 2,
 /// naming the issue that delivers it.
 pub fn not_yet(command: &str, feature: &str) -> anyhow::Error {
-    UserError::usage(format!("`envgen {command}` is not implemented yet: it arrives with {feature}"))
-        .with_fix("see the open issues; until then use the commands listed in README.md")
-        .into()
+    UserError::usage(format!(
+        "`envgen {command}` is not implemented yet: it arrives with {feature}"
+    ))
+    .with_fix("see the open issues; until then use the commands listed in README.md")
+    .into()
 }

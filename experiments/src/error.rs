@@ -37,13 +37,25 @@ pub struct UserError {
 
 impl UserError {
     pub fn usage(message: impl Into<String>) -> Self {
-        Self { kind: ErrorKind::Usage, message: message.into(), fix: None }
+        Self {
+            kind: ErrorKind::Usage,
+            message: message.into(),
+            fix: None,
+        }
     }
     pub fn environment(message: impl Into<String>) -> Self {
-        Self { kind: ErrorKind::Environment, message: message.into(), fix: None }
+        Self {
+            kind: ErrorKind::Environment,
+            message: message.into(),
+            fix: None,
+        }
     }
     pub fn failed(message: impl Into<String>) -> Self {
-        Self { kind: ErrorKind::Failed, message: message.into(), fix: None }
+        Self {
+            kind: ErrorKind::Failed,
+            message: message.into(),
+            fix: None,
+        }
     }
     /// Attach the sentence that tells the user what to do about it.
     pub fn with_fix(mut self, fix: impl Into<String>) -> Self {

@@ -12,7 +12,7 @@ pub struct Args {
     pub pytorch: Option<String>,
     /// Check that every GPU has the hardware for this precision.
     #[arg(long, value_enum)]
-    pub precision: Option<Precision>,
+    pub precision: Option<crate::compat::Precision>,
     /// Describe a GPU instead of probing (marketing name or SM); repeatable.
     #[arg(long = "assume-gpu", value_name = "NAME|SM")]
     pub assume_gpus: Vec<String>,
@@ -22,15 +22,6 @@ pub struct Args {
     /// One JSON document on stdout.
     #[arg(long)]
     pub json: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Precision {
-    Tf32,
-    Bf16,
-    Fp16,
-    Fp8,
 }
 
 pub fn execute(_args: Args) -> Result<i32> {

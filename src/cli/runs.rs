@@ -38,5 +38,8 @@ pub enum Command {
 }
 
 pub fn execute(_cmd: Command) -> Result<i32> {
-    Err(not_yet("runs", "issue #5 (run anywhere) and #6 (experiment engine)"))
+    Err(not_yet(
+        "runs",
+        "issue #5 (run anywhere) and #6 (experiment engine)",
+    ))
 }
