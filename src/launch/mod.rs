@@ -1,0 +1,4 @@
+//! Starting runs somewhere other than this process: Slurm (and, with issue
+//! #5, Docker). The experiments never know which.
+
+pub mod slurm;

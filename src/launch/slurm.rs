@@ -1,0 +1,470 @@
+//! Slurm: render an sbatch script from `containers/templates/sbatch.hbs`,
+//! submit it with `sbatch`, follow it with `squeue`/`scontrol`/`sacct`,
+//! cancel it with `scancel`. Slurm is the distributed engine; envgen only
+//! writes the script and reads the state back.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde::Serialize;
+
+use crate::error::{Result, UserError};
+
+const SBATCH_TEMPLATE: &str = include_str!("../../containers/templates/sbatch.hbs");
+
+/// How the job runs envgen on the compute node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Runtime {
+    /// The envgen binary on the node's PATH (or an absolute path in the command).
+    Native,
+    /// `ch-run` on an image directory made by `envgen image export --format charliecloud`.
+    Charliecloud { image_dir: PathBuf },
+    /// `apptainer exec [--nv]` on a SIF built from the exported definition.
+    Apptainer { sif: PathBuf },
+    /// pyxis/enroot: `srun --container-image=…`.
+    Pyxis { image: String },
+}
+
+/// Run one value of a config key per array task (`--sweep key=v1,v2`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sweep {
+    pub key: String,
+    pub values: Vec<String>,
+}
+
+impl Sweep {
+    /// Parse `key=v1,v2,…` (key: letters, digits, `_`, `.`; at least one value).
+    pub fn parse(spec: &str) -> Result<Sweep> {
+        let bad = |why: &str| -> anyhow::Error {
+            UserError::usage(format!("--sweep {spec:?}: {why}"))
+                .with_fix("write it as KEY=V1,V2,… e.g. --sweep train.seed=1,2")
+                .into()
+        };
+        let (key, values) = spec.split_once('=').ok_or_else(|| bad("missing '='"))?;
+        let key_ok = !key.is_empty()
+            && key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
+        if !key_ok {
+            return Err(bad("the key may hold only letters, digits, '_' and '.'"));
+        }
+        let values: Vec<String> = values.split(',').map(str::to_owned).collect();
+        if values.iter().any(String::is_empty) {
+            return Err(bad("empty value"));
+        }
+        Ok(Sweep {
+            key: key.to_owned(),
+            values,
+        })
+    }
+}
+
+/// Everything an sbatch script says. Resources come from the hardware
+/// profile and flags; `command` is the envgen argv to run on the node.
+#[derive(Debug, Clone)]
+pub struct JobSpec {
+    pub job_name: String,
+    pub workdir: PathBuf,
+    /// `%j` / `%A_%a` patterns allowed, as sbatch expands them.
+    pub output: PathBuf,
+    pub partition: Option<String>,
+    pub account: Option<String>,
+    pub time: Option<String>,
+    pub nodes: u32,
+    pub cpus_per_task: u32,
+    pub mem: Option<String>,
+    pub gpus_per_node: Option<u32>,
+    pub runtime: Runtime,
+    /// Host directories the job needs inside a container, mounted at the same path.
+    pub binds: Vec<PathBuf>,
+    pub env: BTreeMap<String, String>,
+    pub command: Vec<String>,
+    pub sweep: Option<Sweep>,
+}
+
+/// Quote one word for bash: no word of a user-supplied argv is ever
+/// interpreted by the shell in the rendered script.
+fn quote(word: &str) -> String {
+    shlex::try_quote(word)
+        .map(|q| q.into_owned())
+        .unwrap_or_else(|_| format!("'{}'", word.replace('\0', "").replace('\'', r"'\''")))
+}
+
+fn quote_path(path: &Path) -> String {
+    quote(&path.to_string_lossy())
+}
+
+/// Render the sbatch script for `spec`.
+pub fn render(spec: &JobSpec) -> Result<String> {
+    let mut command: Vec<String> = spec.command.iter().map(|w| quote(w)).collect();
+    if let Some(sweep) = &spec.sweep {
+        // The key was validated by `Sweep::parse`; the value comes from the
+        // script's own array, so only `${sweep_value}` stays unquoted.
+        command.push("--set".into());
+        command.push(format!("\"{}=${{sweep_value}}\"", sweep.key));
+    }
+    let runtime = match &spec.runtime {
+        Runtime::Native => serde_json::json!({ "native": true }),
+        Runtime::Charliecloud { image_dir } => serde_json::json!({ "charliecloud": {
+            "image": quote_path(image_dir),
+            "bind": spec.binds.iter().map(|b| format!("-b {}", quote_path(b))).collect::<Vec<_>>().join(" "),
+        }}),
+        Runtime::Apptainer { sif } => serde_json::json!({ "apptainer": {
+            "image": quote_path(sif),
+            "bind": spec.binds.iter().map(|b| format!("--bind {}", quote_path(b))).collect::<Vec<_>>().join(" "),
+        }}),
+        Runtime::Pyxis { image } => serde_json::json!({ "pyxis": {
+            "image": quote(image),
+            "mounts": if spec.binds.is_empty() { String::new() } else {
+                let mounts: Vec<String> = spec.binds.iter().map(|b| format!("{0}:{0}", b.display())).collect();
+                format!("--container-mounts={}", quote(&mounts.join(",")))
+            },
+        }}),
+    };
+    for key in spec.env.keys() {
+        let valid = key
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(UserError::usage(format!(
+                "environment variable name {key:?} is not valid in a job script"
+            ))
+            .into());
+        }
+    }
+    let context = TemplateContext {
+        envgen_version: env!("CARGO_PKG_VERSION"),
+        script_path: String::new(),
+        job_name: sanitize_job_name(&spec.job_name),
+        output: quote_path(&spec.output),
+        nodes: spec.nodes.max(1),
+        cpus_per_task: spec.cpus_per_task.max(1),
+        partition: spec.partition.clone(),
+        account: spec.account.clone(),
+        time: spec.time.clone(),
+        mem: spec.mem.clone(),
+        gpus_per_node: spec.gpus_per_node.filter(|&g| g > 0),
+        array: spec
+            .sweep
+            .as_ref()
+            .map(|s| format!("0-{}", s.values.len() - 1)),
+        workdir: quote_path(&spec.workdir),
+        env: spec
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), quote(v)))
+            .collect(),
+        sweep_values: spec.sweep.as_ref().map(|s| {
+            s.values
+                .iter()
+                .map(|v| quote(v))
+                .collect::<Vec<_>>()
+                .join(" ")
+        }),
+        runtime,
+        command: command.join(" "),
+    };
+    let mut handlebars = handlebars::Handlebars::new();
+    handlebars.set_strict_mode(true);
+    // sbatch scripts are shell, not HTML: values are quoted above, not escaped.
+    handlebars.register_escape_fn(handlebars::no_escape);
+    handlebars
+        .render_template(SBATCH_TEMPLATE, &context)
+        .context("rendering containers/templates/sbatch.hbs")
+}
+
+#[derive(Serialize)]
+struct TemplateContext {
+    envgen_version: &'static str,
+    script_path: String,
+    job_name: String,
+    output: String,
+    nodes: u32,
+    cpus_per_task: u32,
+    partition: Option<String>,
+    account: Option<String>,
+    time: Option<String>,
+    mem: Option<String>,
+    gpus_per_node: Option<u32>,
+    array: Option<String>,
+    workdir: String,
+    env: BTreeMap<String, String>,
+    sweep_values: Option<String>,
+    runtime: serde_json::Value,
+    command: String,
+}
+
+/// Job names end up in `#SBATCH` lines: keep them to a safe alphabet.
+fn sanitize_job_name(name: &str) -> String {
+    let cleaned: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    if cleaned.is_empty() {
+        "envgen".into()
+    } else {
+        cleaned
+    }
+}
+
+/// A Slurm job's state as `squeue`/`scontrol`/`sacct` print it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobState {
+    pub job_id: String,
+    /// One entry per job (or per array task): e.g. ("12_0", "COMPLETED").
+    pub tasks: Vec<(String, String)>,
+}
+
+impl JobState {
+    /// True once no task is pending or running.
+    pub fn finished(&self) -> bool {
+        !self.tasks.is_empty() && self.tasks.iter().all(|(_, s)| is_terminal(s))
+    }
+    pub fn all_completed(&self) -> bool {
+        !self.tasks.is_empty() && self.tasks.iter().all(|(_, s)| s == "COMPLETED")
+    }
+}
+
+fn is_terminal(state: &str) -> bool {
+    matches!(
+        state,
+        "COMPLETED"
+            | "FAILED"
+            | "CANCELLED"
+            | "TIMEOUT"
+            | "NODE_FAIL"
+            | "OUT_OF_MEMORY"
+            | "PREEMPTED"
+            | "BOOT_FAIL"
+            | "DEADLINE"
+    )
+}
+
+/// Run a Slurm client command; a missing tool is an environment error.
+fn slurm_command(program: &str, args: &[&str]) -> Result<String> {
+    let path = which::which(program).map_err(|_| {
+        UserError::environment(format!("`{program}` not found on PATH")).with_fix(
+            "run on a Slurm login node, or install the Slurm client tools (Debian: slurm-client)",
+        )
+    })?;
+    let output = Command::new(path)
+        .args(args)
+        .output()
+        .with_context(|| format!("running {program}"))?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        return Err(UserError::environment(format!("`{program} {}` failed: {}", args.join(" "), stderr.trim()))
+            .with_fix("check that slurmctld is reachable (`sinfo`) and SLURM_CONF points at the right cluster")
+            .into());
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// Submit a rendered script; returns the job ID.
+pub fn submit(script: &Path) -> Result<String> {
+    let script = script.to_string_lossy();
+    let out = slurm_command("sbatch", &["--parsable", script.as_ref()])?;
+    // `--parsable` prints "ID" or "ID;cluster".
+    let id = out.trim().split(';').next().unwrap_or_default().to_owned();
+    if id.is_empty() || !id.chars().all(|c| c.is_ascii_digit()) {
+        return Err(UserError::environment(format!("sbatch printed no job ID: {out:?}")).into());
+    }
+    Ok(id)
+}
+
+/// The job's current state: `squeue` while it is known to the controller,
+/// then `scontrol show job`, then `sacct` (needs accounting) for old jobs.
+pub fn state(job_id: &str) -> Result<JobState> {
+    let queue =
+        slurm_command("squeue", &["-h", "-r", "-j", job_id, "-o", "%i %T"]).unwrap_or_default();
+    let mut tasks = parse_pairs(&queue);
+    if tasks.is_empty() {
+        if let Ok(show) = slurm_command("scontrol", &["-o", "show", "job", job_id]) {
+            tasks = parse_scontrol(&show);
+        }
+    }
+    if tasks.is_empty() {
+        if let Ok(acct) = slurm_command(
+            "sacct",
+            &["-n", "-X", "-P", "-j", job_id, "-o", "JobID,State"],
+        ) {
+            tasks = parse_pairs(&acct.replace('|', " "));
+        }
+    }
+    Ok(JobState {
+        job_id: job_id.to_owned(),
+        tasks,
+    })
+}
+
+fn parse_pairs(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            let id = words.next()?;
+            // sacct prints "CANCELLED by 0": the first word is the state.
+            let state = words.next()?;
+            Some((id.to_owned(), state.to_owned()))
+        })
+        .collect()
+}
+
+/// `scontrol -o show job` prints one line per job/array task with
+/// `JobId=12 ArrayJobId=12 ArrayTaskId=0 … JobState=COMPLETED …`.
+fn parse_scontrol(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|line| {
+            let field = |name: &str| {
+                line.split_whitespace()
+                    .find_map(|w| w.strip_prefix(name).and_then(|v| v.strip_prefix('=')))
+            };
+            let id = match (field("ArrayJobId"), field("ArrayTaskId")) {
+                (Some(array), Some(task)) => format!("{array}_{task}"),
+                _ => field("JobId")?.to_owned(),
+            };
+            Some((id, field("JobState")?.to_owned()))
+        })
+        .collect()
+}
+
+/// Poll until every task finished or `timeout` passed.
+pub fn wait(job_id: &str, timeout: Duration) -> Result<JobState> {
+    let start = Instant::now();
+    loop {
+        let state = state(job_id)?;
+        if state.finished() {
+            return Ok(state);
+        }
+        if start.elapsed() > timeout {
+            return Err(UserError::failed(format!(
+                "Slurm job {job_id} did not finish within {}s (state: {:?})",
+                timeout.as_secs(),
+                state.tasks
+            ))
+            .into());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// `scancel` the job (all array tasks).
+pub fn cancel(job_id: &str) -> Result<()> {
+    slurm_command("scancel", &[job_id]).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> JobSpec {
+        JobSpec {
+            job_name: "gpt2 tiny".into(),
+            workdir: "/work/my runs".into(),
+            output: "/work/my runs/slurm-%j.out".into(),
+            partition: Some("gpu".into()),
+            account: None,
+            time: Some("01:00:00".into()),
+            nodes: 1,
+            cpus_per_task: 8,
+            mem: Some("32G".into()),
+            gpus_per_node: Some(1),
+            runtime: Runtime::Native,
+            binds: vec![],
+            env: BTreeMap::from([("ENVGEN_LOG".to_string(), "info; rm -rf /".to_string())]),
+            command: vec![
+                "envgen".into(),
+                "run".into(),
+                "gpt2".into(),
+                "--set".into(),
+                "data.path=$(reboot)".into(),
+            ],
+            sweep: None,
+        }
+    }
+
+    #[test]
+    fn renders_resources_and_quotes_every_user_word() {
+        let script = render(&spec()).unwrap();
+        assert!(script.contains("#SBATCH --partition=gpu"));
+        assert!(script.contains("#SBATCH --gpus-per-node=1"));
+        assert!(script.contains("#SBATCH --job-name=gpt2_tiny"));
+        assert!(!script.contains("--account"));
+        assert!(script.contains("cd '/work/my runs'"));
+        assert!(script.contains("export ENVGEN_LOG='info; rm -rf /'"));
+        assert!(script.contains("srun envgen run gpt2 --set 'data.path=$(reboot)'"));
+        assert!(!script.contains("--array"));
+    }
+
+    #[test]
+    fn sweep_becomes_a_job_array_with_one_value_per_task() {
+        let mut spec = spec();
+        spec.sweep = Some(Sweep::parse("train.seed=1,2,3").unwrap());
+        let script = render(&spec).unwrap();
+        assert!(script.contains("#SBATCH --array=0-2"));
+        assert!(script.contains("sweep_values=(1 2 3)"));
+        assert!(script.contains("--set \"train.seed=${sweep_value}\""));
+    }
+
+    #[test]
+    fn container_runtimes_wrap_the_command() {
+        let mut spec = spec();
+        spec.binds = vec!["/data".into()];
+        spec.runtime = Runtime::Charliecloud {
+            image_dir: "/scratch/img".into(),
+        };
+        assert!(render(&spec)
+            .unwrap()
+            .contains("srun ch-run -b /data /scratch/img -- envgen run"));
+        spec.runtime = Runtime::Apptainer {
+            sif: "/scratch/envgen.sif".into(),
+        };
+        assert!(render(&spec)
+            .unwrap()
+            .contains("srun apptainer exec --nv --bind /data /scratch/envgen.sif envgen run"));
+        spec.runtime = Runtime::Pyxis {
+            image: "registry#envgen/cpu".into(),
+        };
+        assert!(render(&spec).unwrap().contains(
+            "--container-image='registry#envgen/cpu' --container-mounts=/data:/data envgen"
+        ));
+    }
+
+    #[test]
+    fn bad_sweeps_are_usage_errors() {
+        for spec in ["seed", "=1,2", "a b=1", "seed=1,,2", "se$ed=1"] {
+            let err = Sweep::parse(spec).unwrap_err();
+            assert_eq!(crate::error::exit_code_of(&err), 2, "{spec}");
+        }
+    }
+
+    #[test]
+    fn parses_scontrol_and_squeue_lines() {
+        let show = "JobId=13 ArrayJobId=12 ArrayTaskId=1 JobName=x JobState=COMPLETED Reason=None\n\
+                    JobId=12 ArrayJobId=12 ArrayTaskId=0 JobName=x JobState=FAILED Reason=NonZeroExitCode\n";
+        assert_eq!(
+            parse_scontrol(show),
+            vec![
+                ("12_1".into(), "COMPLETED".into()),
+                ("12_0".into(), "FAILED".into())
+            ]
+        );
+        assert_eq!(parse_pairs("12_0 RUNNING\n12_1 PENDING\n").len(), 2);
+        let done = JobState {
+            job_id: "1".into(),
+            tasks: vec![("1".into(), "CANCELLED".into())],
+        };
+        assert!(done.finished() && !done.all_completed());
+    }
+}
