@@ -11,3 +11,4 @@ pub mod host;
 pub mod launch;
 pub mod logging;
 pub mod probe;
+pub mod profiles;

@@ -1,0 +1,284 @@
+//! Hardware profiles (`env/profiles.toml`): the one place that maps a GPU
+//! (or the CPU) to the hardware knobs of a run. A profile never touches the
+//! science config; see the file's header for the rules.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, UserError};
+use crate::host::Gpu;
+
+const PROFILES_TOML: &str = include_str!("../env/profiles.toml");
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProfileBackend {
+    Cpu,
+    Cuda,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProfilePrecision {
+    Fp32,
+    Tf32,
+    Fp16,
+    Bf16,
+}
+
+/// Which machines a profile fits. All given conditions must hold.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Match {
+    #[serde(default)]
+    pub cpu: bool,
+    pub compute_capability: Option<String>,
+    pub min_memory_gib: Option<f64>,
+    pub max_memory_gib: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    pub name: String,
+    #[serde(rename = "match")]
+    pub matches: Match,
+    pub backend: ProfileBackend,
+    pub precision: ProfilePrecision,
+    /// "experiment/preset" → micro-batch (sequences per forward pass).
+    #[serde(default)]
+    pub micro_batch: BTreeMap<String, usize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProfilesFile {
+    profile: Vec<Profile>,
+}
+
+/// The hardware knobs chosen for one run, with the reasons for any fallback.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HardwareChoice {
+    pub profile: String,
+    pub backend: ProfileBackend,
+    pub precision: ProfilePrecision,
+    /// `None`: the preset's global batch fits in one pass.
+    pub micro_batch: Option<usize>,
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug)]
+pub struct Profiles {
+    profiles: Vec<Profile>,
+}
+
+impl Profiles {
+    /// The profiles compiled into this binary.
+    pub fn embedded() -> &'static Profiles {
+        static PROFILES: std::sync::OnceLock<Profiles> = std::sync::OnceLock::new();
+        PROFILES.get_or_init(|| {
+            Profiles::parse(PROFILES_TOML).expect("env/profiles.toml is checked by the test suite")
+        })
+    }
+
+    pub fn parse(text: &str) -> Result<Profiles> {
+        let file: ProfilesFile = toml::from_str(text)
+            .map_err(|e| UserError::usage(format!("env/profiles.toml: {e}")))?;
+        Ok(Profiles {
+            profiles: file.profile,
+        })
+    }
+
+    pub fn names(&self) -> Vec<&str> {
+        self.profiles.iter().map(|p| p.name.as_str()).collect()
+    }
+
+    pub fn get(&self, name: &str) -> Result<&Profile> {
+        self.profiles
+            .iter()
+            .find(|p| p.name == name)
+            .ok_or_else(|| {
+                UserError::usage(format!("unknown hardware profile {name:?}"))
+                    .with_fix(format!("use one of: {}", self.names().join(", ")))
+                    .into()
+            })
+    }
+
+    /// The profile for a run on `gpu` (`None`: the CPU backend).
+    pub fn select(&self, gpu: Option<&Gpu>) -> &Profile {
+        self.profiles
+            .iter()
+            .find(|p| fits(&p.matches, gpu))
+            .or_else(|| self.profiles.last())
+            .expect("env/profiles.toml has at least one profile")
+    }
+
+    /// The knobs for `experiment`/`preset` on `gpu`: `forced` (`--profile`)
+    /// or the selected profile, with precision lowered when the GPU lacks it.
+    pub fn choose(
+        &self,
+        gpu: Option<&Gpu>,
+        forced: Option<&str>,
+        experiment: &str,
+        preset: &str,
+    ) -> Result<HardwareChoice> {
+        let profile = match forced {
+            Some(name) => self.get(name)?,
+            None => self.select(gpu),
+        };
+        let mut warnings = Vec::new();
+        let mut precision = profile.precision;
+        let capability = gpu
+            .and_then(|g| g.compute_capability.as_deref())
+            .and_then(parse_capability);
+        if profile.backend == ProfileBackend::Cpu {
+            if precision != ProfilePrecision::Fp32 {
+                warnings.push(format!(
+                    "profile {}: the CPU backend trains in fp32",
+                    profile.name
+                ));
+                precision = ProfilePrecision::Fp32;
+            }
+        } else if let Some(cc) = capability {
+            if matches!(precision, ProfilePrecision::Bf16 | ProfilePrecision::Tf32) && cc < (8, 0) {
+                let fallback = ProfilePrecision::Fp16;
+                warnings.push(format!(
+                    "bf16-unsupported: compute capability {}.{} has no {} (needs >= 8.0); using {:?} instead",
+                    cc.0,
+                    cc.1,
+                    format!("{precision:?}").to_lowercase(),
+                    fallback
+                ));
+                precision = fallback;
+            }
+        }
+        Ok(HardwareChoice {
+            profile: profile.name.clone(),
+            backend: profile.backend,
+            precision,
+            micro_batch: profile
+                .micro_batch
+                .get(&format!("{experiment}/{preset}"))
+                .copied(),
+            warnings,
+        })
+    }
+}
+
+fn parse_capability(text: &str) -> Option<(u32, u32)> {
+    let (major, minor) = text.split_once('.')?;
+    Some((major.parse().ok()?, minor.parse().ok()?))
+}
+
+fn fits(rule: &Match, gpu: Option<&Gpu>) -> bool {
+    let Some(gpu) = gpu else { return rule.cpu };
+    if rule.cpu {
+        return false;
+    }
+    if let Some(cc) = &rule.compute_capability {
+        if gpu.compute_capability.as_deref() != Some(cc.as_str()) {
+            return false;
+        }
+    }
+    let memory_gib = gpu.memory_mib.map(|m| m as f64 / 1024.0);
+    let within = |bound: Option<f64>, ok: fn(f64, f64) -> bool| match (bound, memory_gib) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(b), Some(m)) => ok(m, b),
+    };
+    within(rule.min_memory_gib, |m, b| m >= b) && within(rule.max_memory_gib, |m, b| m < b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(cc: &str, memory_mib: u64) -> Gpu {
+        Gpu {
+            compute_capability: Some(cc.into()),
+            memory_mib: Some(memory_mib),
+            ..Gpu::default()
+        }
+    }
+
+    #[test]
+    fn every_gpu_our_users_run_gets_its_own_profile() {
+        // Memory sizes as nvidia-smi reports them (MiB).
+        let cases = [
+            (gpu("8.0", 81920), "a100-80gb"),
+            (gpu("8.0", 40960), "a100-40gb"),
+            (gpu("8.0", 24576), "a30"),
+            (gpu("7.0", 32768), "v100"),
+            (gpu("8.6", 49140), "rtx-a6000"),
+            (gpu("8.6", 20470), "rtx-a4500"),
+            (gpu("12.0", 16303), "rtx-5070-ti"),
+            (gpu("9.0", 81559), "h100"),
+            (gpu("7.5", 15360), "cuda-generic"),
+        ];
+        let profiles = Profiles::embedded();
+        for (gpu, expected) in cases {
+            assert_eq!(profiles.select(Some(&gpu)).name, expected, "{gpu:?}");
+        }
+        assert_eq!(profiles.select(None).name, "cpu");
+    }
+
+    #[test]
+    fn bf16_falls_back_to_fp16_with_a_warning_on_old_gpus() {
+        let t4 = gpu("7.5", 15360);
+        let choice = Profiles::embedded()
+            .choose(Some(&t4), None, "gpt2", "gpt2-124m")
+            .unwrap();
+        assert_eq!(choice.precision, ProfilePrecision::Fp16);
+        assert!(
+            choice.warnings[0].starts_with("bf16-unsupported"),
+            "{:?}",
+            choice.warnings
+        );
+        let a30 = gpu("8.0", 24576);
+        let choice = Profiles::embedded()
+            .choose(Some(&a30), None, "gpt2", "gpt2-124m")
+            .unwrap();
+        assert_eq!(
+            (choice.precision, choice.micro_batch),
+            (ProfilePrecision::Bf16, Some(16))
+        );
+        assert!(choice.warnings.is_empty());
+    }
+
+    #[test]
+    fn forcing_a_profile_checks_its_name_and_keeps_the_gpu_limits() {
+        let v100 = gpu("7.0", 32768);
+        let choice = Profiles::embedded()
+            .choose(Some(&v100), Some("a100-80gb"), "gpt2", "gpt2-124m")
+            .unwrap();
+        assert_eq!(choice.profile, "a100-80gb");
+        assert_eq!(
+            choice.precision,
+            ProfilePrecision::Fp16,
+            "V100 has no bf16 whatever the profile says"
+        );
+        let err = Profiles::embedded()
+            .choose(None, Some("a100-81gb"), "gpt2", "tiny")
+            .unwrap_err();
+        assert_eq!(crate::error::exit_code_of(&err), 2);
+        assert!(err.to_string().contains("a100-81gb") && err.to_string().contains("a100-80gb"));
+    }
+
+    #[test]
+    fn unlisted_presets_run_their_global_batch_in_one_pass() {
+        let choice = Profiles::embedded()
+            .choose(None, None, "gpt2", "tiny")
+            .unwrap();
+        assert_eq!((choice.profile.as_str(), choice.micro_batch), ("cpu", None));
+    }
+
+    #[test]
+    fn profiles_file_rejects_unknown_keys() {
+        let err = Profiles::parse(
+            "[[profile]]\nname='x'\nmatch={}\nbackend='cpu'\nprecision='fp32'\nmicro_bach={}\n",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("micro_bach"), "{err}");
+    }
+}
