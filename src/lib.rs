@@ -12,3 +12,4 @@ pub mod launch;
 pub mod logging;
 pub mod probe;
 pub mod profiles;
+pub mod runs;

@@ -1,0 +1,6 @@
+//! Reading run directories (written by the experiments crate, layout in
+//! CONTRACT.md) and answering questions across them: compare, report.
+
+pub mod compare;
+pub mod report;
+pub mod store;
