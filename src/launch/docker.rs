@@ -1,0 +1,320 @@
+//! Docker: run envgen in a container through the Engine API (bollard),
+//! never the docker CLI. The run directory is bind-mounted read-write, data
+//! read-only; the container runs as a non-root user; GPUs come only through
+//! device requests (NVIDIA runtime or CDI), never `--privileged`.
+
+use std::future::Future;
+use std::path::PathBuf;
+
+use bollard::models::{ContainerCreateBody, DeviceRequest, HostConfig};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, LogsOptionsBuilder, RemoveContainerOptionsBuilder,
+    StopContainerOptionsBuilder, WaitContainerOptionsBuilder,
+};
+use bollard::Docker;
+use futures_util::StreamExt;
+
+use crate::error::{Result, UserError};
+
+/// Connect to the daemon named by DOCKER_HOST (or the default socket) and
+/// agree on an API version; an unreachable daemon is an environment error.
+pub async fn connect() -> Result<Docker> {
+    let unreachable = |detail: String| -> anyhow::Error {
+        let host =
+            std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into());
+        UserError::environment(format!("the Docker daemon at {host} is not reachable: {detail}"))
+            .with_fix("start dockerd (e.g. `sudo systemctl start docker`) or set DOCKER_HOST to a running daemon")
+            .into()
+    };
+    let docker = Docker::connect_with_defaults().map_err(|e| unreachable(e.to_string()))?;
+    // Debian 12's daemon speaks API 1.41; bollard defaults to a newer one.
+    let docker = docker
+        .negotiate_version()
+        .await
+        .map_err(|e| unreachable(e.to_string()))?;
+    docker
+        .ping()
+        .await
+        .map_err(|e| unreachable(e.to_string()))?;
+    Ok(docker)
+}
+
+/// Which GPUs the container gets.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum GpuRequest {
+    #[default]
+    None,
+    All,
+    Count(i64),
+    /// Device indices or UUIDs.
+    Devices(Vec<String>),
+}
+
+#[derive(Debug, Clone)]
+pub struct Mount {
+    pub host: PathBuf,
+    pub container: String,
+    pub read_only: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct ContainerSpec {
+    pub name: String,
+    pub image: String,
+    /// Arguments to the image's entrypoint (`envgen`).
+    pub args: Vec<String>,
+    pub mounts: Vec<Mount>,
+    pub env: Vec<(String, String)>,
+    /// "uid:gid"; never "0" (the caller picks a non-root user).
+    pub user: String,
+    pub gpus: GpuRequest,
+    /// Use CDI device names (`nvidia.com/gpu=…`) instead of the nvidia runtime hook.
+    pub cdi: bool,
+}
+
+/// How a container run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContainerOutcome {
+    pub exit_code: i64,
+    /// Stopped because `interrupt` fired (Ctrl-C): the container got SIGTERM first.
+    pub interrupted: bool,
+}
+
+/// Device requests for `gpus`, the way `docker run --gpus` / `--device` ask.
+pub fn device_requests(gpus: &GpuRequest, cdi: bool) -> Option<Vec<DeviceRequest>> {
+    let gpu_caps = Some(vec![vec!["gpu".to_string()]]);
+    let request = match (gpus, cdi) {
+        (GpuRequest::None, _) => return None,
+        (GpuRequest::All, false) => DeviceRequest {
+            count: Some(-1),
+            capabilities: gpu_caps,
+            ..Default::default()
+        },
+        (GpuRequest::Count(n), false) => DeviceRequest {
+            count: Some(*n),
+            capabilities: gpu_caps,
+            ..Default::default()
+        },
+        (GpuRequest::Devices(ids), false) => DeviceRequest {
+            device_ids: Some(ids.clone()),
+            capabilities: gpu_caps,
+            ..Default::default()
+        },
+        (GpuRequest::All, true) => DeviceRequest {
+            driver: Some("cdi".into()),
+            device_ids: Some(vec!["nvidia.com/gpu=all".into()]),
+            ..Default::default()
+        },
+        (GpuRequest::Count(n), true) => DeviceRequest {
+            driver: Some("cdi".into()),
+            device_ids: Some((0..*n).map(|i| format!("nvidia.com/gpu={i}")).collect()),
+            ..Default::default()
+        },
+        (GpuRequest::Devices(ids), true) => DeviceRequest {
+            driver: Some("cdi".into()),
+            device_ids: Some(
+                ids.iter()
+                    .map(|id| format!("nvidia.com/gpu={id}"))
+                    .collect(),
+            ),
+            ..Default::default()
+        },
+    };
+    Some(vec![request])
+}
+
+fn create_body(spec: &ContainerSpec) -> Result<ContainerCreateBody> {
+    if spec.user.is_empty()
+        || spec.user == "0"
+        || spec.user.starts_with("0:")
+        || spec.user == "root"
+    {
+        return Err(UserError::usage("envgen never runs containers as root").into());
+    }
+    let binds = spec
+        .mounts
+        .iter()
+        .map(|m| {
+            format!(
+                "{}:{}:{}",
+                m.host.display(),
+                m.container,
+                if m.read_only { "ro" } else { "rw" }
+            )
+        })
+        .collect();
+    Ok(ContainerCreateBody {
+        image: Some(spec.image.clone()),
+        cmd: Some(spec.args.clone()),
+        env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+        user: Some(spec.user.clone()),
+        labels: Some([("io.envgen.run".to_string(), spec.name.clone())].into()),
+        host_config: Some(HostConfig {
+            binds: Some(binds),
+            device_requests: device_requests(&spec.gpus, spec.cdi),
+            // Forward signals to envgen and reap children: envgen is PID 1 otherwise.
+            init: Some(true),
+            privileged: Some(false),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+/// Create, start and follow a container until it exits or `interrupt`
+/// resolves (then SIGTERM with a grace period, so envgen can checkpoint).
+/// The container is always removed; logs go to this process's stderr.
+pub async fn run_container(
+    docker: &Docker,
+    spec: &ContainerSpec,
+    interrupt: impl Future<Output = ()>,
+) -> Result<ContainerOutcome> {
+    let body = create_body(spec)?;
+    let options = CreateContainerOptionsBuilder::default()
+        .name(&spec.name)
+        .build();
+    docker
+        .create_container(Some(options), body)
+        .await
+        .map_err(|e| {
+            UserError::environment(format!(
+                "creating container {} from {}: {e}",
+                spec.name, spec.image
+            ))
+            .with_fix(
+                "build the image first (`envgen image build PROFILE`) and check the daemon's log",
+            )
+        })?;
+    let outcome = follow(docker, spec, interrupt).await;
+    let remove = RemoveContainerOptionsBuilder::default().force(true).build();
+    if let Err(e) = docker.remove_container(&spec.name, Some(remove)).await {
+        tracing::warn!("removing container {}: {e}", spec.name);
+    }
+    outcome
+}
+
+async fn follow(
+    docker: &Docker,
+    spec: &ContainerSpec,
+    interrupt: impl Future<Output = ()>,
+) -> Result<ContainerOutcome> {
+    docker
+        .start_container(&spec.name, None)
+        .await
+        .map_err(|e| UserError::environment(format!("starting container {}: {e}", spec.name)))?;
+
+    let logs = docker.logs(
+        &spec.name,
+        Some(
+            LogsOptionsBuilder::default()
+                .follow(true)
+                .stdout(true)
+                .stderr(true)
+                .build(),
+        ),
+    );
+    let log_task = tokio::spawn(async move {
+        let mut logs = logs;
+        while let Some(Ok(chunk)) = logs.next().await {
+            eprint!("{chunk}");
+        }
+    });
+
+    let wait = wait_exit(docker, &spec.name);
+    tokio::pin!(wait);
+    tokio::pin!(interrupt);
+    let outcome = tokio::select! {
+        code = &mut wait => ContainerOutcome { exit_code: code?, interrupted: false },
+        () = &mut interrupt => {
+            eprintln!("envgen: interrupted: stopping container {} (SIGTERM, 60 s grace)", spec.name);
+            let stop = StopContainerOptionsBuilder::default().t(60).build();
+            let _ = docker.stop_container(&spec.name, Some(stop)).await;
+            ContainerOutcome { exit_code: wait.await?, interrupted: true }
+        }
+    };
+    let _ = log_task.await;
+    Ok(outcome)
+}
+
+/// The container's exit code (bollard reports non-zero codes as errors).
+async fn wait_exit(docker: &Docker, name: &str) -> Result<i64> {
+    let options = WaitContainerOptionsBuilder::default()
+        .condition("not-running")
+        .build();
+    let mut stream = docker.wait_container(name, Some(options));
+    match stream.next().await {
+        Some(Ok(response)) => Ok(response.status_code),
+        Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => Ok(code),
+        Some(Err(e)) => {
+            Err(UserError::environment(format!("waiting for container {name}: {e}")).into())
+        }
+        None => Err(UserError::environment(format!(
+            "the daemon closed the wait stream of container {name}"
+        ))
+        .into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(user: &str) -> ContainerSpec {
+        ContainerSpec {
+            name: "envgen-test".into(),
+            image: "envgen/cpu:dev".into(),
+            args: vec!["run".into(), "gpt2".into()],
+            mounts: vec![
+                Mount {
+                    host: "/runs".into(),
+                    container: "/runs".into(),
+                    read_only: false,
+                },
+                Mount {
+                    host: "/data".into(),
+                    container: "/data".into(),
+                    read_only: true,
+                },
+            ],
+            env: vec![("ENVGEN_LOG".into(), "info".into())],
+            user: user.into(),
+            gpus: GpuRequest::Count(2),
+            cdi: false,
+        }
+    }
+
+    #[test]
+    fn container_is_unprivileged_with_ro_data_and_gpu_device_requests() {
+        let body = create_body(&spec("1000:1000")).unwrap();
+        let host = body.host_config.unwrap();
+        assert_eq!(host.binds.unwrap(), ["/runs:/runs:rw", "/data:/data:ro"]);
+        assert_eq!(host.privileged, Some(false));
+        let request = &host.device_requests.unwrap()[0];
+        assert_eq!(request.count, Some(2));
+        assert_eq!(request.capabilities, Some(vec![vec!["gpu".to_string()]]));
+        assert_eq!(body.user.as_deref(), Some("1000:1000"));
+    }
+
+    #[test]
+    fn root_is_refused() {
+        for user in ["0", "0:0", "root", ""] {
+            assert!(create_body(&spec(user)).is_err(), "{user}");
+        }
+    }
+
+    #[test]
+    fn cdi_names_devices_and_no_gpus_means_no_request() {
+        let cdi =
+            device_requests(&GpuRequest::Devices(vec!["0".into(), "3".into()]), true).unwrap();
+        assert_eq!(cdi[0].driver.as_deref(), Some("cdi"));
+        assert_eq!(
+            cdi[0].device_ids.as_deref().unwrap(),
+            ["nvidia.com/gpu=0", "nvidia.com/gpu=3"]
+        );
+        assert!(device_requests(&GpuRequest::None, true).is_none());
+        assert_eq!(
+            device_requests(&GpuRequest::All, false).unwrap()[0].count,
+            Some(-1)
+        );
+    }
+}
