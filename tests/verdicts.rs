@@ -445,6 +445,25 @@ fn fp8_needs_ada_or_hopper() {
 }
 
 #[test]
+fn verdicts_on_unconfirmed_gpu_facts_say_so() {
+    // RTX A4500 = 8.6 is not on NVIDIA's list (compat.md §2): the BF16 verdict
+    // is ok, the FP8 failure names the unconfirmed fact.
+    expect(
+        &precision_verdict("RTX A4500", Precision::Bf16),
+        Status::Ok,
+        &[],
+    );
+    let v = precision_verdict("RTX A4500", Precision::Fp8);
+    expect(&v, Status::Fail, &["fp8-unsupported"]);
+    assert!(
+        v.reasons[0]
+            .message
+            .contains("UNCONFIRMED: compute_capability"),
+        "{v:#?}"
+    );
+}
+
+#[test]
 fn tf32_and_fp16() {
     // TF32 ≥ 8.0 (TRT8 matrix): V100 computes in FP32 instead (warn only).
     expect(
@@ -564,10 +583,18 @@ fn mixed_gpu_host_gets_one_verdict_per_gpu() {
 
 #[test]
 fn whole_catalog_for_one_gpu_is_fast_and_well_formed() {
+    let start = std::time::Instant::now();
+    let parsed = KnowledgeBase::parse_embedded().expect("env parses");
+    eprintln!("parse env/*.toml: {:?}", start.elapsed());
+    assert_eq!(parsed.images().len(), kb().images().len());
     let host = host("RTX 5070 Ti", "570.124.06");
     let start = std::time::Instant::now();
     let verdicts = evaluate(kb(), &host, &CheckRequest::default());
     let elapsed = start.elapsed();
+    eprintln!(
+        "full catalog ({} images), one GPU: {elapsed:?}",
+        kb().images().len()
+    );
     assert_eq!(verdicts.len(), kb().images().len());
     // Generous bound for a shared debug-build CI box; the benchmark has the real number.
     assert!(elapsed.as_millis() < 2000, "{elapsed:?}");
@@ -621,6 +648,6 @@ proptest! {
         let _ = kb().resolve_gpu(&text);
         let _ = kb().image(&text);
         let _ = kb().wheel(&text);
-        let _ = kb().assumed_host(&[text.clone()], Some(&text));
+        let _ = kb().assumed_host(std::slice::from_ref(&text), Some(&text));
     }
 }

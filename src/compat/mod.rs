@@ -111,6 +111,8 @@ pub struct KnowledgeBase {
     images: Vec<ImageFacts>,
     /// Normalized reference → index into `images`.
     image_refs: HashMap<String, usize>,
+    /// The distinct CUDA versions of the `nvidia/cuda` tags, ascending (for fixes).
+    base_cudas: Vec<Version>,
     wheels: Vec<WheelFacts>,
     cuda: Option<CudaFile>,
     cudnn: Vec<CudnnRow>,
@@ -509,24 +511,19 @@ impl KnowledgeBase {
 
     /// The newest `nvidia/cuda` version in the catalog at or below `cuda` (major.minor).
     pub fn newest_base_at_most(&self, cuda: &Version) -> Option<String> {
-        self.images
+        self.base_cudas
             .iter()
-            .filter(|image| image.reference.starts_with("nvidia/cuda:"))
-            .filter_map(|image| image.cuda.as_deref().and_then(Version::parse))
-            .filter(|v| &v.major_minor() <= cuda)
-            .max()
-            .map(|v| v.to_string())
+            .rev()
+            .find(|v| &v.major_minor() <= cuda)
+            .map(Version::to_string)
     }
 
     /// The oldest `nvidia/cuda` version in the catalog at or above `cuda`.
     pub fn oldest_base_at_least(&self, cuda: &Version) -> Option<String> {
-        self.images
+        self.base_cudas
             .iter()
-            .filter(|image| image.reference.starts_with("nvidia/cuda:"))
-            .filter_map(|image| image.cuda.as_deref().and_then(Version::parse))
-            .filter(|v| &v.major_minor() >= cuda)
-            .min()
-            .map(|v| v.to_string())
+            .find(|v| &v.major_minor() >= cuda)
+            .map(Version::to_string)
     }
 }
 

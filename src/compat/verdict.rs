@@ -3,6 +3,8 @@
 //! The decisions (which fact makes which reason, warn or fail) live here; the
 //! facts come from the knowledge base. See docs/doctor.md for every code.
 
+use std::collections::HashMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::require::{brands_for_class, Outcome, RequireRule, RuntimeFacts};
@@ -131,6 +133,19 @@ pub fn evaluate(kb: &KnowledgeBase, host: &Host, request: &CheckRequest) -> Vec<
     if let Some(precision) = request.precision {
         subjects.push(Subject::Precision(precision));
     }
+    // Catalog images share a handful of NVIDIA_REQUIRE_CUDA rules: parse each once.
+    let mut rules: HashMap<&str, Result<RequireRule, String>> = HashMap::new();
+    for subject in &subjects {
+        if let Subject::Image(ImageFacts {
+            require_cuda: Some(rule),
+            ..
+        }) = subject
+        {
+            rules
+                .entry(rule.as_str())
+                .or_insert_with(|| RequireRule::parse(rule).map_err(|e| e.to_string()));
+        }
+    }
     let mut verdicts = Vec::new();
     for subject in &subjects {
         let label = subject.label();
@@ -140,10 +155,12 @@ pub fn evaluate(kb: &KnowledgeBase, host: &Host, request: &CheckRequest) -> Vec<
         }
         for gpu in &host.gpus {
             let reasons = match subject {
-                Subject::Image(image) => check_image(kb, &driver, gpu, image),
+                Subject::Image(image) => check_image(kb, &driver, gpu, image, &rules),
                 Subject::Wheel(spec) => check_wheel(kb, &driver, gpu, spec),
                 Subject::Precision(precision) => check_precision(kb, gpu, *precision),
             };
+            let mut reasons = reasons;
+            annotate_gpu_facts(kb, gpu, &mut reasons);
             verdicts.push(Verdict::new(label.clone(), Some(gpu.index), reasons));
         }
     }
@@ -239,6 +256,38 @@ fn gpu_label(gpu: &Gpu) -> String {
             cc.replace('.', "")
         ),
         None => format!("GPU {} ({})", gpu.index, gpu.name),
+    }
+}
+
+/// Say so when a reason rests on a GPU fact env/gpus.toml marks UNCONFIRMED
+/// (e.g. the RTX A4500's compute capability, or the class of an SM-only GPU).
+fn annotate_gpu_facts(kb: &KnowledgeBase, gpu: &Gpu, reasons: &mut [Reason]) {
+    let Some(spec) = gpu
+        .catalog_id
+        .as_deref()
+        .and_then(|id| kb.lookup_gpu(id))
+        .filter(|spec| !spec.unconfirmed.is_empty())
+    else {
+        return;
+    };
+    let note = format!(
+        " ({} facts marked UNCONFIRMED: {})",
+        spec.name,
+        spec.unconfirmed.join("; ")
+    );
+    let depends_on_gpu = [
+        "no-kernel-image",
+        "arch-dropped",
+        "forward-compat-unsupported",
+        "bf16-unsupported",
+        "fp8-unsupported",
+        "tf32-unsupported",
+    ];
+    for r in reasons
+        .iter_mut()
+        .filter(|r| depends_on_gpu.contains(&r.code.as_str()))
+    {
+        r.message.push_str(&note);
     }
 }
 
@@ -482,9 +531,9 @@ fn ptx_jit_too_new(have: &str, target: &Version, max_cuda: &Version, upgrade: &s
 fn check_require_cuda(
     driver: &DriverFacts,
     gpu: &Gpu,
-    rule: &str,
+    rule: &Result<RequireRule, String>,
 ) -> Result<Option<String>, String> {
-    let rule = RequireRule::parse(rule).map_err(|e| e.to_string())?;
+    let rule = rule.as_ref().map_err(Clone::clone)?;
     if driver.version.is_none() && driver.max_cuda.is_none() {
         return Ok(None);
     }
@@ -510,6 +559,7 @@ fn check_image(
     driver: &DriverFacts,
     gpu: &Gpu,
     image: &ImageFacts,
+    rules: &HashMap<&str, Result<RequireRule, String>>,
 ) -> Vec<Reason> {
     let mut reasons: Vec<Reason> = unknown_gpu(gpu).into_iter().collect();
     let cuda = image.cuda.as_deref().and_then(Version::parse);
@@ -636,7 +686,7 @@ fn check_image(
         }
         reasons.extend(driver_reasons);
     }
-    if let Some(rule) = &image.require_cuda {
+    if let Some(rule) = image.require_cuda.as_deref().and_then(|r| rules.get(r)) {
         match check_require_cuda(driver, gpu, rule) {
             Err(problem) => reasons.push(reason(
                 "unknown-image",
