@@ -103,6 +103,7 @@ fn rtx_5070_ti_on_r535_cannot_use_forward_compat() {
     expect(&v, Status::Fail, &["forward-compat-unsupported"]);
     assert!(v.reasons[0].message.contains("804"), "{v:#?}");
     assert!(v.reasons[0].fix.contains("570.26 (R570)"), "{v:#?}");
+    assert!(v.reasons[0].fix.contains("nvidia/cuda:12.2.2-*"), "{v:#?}");
     assert!(v.reasons[0].message.contains("535.261.03"), "{v:#?}");
 }
 
@@ -177,6 +178,26 @@ fn gpu_described_by_sm_only_gets_no_forward_compat() {
     // Class unknown → forward compat assumed unavailable (the safe answer).
     let v = image_verdict("sm_120", "535.261.03", catalog(CUDA_12_8));
     expect(&v, Status::Fail, &["forward-compat-unsupported"]);
+}
+
+#[test]
+fn r470_is_older_than_the_release_table_but_tesla_can_still_forward() {
+    // R470 predates CUDA 11.8's 520.61.05 (Table 3) but is ≥ 450.80.02, so it
+    // is a CUDA 11.x driver; the 12.x image lists brand=tesla on R470.
+    let v = image_verdict("A30", "470.256.02", catalog(CUDA_12_8));
+    expect(&v, Status::Warn, &["forward-compat-required"]);
+    assert!(v.reasons[0].message.contains("CUDA 11.x"), "{v:#?}");
+}
+
+#[test]
+fn driver_older_than_cuda_11_runs_nothing() {
+    // CUDA 11.x needs ≥ 450.80.02 even with minor-version compat (Table 2).
+    let v = image_verdict(
+        "RTX 3090",
+        "418.226.00",
+        built("lab/x:1", "12.4.1", &["sm_86"], &[], false),
+    );
+    expect(&v, Status::Fail, &["driver-too-old"]);
 }
 
 #[test]
@@ -494,6 +515,18 @@ fn unknown_image_is_a_warning() {
     };
     let v = image_verdict("A30", "570.124.06", image);
     expect(&v, Status::Warn, &["unknown-image"]);
+}
+
+#[test]
+fn catalog_row_with_unconfirmed_cuda_says_so() {
+    // NGC 24.02's CUDA is UNCONFIRMED (compat.md §4): the driver isn't checked.
+    let v = image_verdict(
+        "A30",
+        "570.124.06",
+        catalog("nvcr.io/nvidia/pytorch:24.02-py3"),
+    );
+    expect(&v, Status::Warn, &["unknown-image"]);
+    assert!(v.reasons[0].message.contains("UNCONFIRMED"), "{v:#?}");
 }
 
 #[test]

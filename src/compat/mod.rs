@@ -230,6 +230,14 @@ impl KnowledgeBase {
             kb.image_refs
                 .insert(normalize_reference(&image.reference), index);
         }
+        kb.base_cudas = kb
+            .images
+            .iter()
+            .filter(|image| image.reference.starts_with("nvidia/cuda:"))
+            .filter_map(|image| image.cuda.as_deref().and_then(Version::parse))
+            .collect();
+        kb.base_cudas.sort();
+        kb.base_cudas.dedup();
         kb.wheels = pytorch
             .wheel
             .into_iter()

@@ -205,6 +205,8 @@ struct DriverFacts {
     version: Option<Version>,
     /// The newest CUDA the driver supports (major.minor).
     max_cuda: Option<Version>,
+    /// `max_cuda` is only the major's floor ("11.0" for R470).
+    floor_only: bool,
 }
 
 impl DriverFacts {
@@ -216,15 +218,29 @@ impl DriverFacts {
             .and_then(Version::parse)
             .map(|v| v.major_minor())
             .or_else(|| version.as_ref().and_then(|v| kb.max_cuda_for_driver(v)));
+        // Older than every release in env/cuda.toml (e.g. R470): all we know
+        // is its CUDA major from the minor-compat table; X.0 is a safe floor.
+        let (max_cuda, floor_only) = match max_cuda {
+            Some(cuda) => (Some(cuda), false),
+            None => {
+                let floor = version
+                    .as_ref()
+                    .and_then(|v| kb.driver_cuda_major(v))
+                    .and_then(|major| Version::parse(&format!("{major}.0")));
+                (floor.clone(), floor.is_some())
+            }
+        };
         DriverFacts {
             text: host.driver_version.clone(),
             version,
             max_cuda,
+            floor_only,
         }
     }
 
     fn describe(&self) -> String {
         match (&self.text, &self.max_cuda) {
+            (Some(v), Some(c)) if self.floor_only => format!("driver {v} (CUDA {}.x)", c.major()),
             (Some(v), Some(c)) => format!("driver {v} (CUDA {c})"),
             (Some(v), None) => format!("driver {v}"),
             (None, Some(c)) => format!("a driver for CUDA {c}"),
@@ -392,10 +408,19 @@ fn check_driver(
     packaging: Packaging,
     needs_jit: bool,
 ) -> Vec<Reason> {
-    let Some(max_cuda) = &driver.max_cuda else {
-        return Vec::new();
-    };
     let target = target.major_minor();
+    let Some(max_cuda) = &driver.max_cuda else {
+        // A driver older than CUDA 11's minor-compat minimum runs none of it.
+        return match &driver.text {
+            Some(text) => vec![reason(
+                "driver-too-old",
+                Status::Fail,
+                format!("driver {text} is older than every CUDA release envgen knows (CUDA 11.x needs ≥ 450.80.02); CUDA {target} cannot run"),
+                format!("upgrade the driver to ≥ {}", kb.toolkit_driver_min(&target).map(|v| v.to_string()).unwrap_or_else(|| "a current branch".into())),
+            )],
+            None => Vec::new(),
+        };
+    };
     if *max_cuda >= target {
         return Vec::new();
     }
@@ -567,7 +592,9 @@ fn check_image(
         && image.require_cuda.is_none()
         && image.sass.is_empty()
         && image.ptx.is_empty()
-        && image.min_compute_capability.is_none();
+        && image.min_compute_capability.is_none()
+        && image.pytorch.is_none()
+        && image.origin != "catalog";
     if knows_nothing || cuda.is_none() {
         let message = if knows_nothing {
             format!("envgen knows nothing about {} (not in the catalog; no NVIDIA_REQUIRE_CUDA / CUDA_VERSION): nothing was checked", image.reference)
