@@ -160,6 +160,14 @@ fn geforce_on_r570_cannot_run_cuda_13() {
 }
 
 #[test]
+fn forward_compat_does_not_teach_an_old_driver_a_new_gpu() {
+    // B200 (sm_100) first appears with CUDA 12.8 / R570; cuda-compat only
+    // replaces user-mode libraries, so R535 can't drive it at all.
+    let v = image_verdict("B200", "535.261.03", catalog(CUDA_12_8));
+    expect(&v, Status::Fail, &["driver-too-old"]);
+}
+
+#[test]
 fn workstation_gpu_has_no_forward_compat() {
     // Forward compat: data-center and Jetson only; RTX A6000 is workstation.
     let v = image_verdict("RTX A6000", "535.261.03", catalog(CUDA_13_0));

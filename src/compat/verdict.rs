@@ -499,6 +499,21 @@ fn check_driver(
         }
         return reasons;
     }
+    if let (true, Some(first)) = (fc_class, &gpu_needs_newer) {
+        // The cuda-compat package replaces user-mode libraries only; the
+        // kernel-mode driver still has to know the GPU (envgen's reading of
+        // "subject to platform and GPU support": listed as UNCONFIRMED).
+        reasons.push(reason(
+            "driver-too-old",
+            Status::Fail,
+            format!(
+                "{} needs a driver of CUDA ≥ {first}; {have} predates it, and the forward-compatibility libraries upgrade only the user-mode driver (UNCONFIRMED reading of the forward-compatibility guide)",
+                gpu_label(gpu)
+            ),
+            upgrade,
+        ));
+        return reasons;
+    }
     if fc_class {
         reasons.push(reason(
             "forward-compat-required",
