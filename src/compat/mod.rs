@@ -689,6 +689,78 @@ mod tests {
     }
 
     #[test]
+    fn every_gpu_the_brief_names_resolves_with_its_class() {
+        let cases = [
+            ("V100-16GB", "7.0", GpuClass::Datacenter),
+            ("T4", "7.5", GpuClass::Datacenter),
+            ("NVIDIA A100-PCIE-40GB", "8.0", GpuClass::Datacenter),
+            ("NVIDIA A100 80GB PCIe", "8.0", GpuClass::Datacenter),
+            ("A10", "8.6", GpuClass::Datacenter),
+            ("A40", "8.6", GpuClass::Datacenter),
+            ("RTX A4500", "8.6", GpuClass::Workstation),
+            ("RTX 3090", "8.6", GpuClass::Consumer),
+            (
+                "NVIDIA GeForce RTX 4050 Laptop GPU",
+                "8.9",
+                GpuClass::Consumer,
+            ),
+            ("L4", "8.9", GpuClass::Datacenter),
+            ("L40S", "8.9", GpuClass::Datacenter),
+            ("H100 PCIe", "9.0", GpuClass::Datacenter),
+            ("NVIDIA H100 80GB HBM3", "9.0", GpuClass::Datacenter),
+            ("H100 NVL", "9.0", GpuClass::Datacenter),
+            ("H200", "9.0", GpuClass::Datacenter),
+            ("GH200", "9.0", GpuClass::Datacenter),
+            ("B200", "10.0", GpuClass::Datacenter),
+            ("RTX 5090", "12.0", GpuClass::Consumer),
+            ("RTX PRO 6000 Blackwell", "12.0", GpuClass::Workstation),
+            ("Jetson Orin", "8.7", GpuClass::Embedded),
+        ];
+        for (name, cc, class) in cases {
+            let spec = kb().lookup_gpu(name).unwrap_or_else(|| panic!("{name}"));
+            assert_eq!(
+                (spec.compute_capability.as_str(), spec.class),
+                (cc, class),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn data_files_agree_with_each_other() {
+        let kb = kb();
+        // Every GPU's SM has first/last-CUDA facts in cuda.toml.
+        for gpu in kb.gpus() {
+            let cc = Version::parse(&gpu.compute_capability).unwrap();
+            assert!(kb.sm_support(&cc).is_some(), "{} has no [[sm]] row", gpu.id);
+        }
+        // Every image with a CUDA version has a parseable NVIDIA_REQUIRE_CUDA.
+        for image in kb.images().iter().filter(|i| i.cuda.is_some()) {
+            let rule = image
+                .require_cuda
+                .as_deref()
+                .unwrap_or_else(|| panic!("{}", image.reference));
+            require::RequireRule::parse(rule)
+                .unwrap_or_else(|e| panic!("{}: {e}", image.reference));
+            let cuda = Version::parse(image.cuda.as_deref().unwrap()).unwrap();
+            assert!(
+                kb.toolkit_driver_min(&cuda).is_some(),
+                "{} has no toolkit driver",
+                image.reference
+            );
+        }
+        // Every wheel's CUDA variant is a release cuda.toml knows, or 11.x.
+        for wheel in kb.wheels() {
+            let cuda = Version::parse(&wheel.cuda).unwrap();
+            assert!(
+                cuda.major() == 11 || kb.toolkit_driver_min(&cuda).is_some(),
+                "{}",
+                wheel.spec
+            );
+        }
+    }
+
+    #[test]
     fn ambiguous_and_unknown_gpu_names_are_usage_errors() {
         let err = kb().resolve_gpu("A100").unwrap_err();
         let text = crate::error::render(&err);
