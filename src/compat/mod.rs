@@ -6,16 +6,34 @@
 //! - [`KnowledgeBase::lookup_gpu`] / [`KnowledgeBase::enrich`] /
 //!   [`KnowledgeBase::assumed_host`] — GPU names ↔ facts;
 //! - [`KnowledgeBase::image`] / [`KnowledgeBase::images`] — catalog images as [`ImageFacts`];
+//! - [`KnowledgeBase::wheel`] — a PyTorch wheel build (`--pytorch 2.6.0+cu124`);
 //! - [`evaluate`] — host × request → verdicts (no I/O).
+//!
+//! Facts live in `env/*.toml` (each row cites its source); this module only
+//! parses them into typed tables and expands compact rows.
 
+pub mod data;
+pub mod require;
 pub mod verdict;
+pub mod version;
+
+use std::collections::HashMap;
 
 pub use verdict::{evaluate, CheckRequest, Precision, Reason, Status, Verdict};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::Result;
-use crate::host::{GpuClass, Host};
+use crate::error::{Result, UserError};
+use crate::host::{Gpu, GpuClass, Host, HostSource};
+use data::{CudaFile, CudnnRow, ForwardCompat, PrecisionFeature, SmSupport};
+use version::{parse_compute_capability, Version};
+
+const GPUS_TOML: &str = include_str!("../../env/gpus.toml");
+const CUDA_TOML: &str = include_str!("../../env/cuda.toml");
+const CUDNN_TOML: &str = include_str!("../../env/cudnn.toml");
+const PRECISION_TOML: &str = include_str!("../../env/precision.toml");
+const IMAGES_TOML: &str = include_str!("../../env/images.toml");
+const PYTORCH_TOML: &str = include_str!("../../env/pytorch.toml");
 
 /// What a verdict needs to know about an image, whether it comes from the
 /// catalog (`env/images.toml`), an envgen profile, or a local Docker image.
@@ -56,49 +74,763 @@ pub struct GpuSpec {
     pub name: String,
     pub compute_capability: String,
     pub memory_mib: Option<u64>,
+    /// For an SM-only spec (`sm_120`) this is `Consumer`, the class with the
+    /// fewest guarantees; `sm_only` tells callers the class is not known.
     pub class: GpuClass,
+    /// True when the spec was made from an SM alone (`--assume-gpu sm_120`).
+    #[serde(default)]
+    pub sm_only: bool,
+    #[serde(default)]
+    pub unconfirmed: Vec<String>,
+    #[serde(default)]
+    pub source: String,
+}
+
+/// A PyTorch wheel build: one release × CUDA variant of `env/pytorch.toml`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WheelFacts {
+    /// "2.6.0+cu124"
+    pub spec: String,
+    /// The CUDA runtime the wheel bundles, e.g. "12.4".
+    pub cuda: String,
+    /// Compute capabilities with SASS ("8.6") and with PTX.
+    pub sass: Vec<String>,
+    pub ptx: Vec<String>,
+    pub unconfirmed: Vec<String>,
+    pub source: String,
 }
 
 /// The parsed `env/` data.
 #[derive(Debug, Default)]
 pub struct KnowledgeBase {
     gpus: Vec<GpuSpec>,
+    /// Normalized name / alias / id → index into `gpus`.
+    gpu_names: HashMap<String, usize>,
+    /// One SM-only spec per SM in `env/cuda.toml`.
+    sm_specs: Vec<GpuSpec>,
     images: Vec<ImageFacts>,
+    /// Normalized reference → index into `images`.
+    image_refs: HashMap<String, usize>,
+    /// The distinct CUDA versions of the `nvidia/cuda` tags, ascending (for fixes).
+    base_cudas: Vec<Version>,
+    wheels: Vec<WheelFacts>,
+    cuda: Option<CudaFile>,
+    cudnn: Vec<CudnnRow>,
+    precision: Vec<PrecisionFeature>,
+}
+
+/// Lower-case letters and digits only: "NVIDIA GeForce RTX 5070 Ti" → "nvidiageforcertx5070ti".
+fn normalize_name(name: &str) -> String {
+    name.chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_lowercase())
+        .collect()
+}
+
+/// The same without the vendor/brand words nvidia-smi prefixes, so "RTX 4090"
+/// and "NVIDIA GeForce RTX 4090" meet.
+fn strip_brand(normalized: &str) -> &str {
+    let mut rest = normalized;
+    for prefix in ["nvidia", "geforce", "tesla"] {
+        rest = rest.strip_prefix(prefix).unwrap_or(rest);
+    }
+    rest
+}
+
+/// Canonical form of an image reference: Docker Hub's implicit registry and
+/// `library/` namespace removed, lower case.
+pub fn normalize_reference(reference: &str) -> String {
+    let mut rest = reference.trim().to_ascii_lowercase();
+    for registry in ["docker.io/", "index.docker.io/", "registry-1.docker.io/"] {
+        if let Some(stripped) = rest.strip_prefix(registry) {
+            rest = stripped.to_string();
+        }
+    }
+    match rest.strip_prefix("library/") {
+        Some(stripped) => stripped.to_string(),
+        None => rest,
+    }
+}
+
+fn parse_toml<T: serde::de::DeserializeOwned>(file: &str, text: &str) -> Result<T> {
+    toml::from_str(text).map_err(|err| {
+        UserError::usage(format!("env/{file} is invalid: {err}"))
+            .with_fix(format!("fix env/{file} (see env/README.md) and rebuild"))
+            .into()
+    })
 }
 
 impl KnowledgeBase {
     /// The knowledge base compiled into this binary.
     pub fn embedded() -> &'static KnowledgeBase {
         static KB: std::sync::OnceLock<KnowledgeBase> = std::sync::OnceLock::new();
-        KB.get_or_init(KnowledgeBase::default)
+        KB.get_or_init(|| {
+            // The data is compiled in and a unit test parses it, so a failure
+            // here is a build defect, not bad user input.
+            KnowledgeBase::parse_embedded()
+                .expect("embedded env/*.toml must parse (see compat tests)")
+        })
+    }
+
+    /// Parse the embedded `env/*.toml` (what [`embedded`](Self::embedded) caches).
+    pub fn parse_embedded() -> Result<KnowledgeBase> {
+        let gpus: data::GpusFile = parse_toml("gpus.toml", GPUS_TOML)?;
+        let cuda: CudaFile = parse_toml("cuda.toml", CUDA_TOML)?;
+        let cudnn: data::CudnnFile = parse_toml("cudnn.toml", CUDNN_TOML)?;
+        let precision: data::PrecisionFile = parse_toml("precision.toml", PRECISION_TOML)?;
+        let images: data::ImagesFile = parse_toml("images.toml", IMAGES_TOML)?;
+        let pytorch: data::PytorchFile = parse_toml("pytorch.toml", PYTORCH_TOML)?;
+
+        let mut kb = KnowledgeBase::default();
+        for row in gpus.gpu {
+            let index = kb.gpus.len();
+            for name in row.aliases.iter().chain([&row.name, &row.id]) {
+                let key = normalize_name(name);
+                if let Some(previous) = kb.gpu_names.insert(key.clone(), index) {
+                    if previous != index {
+                        return Err(UserError::usage(format!(
+                            "env/gpus.toml: name `{name}` is used by two GPUs"
+                        ))
+                        .with_fix("make every alias unique")
+                        .into());
+                    }
+                }
+            }
+            kb.gpus.push(GpuSpec {
+                id: row.id,
+                name: row.name,
+                compute_capability: row.compute_capability,
+                memory_mib: row.memory_mib,
+                class: row.class,
+                sm_only: false,
+                unconfirmed: row.unconfirmed,
+                source: row.source,
+            });
+        }
+        kb.sm_specs = cuda
+            .sm
+            .iter()
+            .filter_map(|sm| {
+                let (cc, _) = parse_compute_capability(&sm.sm)?;
+                let id = format!("sm_{}{}", cc.major(), cc.minor());
+                Some(GpuSpec {
+                    name: id.clone(),
+                    id,
+                    compute_capability: cc.to_string(),
+                    memory_mib: None,
+                    class: GpuClass::Consumer,
+                    sm_only: true,
+                    unconfirmed: vec!["class (described by SM only)".into()],
+                    source: sm.source.clone(),
+                })
+            })
+            .collect();
+        kb.images = expand_images(&images);
+        for (index, image) in kb.images.iter().enumerate() {
+            kb.image_refs
+                .insert(normalize_reference(&image.reference), index);
+        }
+        kb.base_cudas = kb
+            .images
+            .iter()
+            .filter(|image| image.reference.starts_with("nvidia/cuda:"))
+            .filter_map(|image| image.cuda.as_deref().and_then(Version::parse))
+            .collect();
+        kb.base_cudas.sort();
+        kb.base_cudas.dedup();
+        kb.wheels = pytorch
+            .wheel
+            .into_iter()
+            .flat_map(|row| {
+                let cuda = wheel_variant_cuda(&row.variant).unwrap_or_default();
+                row.releases
+                    .iter()
+                    .map(|release| WheelFacts {
+                        spec: format!("{release}+{}", row.variant),
+                        cuda: cuda.clone(),
+                        sass: row.sass.clone(),
+                        ptx: row.ptx.clone(),
+                        unconfirmed: row.unconfirmed.clone(),
+                        source: row.source.clone(),
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        kb.cuda = Some(cuda);
+        kb.cudnn = cudnn.row;
+        kb.precision = precision.feature;
+        Ok(kb)
     }
 
     /// Find a GPU by the name nvidia-smi prints ("NVIDIA A100-SXM4-80GB"),
     /// the name people type ("5070 Ti", "a30"), or an SM ("sm_120", "12.0").
+    /// Exact (case-, space- and punctuation-insensitive) matches only.
     pub fn lookup_gpu(&self, query: &str) -> Option<&GpuSpec> {
-        self.gpus
-            .iter()
-            .find(|gpu| gpu.name.eq_ignore_ascii_case(query))
+        let key = normalize_name(query);
+        let by_name = self
+            .gpu_names
+            .get(&key)
+            .or_else(|| self.gpu_names.get(strip_brand(&key)))
+            .or_else(|| {
+                self.gpu_names
+                    .iter()
+                    .find(|(name, _)| {
+                        strip_brand(name) == strip_brand(&key) && !strip_brand(&key).is_empty()
+                    })
+                    .map(|(_, index)| index)
+            })
+            .and_then(|index| self.gpus.get(*index));
+        by_name.or_else(|| {
+            let (cc, _) = parse_compute_capability(query)?;
+            let cc = cc.to_string();
+            self.sm_specs
+                .iter()
+                .find(|spec| spec.compute_capability == cc)
+        })
     }
 
-    /// Fill class, compute capability and catalog id of probed GPUs from their names.
-    pub fn enrich(&self, _host: &mut Host) {}
+    /// Like [`lookup_gpu`](Self::lookup_gpu), but an unknown or ambiguous name
+    /// is a usage error naming the value and listing close matches.
+    pub fn resolve_gpu(&self, query: &str) -> Result<&GpuSpec> {
+        if let Some(spec) = self.lookup_gpu(query) {
+            return Ok(spec);
+        }
+        let key = strip_brand(&normalize_name(query)).to_string();
+        let mut close: Vec<&str> = self
+            .gpus
+            .iter()
+            .filter(|spec| {
+                !key.is_empty()
+                    && self.gpu_names.iter().any(|(name, index)| {
+                        self.gpus.get(*index).map(|s| s.id.as_str()) == Some(spec.id.as_str())
+                            && (name.contains(&key)
+                                || (name.len() >= 3 && key.contains(name.as_str())))
+                    })
+            })
+            .map(|spec| spec.id.as_str())
+            .collect();
+        close.dedup();
+        let (problem, choices) = if close.len() > 1 {
+            ("is ambiguous", close.join(", "))
+        } else {
+            let all: Vec<&str> = self.gpus.iter().map(|s| s.id.as_str()).collect();
+            ("is not a GPU envgen knows", all.join(", "))
+        };
+        Err(UserError::usage(format!("--assume-gpu `{query}` {problem}"))
+            .with_fix(format!(
+                "use one of: {choices}; or an SM such as sm_120 / 12.0 (add new GPUs to env/gpus.toml)"
+            ))
+            .into())
+    }
+
+    /// Fill class, compute capability and catalog id of probed GPUs from their
+    /// names, and the driver's CUDA version from the driver version.
+    pub fn enrich(&self, host: &mut Host) {
+        for gpu in &mut host.gpus {
+            let Some(spec) = self.lookup_gpu(&gpu.name).filter(|spec| !spec.sm_only) else {
+                continue;
+            };
+            gpu.compute_capability
+                .get_or_insert_with(|| spec.compute_capability.clone());
+            gpu.memory_mib = gpu.memory_mib.or(spec.memory_mib);
+            gpu.class.get_or_insert(spec.class);
+            gpu.catalog_id = Some(spec.id.clone());
+        }
+        if host.cuda_driver_version.is_none() {
+            host.cuda_driver_version = host
+                .driver_version
+                .as_deref()
+                .and_then(Version::parse)
+                .and_then(|driver| self.max_cuda_for_driver(&driver))
+                .map(|cuda| cuda.to_string());
+        }
+    }
 
     /// A host described by `--assume-gpu` / `--assume-driver` (usage error naming a bad value).
-    pub fn assumed_host(&self, _gpus: &[String], _driver: Option<&str>) -> Result<Host> {
-        Ok(Host::default())
+    pub fn assumed_host(&self, gpus: &[String], driver: Option<&str>) -> Result<Host> {
+        let mut host = Host {
+            source: HostSource::Assumed,
+            ..Host::default()
+        };
+        for (index, query) in gpus.iter().enumerate() {
+            let spec = self.resolve_gpu(query)?;
+            host.gpus.push(Gpu {
+                index: u32::try_from(index).unwrap_or(u32::MAX),
+                name: spec.name.clone(),
+                compute_capability: Some(spec.compute_capability.clone()),
+                memory_mib: spec.memory_mib,
+                class: (!spec.sm_only).then_some(spec.class),
+                uuid: None,
+                catalog_id: Some(spec.id.clone()),
+            });
+        }
+        if let Some(text) = driver {
+            let version = Version::parse(text).filter(|v| v.major() >= 100).ok_or_else(|| {
+                UserError::usage(format!("--assume-driver `{text}` is not a driver version"))
+                    .with_fix("pass the kernel driver version as nvidia-smi prints it, e.g. 535.261.03 or 570 (not a CUDA version such as 12.8)")
+            })?;
+            host.cuda_driver_version = self.max_cuda_for_driver(&version).map(|v| v.to_string());
+            host.driver_version = Some(text.trim().to_string());
+        }
+        Ok(host)
     }
 
-    /// A catalog image or envgen profile by full reference.
+    /// A catalog image by reference (`docker.io/`, `library/` and case ignored).
     pub fn image(&self, reference: &str) -> Option<ImageFacts> {
-        self.images
-            .iter()
-            .find(|image| image.reference == reference)
+        self.image_refs
+            .get(&normalize_reference(reference))
+            .and_then(|index| self.images.get(*index))
             .cloned()
     }
 
     /// Every image in the catalog.
     pub fn images(&self) -> &[ImageFacts] {
         &self.images
+    }
+
+    /// Every GPU model in `env/gpus.toml`.
+    pub fn gpus(&self) -> &[GpuSpec] {
+        &self.gpus
+    }
+
+    /// Every PyTorch wheel build in `env/pytorch.toml`.
+    pub fn wheels(&self) -> &[WheelFacts] {
+        &self.wheels
+    }
+
+    /// A PyTorch wheel build such as "2.7.1+cu128"; unknown → usage error (exit 2)
+    /// naming the value and listing the known builds.
+    pub fn wheel(&self, spec: &str) -> Result<&WheelFacts> {
+        let wanted = spec.trim().to_ascii_lowercase();
+        if let Some(wheel) = self.wheels.iter().find(|w| w.spec == wanted) {
+            return Ok(wheel);
+        }
+        let release = wanted.split('+').next().unwrap_or_default();
+        let same_release: Vec<&str> = self
+            .wheels
+            .iter()
+            .filter(|w| w.spec.starts_with(&format!("{release}+")))
+            .map(|w| w.spec.as_str())
+            .collect();
+        let known = if same_release.is_empty() {
+            self.wheels
+                .iter()
+                .map(|w| w.spec.as_str())
+                .collect::<Vec<_>>()
+        } else {
+            same_release
+        };
+        Err(UserError::usage(format!(
+            "--pytorch `{spec}` is not a PyTorch wheel build envgen knows"
+        ))
+        .with_fix(format!(
+            "name the release and CUDA variant, one of: {} (add builds to env/pytorch.toml)",
+            known.join(", ")
+        ))
+        .into())
+    }
+
+    fn cuda_file(&self) -> Option<&CudaFile> {
+        self.cuda.as_ref()
+    }
+
+    /// The newest CUDA (major.minor) a driver supports, from the toolkit-driver
+    /// table. A bare branch ("570") counts as that branch's newest release.
+    pub fn max_cuda_for_driver(&self, driver: &Version) -> Option<Version> {
+        let bare_branch = driver.to_string().split('.').count() == 1;
+        self.cuda_file()?
+            .release
+            .iter()
+            .filter(|release| {
+                Version::parse(&release.driver_min_linux).is_some_and(|min| {
+                    if bare_branch {
+                        min.major() <= driver.major()
+                    } else {
+                        &min <= driver
+                    }
+                })
+            })
+            .filter_map(|release| Version::parse(&release.version))
+            .max()
+            .map(|v| v.major_minor())
+    }
+
+    /// The toolkit driver a CUDA version needs for its full feature set: the
+    /// exact release's, else its GA's (x.y.0), else the first of that x.y.
+    pub fn toolkit_driver_min(&self, cuda: &Version) -> Option<Version> {
+        let releases = &self.cuda_file()?.release;
+        let same_minor = |r: &&data::CudaRelease| {
+            Version::parse(&r.version).is_some_and(|v| v.major_minor() == cuda.major_minor())
+        };
+        releases
+            .iter()
+            .find(|r| Version::parse(&r.version).as_ref() == Some(cuda))
+            .or_else(|| releases.iter().find(same_minor))
+            .and_then(|r| Version::parse(&r.driver_min_linux))
+    }
+
+    /// The minor-version-compatibility driver minimum for a CUDA major.
+    pub fn minor_compat_min(&self, major: u32) -> Option<Version> {
+        self.cuda_file()?
+            .minor_compat
+            .iter()
+            .find(|row| row.major == major)
+            .and_then(|row| Version::parse(&row.driver_min_linux))
+    }
+
+    /// The CUDA major a driver belongs to for minor-version compatibility.
+    pub fn driver_cuda_major(&self, driver: &Version) -> Option<u32> {
+        self.cuda_file()?
+            .minor_compat
+            .iter()
+            .filter(|row| Version::parse(&row.driver_min_linux).is_some_and(|min| &min <= driver))
+            .map(|row| row.major)
+            .max()
+    }
+
+    /// First/last CUDA support for a compute capability.
+    pub fn sm_support(&self, cc: &Version) -> Option<&SmSupport> {
+        self.cuda_file()?
+            .sm
+            .iter()
+            .find(|sm| parse_compute_capability(&sm.sm).is_some_and(|(v, _)| &v == cc))
+    }
+
+    pub fn forward_compat(&self) -> Option<&ForwardCompat> {
+        self.cuda_file().map(|cuda| &cuda.forward_compat)
+    }
+
+    /// The data-center driver branches table.
+    pub fn driver_branches(&self) -> &[data::DriverBranch] {
+        self.cuda_file()
+            .map(|c| c.driver_branch.as_slice())
+            .unwrap_or_default()
+    }
+
+    /// The cuDNN 9.x support-matrix rows.
+    pub fn cudnn_rows(&self) -> &[CudnnRow] {
+        &self.cudnn
+    }
+
+    /// The precision feature named `name` ("bf16", "fp8", …).
+    pub fn precision_feature(&self, name: &str) -> Option<&PrecisionFeature> {
+        self.precision.iter().find(|f| f.name == name)
+    }
+
+    /// The newest `nvidia/cuda` version in the catalog at or below `cuda` (major.minor).
+    pub fn newest_base_at_most(&self, cuda: &Version) -> Option<String> {
+        self.base_cudas
+            .iter()
+            .rev()
+            .find(|v| &v.major_minor() <= cuda)
+            .map(Version::to_string)
+    }
+
+    /// The oldest `nvidia/cuda` version in the catalog at or above `cuda`.
+    pub fn oldest_base_at_least(&self, cuda: &Version) -> Option<String> {
+        self.base_cudas
+            .iter()
+            .find(|v| &v.major_minor() >= cuda)
+            .map(Version::to_string)
+    }
+}
+
+/// "cu128" → "12.8", "cu130" → "13.0", "cu117" → "11.7".
+fn wheel_variant_cuda(variant: &str) -> Option<String> {
+    let digits = variant.strip_prefix("cu")?;
+    if digits.len() != 3 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let (major, minor) = digits.split_at(2);
+    Some(format!("{major}.{minor}"))
+}
+
+/// The NVIDIA_REQUIRE_CUDA rule of a CUDA x.y image: `cuda>=x.y` or any of
+/// the (brand, driver branch) pairs the shape for that major lists.
+fn require_cuda_rule(shapes: &[data::RequireCudaShape], cuda: &Version) -> Option<(String, bool)> {
+    let shape = shapes.iter().find(|s| s.cuda_major == cuda.major())?;
+    let mut rule = format!("cuda>={}", cuda.major_minor());
+    for branch in &shape.driver_branches {
+        for brand in &shape.brands {
+            rule.push_str(&format!(
+                " brand={brand},driver>={branch},driver<{}",
+                branch + 1
+            ));
+        }
+    }
+    Some((rule, !shape.unconfirmed.is_empty()))
+}
+
+/// Catalog rows → [`ImageFacts`]: NGC releases one-to-one, `nvidia/cuda`
+/// rows expanded to every version × Ubuntu × flavour tag.
+fn expand_images(file: &data::ImagesFile) -> Vec<ImageFacts> {
+    let mut images = Vec::new();
+    for row in &file.ngc_pytorch {
+        let mut unconfirmed = row.unconfirmed.clone();
+        let require = row
+            .cuda
+            .as_deref()
+            .and_then(Version::parse)
+            .and_then(|cuda| {
+                unconfirmed.push(
+                    "require_cuda (inferred from the CUDA base; NGC's own rule not checked)".into(),
+                );
+                require_cuda_rule(&file.require_cuda, &cuda).map(|(rule, _)| rule)
+            });
+        images.push(ImageFacts {
+            reference: format!("nvcr.io/nvidia/pytorch:{}-py3", row.tag),
+            cuda: row.cuda.clone(),
+            cudnn: row.cudnn.clone(),
+            pytorch: row.pytorch.clone(),
+            ubuntu: row.ubuntu.clone(),
+            min_compute_capability: row.min_compute_capability.clone(),
+            require_cuda: require,
+            unconfirmed,
+            origin: "catalog".into(),
+            ..ImageFacts::default()
+        });
+    }
+    for row in &file.cuda_base {
+        for cuda in &row.cuda {
+            let rule = Version::parse(cuda).and_then(|v| require_cuda_rule(&file.require_cuda, &v));
+            for ubuntu in &row.ubuntu {
+                let flavours = [
+                    ("runtime".to_string(), false),
+                    ("devel".to_string(), false),
+                    (format!("{}-runtime", row.cudnn_infix), true),
+                    (format!("{}-devel", row.cudnn_infix), true),
+                ];
+                for (flavour, with_cudnn) in flavours {
+                    let mut unconfirmed: Vec<String> = row
+                        .unconfirmed
+                        .iter()
+                        .filter(|u| {
+                            u.as_str() != "other flavours"
+                                || !flavour.ends_with("-devel")
+                                || !with_cudnn
+                        })
+                        .map(|u| {
+                            if u == "other flavours" {
+                                "tag existence (only -cudnn-devel tags are listed in the source)"
+                                    .to_string()
+                            } else {
+                                u.clone()
+                            }
+                        })
+                        .collect();
+                    if with_cudnn {
+                        unconfirmed.push("cudnn minor version".into());
+                    }
+                    if rule.as_ref().is_some_and(|(_, shaky)| *shaky) {
+                        unconfirmed.push("require_cuda (brand / driver branch lists)".into());
+                    }
+                    images.push(ImageFacts {
+                        reference: format!("nvidia/cuda:{cuda}-{flavour}-ubuntu{ubuntu}"),
+                        cuda: Some(cuda.clone()),
+                        cudnn: with_cudnn.then(|| row.cudnn.clone()),
+                        ubuntu: Some(ubuntu.clone()),
+                        require_cuda: rule.as_ref().map(|(text, _)| text.clone()),
+                        unconfirmed,
+                        origin: "catalog".into(),
+                        ..ImageFacts::default()
+                    });
+                }
+            }
+        }
+    }
+    images
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kb() -> &'static KnowledgeBase {
+        KnowledgeBase::embedded()
+    }
+
+    #[test]
+    fn embedded_data_parses_and_is_complete() {
+        let kb = KnowledgeBase::parse_embedded().expect("env/*.toml parse");
+        assert!(kb.gpus.len() >= 25, "gpus: {}", kb.gpus.len());
+        assert!(kb
+            .images
+            .iter()
+            .any(|i| i.reference == "nvcr.io/nvidia/pytorch:25.12-py3"));
+        assert!(kb.images.len() > 100, "images: {}", kb.images.len());
+        assert!(kb
+            .wheels
+            .iter()
+            .any(|w| w.spec == "2.7.1+cu128" && w.cuda == "12.8"));
+        assert_eq!(kb.cudnn_rows().len(), 8);
+        assert!(kb.gpus.iter().all(|g| !g.source.is_empty()));
+    }
+
+    #[test]
+    fn gpu_names_as_printed_and_typed() {
+        let id = |q: &str| kb().lookup_gpu(q).map(|g| g.id.clone());
+        assert_eq!(id("NVIDIA A100-SXM4-80GB").as_deref(), Some("a100-80gb"));
+        assert_eq!(id("a100-80gb").as_deref(), Some("a100-80gb"));
+        assert_eq!(id("Tesla V100-SXM2-32GB").as_deref(), Some("v100-32gb"));
+        assert_eq!(
+            id("NVIDIA GeForce RTX 5070 Ti").as_deref(),
+            Some("rtx-5070-ti")
+        );
+        assert_eq!(id("5070 Ti").as_deref(), Some("rtx-5070-ti"));
+        assert_eq!(id("NVIDIA RTX A6000").as_deref(), Some("rtx-a6000"));
+        assert_eq!(id("a30").as_deref(), Some("a30"));
+        assert_eq!(id("h100").as_deref(), Some("h100-sxm"));
+        assert_eq!(id("RTX 4090").as_deref(), Some("rtx-4090"));
+        for sm in ["sm_120", "12.0", "120"] {
+            let spec = kb().lookup_gpu(sm).expect(sm);
+            assert!(spec.sm_only && spec.compute_capability == "12.0");
+        }
+        assert!(kb().lookup_gpu("Radeon 7900").is_none());
+    }
+
+    #[test]
+    fn every_gpu_the_brief_names_resolves_with_its_class() {
+        let cases = [
+            ("V100-16GB", "7.0", GpuClass::Datacenter),
+            ("T4", "7.5", GpuClass::Datacenter),
+            ("NVIDIA A100-PCIE-40GB", "8.0", GpuClass::Datacenter),
+            ("NVIDIA A100 80GB PCIe", "8.0", GpuClass::Datacenter),
+            ("A10", "8.6", GpuClass::Datacenter),
+            ("A40", "8.6", GpuClass::Datacenter),
+            ("RTX A4500", "8.6", GpuClass::Workstation),
+            ("RTX 3090", "8.6", GpuClass::Consumer),
+            (
+                "NVIDIA GeForce RTX 4050 Laptop GPU",
+                "8.9",
+                GpuClass::Consumer,
+            ),
+            ("L4", "8.9", GpuClass::Datacenter),
+            ("L40S", "8.9", GpuClass::Datacenter),
+            ("H100 PCIe", "9.0", GpuClass::Datacenter),
+            ("NVIDIA H100 80GB HBM3", "9.0", GpuClass::Datacenter),
+            ("H100 NVL", "9.0", GpuClass::Datacenter),
+            ("H200", "9.0", GpuClass::Datacenter),
+            ("GH200", "9.0", GpuClass::Datacenter),
+            ("B200", "10.0", GpuClass::Datacenter),
+            ("RTX 5090", "12.0", GpuClass::Consumer),
+            ("RTX PRO 6000 Blackwell", "12.0", GpuClass::Workstation),
+            ("Jetson Orin", "8.7", GpuClass::Embedded),
+        ];
+        for (name, cc, class) in cases {
+            let spec = kb().lookup_gpu(name).unwrap_or_else(|| panic!("{name}"));
+            assert_eq!(
+                (spec.compute_capability.as_str(), spec.class),
+                (cc, class),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn data_files_agree_with_each_other() {
+        let kb = kb();
+        // Every GPU's SM has first/last-CUDA facts in cuda.toml.
+        for gpu in kb.gpus() {
+            let cc = Version::parse(&gpu.compute_capability).unwrap();
+            assert!(kb.sm_support(&cc).is_some(), "{} has no [[sm]] row", gpu.id);
+        }
+        // Every image with a CUDA version has a parseable NVIDIA_REQUIRE_CUDA.
+        for image in kb.images().iter().filter(|i| i.cuda.is_some()) {
+            let rule = image
+                .require_cuda
+                .as_deref()
+                .unwrap_or_else(|| panic!("{}", image.reference));
+            require::RequireRule::parse(rule)
+                .unwrap_or_else(|e| panic!("{}: {e}", image.reference));
+            let cuda = Version::parse(image.cuda.as_deref().unwrap()).unwrap();
+            assert!(
+                kb.toolkit_driver_min(&cuda).is_some(),
+                "{} has no toolkit driver",
+                image.reference
+            );
+        }
+        // Every wheel's CUDA variant is a release cuda.toml knows, or 11.x.
+        for wheel in kb.wheels() {
+            let cuda = Version::parse(&wheel.cuda).unwrap();
+            assert!(
+                cuda.major() == 11 || kb.toolkit_driver_min(&cuda).is_some(),
+                "{}",
+                wheel.spec
+            );
+        }
+    }
+
+    #[test]
+    fn ambiguous_and_unknown_gpu_names_are_usage_errors() {
+        let err = kb().resolve_gpu("A100").unwrap_err();
+        let text = crate::error::render(&err);
+        assert!(
+            text.contains("`A100` is ambiguous")
+                && text.contains("a100-40gb")
+                && text.contains("a100-80gb"),
+            "{text}"
+        );
+        assert_eq!(crate::error::exit_code_of(&err), 2);
+        let err = kb().resolve_gpu("Radeon 7900").unwrap_err();
+        assert!(crate::error::render(&err).contains("Radeon 7900"));
+    }
+
+    #[test]
+    fn assumed_host_derives_the_driver_cuda() {
+        let cuda = |d: &str| kb().assumed_host(&[], Some(d)).unwrap().cuda_driver_version;
+        assert_eq!(cuda("535.261.03").as_deref(), Some("12.2"));
+        for (branch, expected) in [
+            ("535", "12.2"),
+            ("550", "12.4"),
+            ("570", "12.8"),
+            ("575", "12.9"),
+            ("580", "13.0"),
+            ("590", "13.1"),
+            ("595", "13.2"),
+        ] {
+            assert_eq!(cuda(branch).as_deref(), Some(expected), "driver {branch}");
+        }
+        assert!(kb().assumed_host(&[], Some("12.8")).is_err());
+        let host = kb()
+            .assumed_host(&["sm_120".into(), "A30".into()], None)
+            .unwrap();
+        assert_eq!(host.gpus[0].class, None);
+        assert_eq!(host.gpus[1].class, Some(GpuClass::Datacenter));
+    }
+
+    #[test]
+    fn image_references_are_normalized() {
+        for r in [
+            "nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04",
+            "docker.io/nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04",
+            "index.docker.io/nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04",
+        ] {
+            let image = kb().image(r).expect(r);
+            assert_eq!(image.cuda.as_deref(), Some("12.8.1"));
+            assert!(image
+                .require_cuda
+                .as_deref()
+                .unwrap()
+                .starts_with("cuda>=12.8 brand="));
+        }
+        assert!(kb()
+            .image("nvidia/cuda:12.0.0-cudnn8-devel-ubuntu22.04")
+            .is_some());
+        assert!(kb()
+            .image("nvidia/cuda:13.1.0-runtime-ubuntu24.04")
+            .is_some());
+        assert!(kb().image("nvidia/cuda:99.0-runtime-ubuntu24.04").is_none());
+    }
+
+    #[test]
+    fn wheels_and_unknown_wheels() {
+        assert_eq!(kb().wheel("2.6.0+cu124").unwrap().cuda, "12.4");
+        let err = kb().wheel("2.6.0+cu999").unwrap_err();
+        let text = crate::error::render(&err);
+        assert!(
+            text.contains("2.6.0+cu999") && text.contains("2.6.0+cu126"),
+            "{text}"
+        );
+        assert_eq!(crate::error::exit_code_of(&err), 2);
     }
 }

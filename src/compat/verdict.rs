@@ -1,9 +1,16 @@
 //! Pure: (host, image | wheel | precision) → verdicts with stable reason codes.
+//!
+//! The decisions (which fact makes which reason, warn or fail) live here; the
+//! facts come from the knowledge base. See docs/doctor.md for every code.
+
+use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::require::{brands_for_class, Outcome, RequireRule, RuntimeFacts};
+use super::version::{parse_compute_capability, Version};
 use super::{ImageFacts, KnowledgeBase};
-use crate::host::Host;
+use crate::host::{Gpu, GpuClass, Host};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -20,6 +27,18 @@ pub enum Precision {
     Bf16,
     Fp16,
     Fp8,
+}
+
+impl Precision {
+    /// The feature name in `env/precision.toml`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Tf32 => "tf32",
+            Precision::Bf16 => "bf16",
+            Precision::Fp16 => "fp16",
+            Precision::Fp8 => "fp8",
+        }
+    }
 }
 
 /// One finding, with a stable code from CONTRACT.md.
@@ -42,15 +61,828 @@ pub struct Verdict {
     pub reasons: Vec<Reason>,
 }
 
+impl Verdict {
+    fn new(image: String, gpu_index: Option<u32>, reasons: Vec<Reason>) -> Verdict {
+        let status = reasons.iter().map(|r| r.status).max().unwrap_or(Status::Ok);
+        Verdict {
+            image,
+            gpu_index,
+            status,
+            reasons,
+        }
+    }
+
+    /// The reason codes, in order (handy for tests and terse output).
+    pub fn codes(&self) -> Vec<&str> {
+        self.reasons.iter().map(|r| r.code.as_str()).collect()
+    }
+}
+
 /// What to check against the host.
 #[derive(Debug, Clone, Default)]
 pub struct CheckRequest {
+    /// Images to check; empty means every catalog image, unless a wheel or a
+    /// precision is the only thing asked for (see [`CheckRequest::only_images`]).
     pub images: Vec<ImageFacts>,
     pub pytorch: Option<String>,
     pub precision: Option<Precision>,
 }
 
+impl CheckRequest {
+    /// The images `evaluate` checks: the given ones; with none given, the
+    /// whole catalog when nothing else was asked, else none.
+    fn images_to_check<'a>(&'a self, kb: &'a KnowledgeBase) -> &'a [ImageFacts] {
+        if !self.images.is_empty() {
+            &self.images
+        } else if self.pytorch.is_none() && self.precision.is_none() {
+            kb.images()
+        } else {
+            &[]
+        }
+    }
+
+    /// A request for the given images only.
+    pub fn only_images(images: Vec<ImageFacts>) -> CheckRequest {
+        CheckRequest {
+            images,
+            ..CheckRequest::default()
+        }
+    }
+}
+
+fn reason(code: &str, status: Status, message: String, fix: String) -> Reason {
+    Reason {
+        code: code.into(),
+        status,
+        message,
+        fix,
+    }
+}
+
 /// Every verdict for `host` × `request`.
-pub fn evaluate(_kb: &KnowledgeBase, _host: &Host, _request: &CheckRequest) -> Vec<Verdict> {
-    Vec::new()
+pub fn evaluate(kb: &KnowledgeBase, host: &Host, request: &CheckRequest) -> Vec<Verdict> {
+    let driver = DriverFacts::of(kb, host);
+    let mut subjects: Vec<Subject> = request
+        .images_to_check(kb)
+        .iter()
+        .map(Subject::Image)
+        .collect();
+    if let Some(spec) = &request.pytorch {
+        subjects.push(Subject::Wheel(spec));
+    }
+    if let Some(precision) = request.precision {
+        subjects.push(Subject::Precision(precision));
+    }
+    // Catalog images share a handful of NVIDIA_REQUIRE_CUDA rules: parse each once.
+    let mut rules: HashMap<&str, Result<RequireRule, String>> = HashMap::new();
+    for subject in &subjects {
+        if let Subject::Image(ImageFacts {
+            require_cuda: Some(rule),
+            ..
+        }) = subject
+        {
+            rules
+                .entry(rule.as_str())
+                .or_insert_with(|| RequireRule::parse(rule).map_err(|e| e.to_string()));
+        }
+    }
+    let mut verdicts = Vec::new();
+    for subject in &subjects {
+        let label = subject.label();
+        if host.gpus.is_empty() {
+            verdicts.push(Verdict::new(label, None, vec![no_gpu(subject)]));
+            continue;
+        }
+        for gpu in &host.gpus {
+            let reasons = match subject {
+                Subject::Image(image) => check_image(kb, &driver, gpu, image, &rules),
+                Subject::Wheel(spec) => check_wheel(kb, &driver, gpu, spec),
+                Subject::Precision(precision) => check_precision(kb, gpu, *precision),
+            };
+            let mut reasons = reasons;
+            annotate_gpu_facts(kb, gpu, &mut reasons);
+            verdicts.push(Verdict::new(label.clone(), Some(gpu.index), reasons));
+        }
+    }
+    verdicts
+}
+
+enum Subject<'a> {
+    Image(&'a ImageFacts),
+    Wheel(&'a str),
+    Precision(Precision),
+}
+
+impl Subject<'_> {
+    fn label(&self) -> String {
+        match self {
+            Subject::Image(image) => image.reference.clone(),
+            Subject::Wheel(spec) => format!("pytorch:{spec}"),
+            Subject::Precision(p) => format!("precision:{}", p.name()),
+        }
+    }
+}
+
+/// No GPU: a warning for anything that needs CUDA (doctor still exits 0 on
+/// such a host); an image that declares no CUDA at all is fine.
+fn no_gpu(subject: &Subject) -> Reason {
+    let needs_cuda = match subject {
+        Subject::Image(image) => image.cuda.is_some() || image.require_cuda.is_some(),
+        _ => true,
+    };
+    reason(
+        "no-gpu",
+        if needs_cuda { Status::Warn } else { Status::Ok },
+        format!("no NVIDIA GPU found on this host; {} can only run on the CPU here", subject.label()),
+        "run on a machine with an NVIDIA GPU, or check a described one with --assume-gpu NAME --assume-driver VERSION".into(),
+    )
+}
+
+/// The driver as the checks need it.
+struct DriverFacts {
+    /// As the host reported it ("535.261.03": leading zeros kept for messages).
+    text: Option<String>,
+    version: Option<Version>,
+    /// The newest CUDA the driver supports (major.minor).
+    max_cuda: Option<Version>,
+    /// `max_cuda` is only the major's floor ("11.0" for R470).
+    floor_only: bool,
+}
+
+impl DriverFacts {
+    fn of(kb: &KnowledgeBase, host: &Host) -> DriverFacts {
+        let version = host.driver_version.as_deref().and_then(Version::parse);
+        let max_cuda = host
+            .cuda_driver_version
+            .as_deref()
+            .and_then(Version::parse)
+            .map(|v| v.major_minor())
+            .or_else(|| version.as_ref().and_then(|v| kb.max_cuda_for_driver(v)));
+        // Older than every release in env/cuda.toml (e.g. R470): all we know
+        // is its CUDA major from the minor-compat table; X.0 is a safe floor.
+        let (max_cuda, floor_only) = match max_cuda {
+            Some(cuda) => (Some(cuda), false),
+            None => {
+                let floor = version
+                    .as_ref()
+                    .and_then(|v| kb.driver_cuda_major(v))
+                    .and_then(|major| Version::parse(&format!("{major}.0")));
+                (floor.clone(), floor.is_some())
+            }
+        };
+        DriverFacts {
+            text: host.driver_version.clone(),
+            version,
+            max_cuda,
+            floor_only,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match (&self.text, &self.max_cuda) {
+            (Some(v), Some(c)) if self.floor_only => format!("driver {v} (CUDA {}.x)", c.major()),
+            (Some(v), Some(c)) => format!("driver {v} (CUDA {c})"),
+            (Some(v), None) => format!("driver {v}"),
+            (None, Some(c)) => format!("a driver for CUDA {c}"),
+            (None, None) => "an unknown driver".into(),
+        }
+    }
+}
+
+/// "(relies on UNCONFIRMED data: …)" when any of `keys` is marked unconfirmed.
+fn unconfirmed_note(unconfirmed: &[String], keys: &[&str]) -> String {
+    let hits: Vec<&str> = unconfirmed
+        .iter()
+        .filter(|u| keys.iter().any(|k| u.starts_with(k)))
+        .map(String::as_str)
+        .collect();
+    if hits.is_empty() {
+        String::new()
+    } else {
+        format!(" (relies on UNCONFIRMED data: {})", hits.join("; "))
+    }
+}
+
+fn gpu_label(gpu: &Gpu) -> String {
+    match &gpu.compute_capability {
+        Some(cc) => format!(
+            "GPU {} ({}, sm_{})",
+            gpu.index,
+            gpu.name,
+            cc.replace('.', "")
+        ),
+        None => format!("GPU {} ({})", gpu.index, gpu.name),
+    }
+}
+
+/// Say so when a reason rests on a GPU fact env/gpus.toml marks UNCONFIRMED
+/// (e.g. the RTX A4500's compute capability, or the class of an SM-only GPU).
+fn annotate_gpu_facts(kb: &KnowledgeBase, gpu: &Gpu, reasons: &mut [Reason]) {
+    let Some(spec) = gpu
+        .catalog_id
+        .as_deref()
+        .and_then(|id| kb.lookup_gpu(id))
+        .filter(|spec| !spec.unconfirmed.is_empty())
+    else {
+        return;
+    };
+    let note = format!(
+        " ({} facts marked UNCONFIRMED: {})",
+        spec.name,
+        spec.unconfirmed.join("; ")
+    );
+    let depends_on_gpu = [
+        "no-kernel-image",
+        "arch-dropped",
+        "forward-compat-unsupported",
+        "bf16-unsupported",
+        "fp8-unsupported",
+        "tf32-unsupported",
+    ];
+    for r in reasons
+        .iter_mut()
+        .filter(|r| depends_on_gpu.contains(&r.code.as_str()))
+    {
+        r.message.push_str(&note);
+    }
+}
+
+fn gpu_cc(gpu: &Gpu) -> Option<Version> {
+    gpu.compute_capability
+        .as_deref()
+        .and_then(parse_compute_capability)
+        .map(|(v, _)| v)
+}
+
+fn unknown_gpu(gpu: &Gpu) -> Option<Reason> {
+    if gpu.catalog_id.is_some() {
+        return None;
+    }
+    let message = match &gpu.compute_capability {
+        Some(cc) => format!(
+            "{} is not in env/gpus.toml: checked by its compute capability {cc} only; its market class is unknown, so forward compatibility is assumed unavailable",
+            gpu_label(gpu)
+        ),
+        None => format!(
+            "{} is not in env/gpus.toml and its compute capability is unknown: kernel and precision checks are skipped",
+            gpu_label(gpu)
+        ),
+    };
+    Some(reason(
+        "unknown-gpu",
+        Status::Warn,
+        message,
+        "add the GPU to env/gpus.toml (a data change, see docs/doctor.md), or pass --assume-gpu with a known name or SM".into(),
+    ))
+}
+
+/// How a GPU can run a build: native SASS, driver JIT of PTX, or not at all.
+#[derive(Debug, Clone, PartialEq)]
+enum KernelMatch {
+    Sass,
+    Ptx(Version),
+    None,
+}
+
+/// Binary compatibility (Blackwell compatibility guide): a cubin for X.y runs
+/// on X.z with z ≥ y, never across majors (`sm_XYa` only on X.Y itself); PTX
+/// compute_X.y JIT-compiles for any GPU ≥ X.y.
+fn kernel_match(gpu: &Version, sass: &[String], ptx: &[String]) -> KernelMatch {
+    let runs_sass =
+        sass.iter()
+            .filter_map(|s| parse_compute_capability(s))
+            .any(|(cubin, suffix)| {
+                cubin.major() == gpu.major()
+                    && if suffix == Some('a') {
+                        cubin.minor() == gpu.minor()
+                    } else {
+                        cubin.minor() <= gpu.minor()
+                    }
+            });
+    if runs_sass {
+        return KernelMatch::Sass;
+    }
+    ptx.iter()
+        .filter_map(|p| parse_compute_capability(p))
+        .map(|(v, _)| v)
+        .filter(|v| v <= gpu)
+        .max()
+        .map_or(KernelMatch::None, KernelMatch::Ptx)
+}
+
+fn list_archs(archs: &[String]) -> String {
+    if archs.is_empty() {
+        return "none".into();
+    }
+    archs
+        .iter()
+        .filter_map(|a| parse_compute_capability(a))
+        .map(|(v, s)| {
+            format!(
+                "sm_{}{}{}",
+                v.major(),
+                v.minor(),
+                s.map(String::from).unwrap_or_default()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// How the software gets a newer CUDA than the driver's.
+#[derive(Clone, Copy, PartialEq)]
+enum Packaging {
+    /// NGC / nvidia/cuda images: ship the cuda-compat libraries.
+    ImageWithCompatLibs,
+    /// A pip wheel: bundles the CUDA runtime only.
+    Wheel,
+}
+
+/// Driver vs. the CUDA version the software was built with (`target`).
+/// `needs_jit`: the software needs the driver to compile PTX of `target`.
+fn check_driver(
+    kb: &KnowledgeBase,
+    driver: &DriverFacts,
+    gpu: &Gpu,
+    target: &Version,
+    packaging: Packaging,
+    needs_jit: bool,
+) -> Vec<Reason> {
+    let target = target.major_minor();
+    let Some(max_cuda) = &driver.max_cuda else {
+        // A driver older than CUDA 11's minor-compat minimum runs none of it.
+        return match &driver.text {
+            Some(text) => vec![reason(
+                "driver-too-old",
+                Status::Fail,
+                format!("driver {text} is older than every CUDA release envgen knows (CUDA 11.x needs ≥ 450.80.02); CUDA {target} cannot run"),
+                format!("upgrade the driver to ≥ {}", kb.toolkit_driver_min(&target).map(|v| v.to_string()).unwrap_or_else(|| "a current branch".into())),
+            )],
+            None => Vec::new(),
+        };
+    };
+    if *max_cuda >= target {
+        return Vec::new();
+    }
+    let full_driver = kb
+        .toolkit_driver_min(&target)
+        .map(|v| format!("{v} (R{})", v.major()))
+        .unwrap_or_else(|| format!("the one bundled with CUDA {target}"));
+    let older = kb
+        .newest_base_at_most(max_cuda)
+        .map(|tag| format!(" or use CUDA ≤ {max_cuda} software (e.g. nvidia/cuda:{tag}-* images)"))
+        .unwrap_or_else(|| format!(" or use software built for CUDA ≤ {max_cuda}"));
+    let upgrade = format!("upgrade the driver to ≥ {full_driver}{older}");
+    let have = driver.describe();
+    let cc = gpu_cc(gpu);
+    // A GPU newer than the driver's CUDA can't be driven by it without the
+    // forward-compat libraries (e.g. sm_120 needs CUDA 12.8 / R570).
+    let gpu_needs_newer = cc
+        .as_ref()
+        .and_then(|cc| kb.sm_support(cc))
+        .and_then(|sm| sm.first_cuda.as_deref().and_then(Version::parse))
+        .filter(|first| first > max_cuda);
+    let minor_compat_ok = driver
+        .version
+        .as_ref()
+        .map_or(max_cuda.major() == target.major(), |v| {
+            kb.driver_cuda_major(v) == Some(target.major())
+                && kb
+                    .minor_compat_min(target.major())
+                    .is_some_and(|min| v >= &min)
+        });
+    let fc = kb.forward_compat();
+    // Only images carry the cuda-compat libraries; a wheel can't use them.
+    let fc_class = packaging == Packaging::ImageWithCompatLibs
+        && gpu
+            .class
+            .is_some_and(|class| fc.is_some_and(|fc| fc.classes.contains(&class)));
+    let fc_note = fc
+        .filter(|fc| !fc.unconfirmed.is_empty())
+        .map(|fc| {
+            format!(
+                "; which branch supports which cuda-compat package is UNCONFIRMED ({})",
+                fc.source
+            )
+        })
+        .unwrap_or_default();
+    let mut reasons = Vec::new();
+
+    if packaging == Packaging::Wheel && (gpu_needs_newer.is_some() || !minor_compat_ok) {
+        let why = match &gpu_needs_newer {
+            Some(first) => format!("{} needs a driver for CUDA ≥ {first}", gpu_label(gpu)),
+            None => format!(
+                "a CUDA {target} runtime needs a CUDA {}.x driver ≥ {}",
+                target.major(),
+                kb.minor_compat_min(target.major())
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|| "?".into())
+            ),
+        };
+        reasons.push(reason(
+            "driver-too-old",
+            Status::Fail,
+            format!("{have} is too old: {why} (PyTorch reports \"The NVIDIA driver on your system is too old\"); wheels do not ship forward-compat libraries"),
+            upgrade.clone(),
+        ));
+        return reasons;
+    }
+    if gpu_needs_newer.is_none() && minor_compat_ok && !fc_class {
+        reasons.push(reason(
+            "minor-version-compat",
+            Status::Warn,
+            format!("CUDA {target} runs on {have} through minor-version compatibility: a limited feature set, and the driver cannot JIT-compile PTX newer than CUDA {max_cuda}"),
+            upgrade.clone(),
+        ));
+        if needs_jit {
+            reasons.push(ptx_jit_too_new(&have, &target, max_cuda, &upgrade));
+        }
+        return reasons;
+    }
+    if let (true, Some(first)) = (fc_class, &gpu_needs_newer) {
+        // The cuda-compat package replaces user-mode libraries only; the
+        // kernel-mode driver still has to know the GPU (envgen's reading of
+        // "subject to platform and GPU support": listed as UNCONFIRMED).
+        reasons.push(reason(
+            "driver-too-old",
+            Status::Fail,
+            format!(
+                "{} needs a driver of CUDA ≥ {first}; {have} predates it, and the forward-compatibility libraries upgrade only the user-mode driver (UNCONFIRMED reading of the forward-compatibility guide)",
+                gpu_label(gpu)
+            ),
+            upgrade,
+        ));
+        return reasons;
+    }
+    if fc_class {
+        reasons.push(reason(
+            "forward-compat-required",
+            Status::Warn,
+            format!(
+                "CUDA {target} needs the forward-compatibility libraries (cuda-compat-{}-{}) on {have}; the image ships them and {} supports them{}",
+                target.major(), target.minor(), gpu_label(gpu), fc_note
+            ),
+            format!("keep the image's /usr/local/cuda/compat libraries on the library path (NGC images enable them automatically), or {upgrade}"),
+        ));
+        return reasons;
+    }
+    let why = match (&gpu_needs_newer, gpu.class) {
+        (Some(first), _) => format!(
+            "{} needs CUDA ≥ {first}, which {have} lacks",
+            gpu_label(gpu)
+        ),
+        (None, _) => format!("CUDA {target} is a newer major than {have}"),
+    };
+    let class = match gpu.class {
+        Some(GpuClass::Consumer) => "a consumer (GeForce) GPU".to_string(),
+        Some(GpuClass::Workstation) => "a workstation GPU".to_string(),
+        Some(other) => format!("a {other:?} GPU"),
+        None => "a GPU of unknown market class".to_string(),
+    };
+    let (code, name, text) = fc
+        .map(|fc| (fc.error_code, fc.error_name.clone(), fc.error_text.clone()))
+        .unwrap_or((
+            804,
+            "cudaErrorCompatNotSupportedOnDevice".into(),
+            String::new(),
+        ));
+    reasons.push(reason(
+        "forward-compat-unsupported",
+        Status::Fail,
+        format!(
+            "{why}; only forward compatibility could bridge that, and it is unavailable on {class} (error {code} {name}: \"{text}\"; the \"select NGC Server Ready RTX SKUs\" exception is not modelled)"
+        ),
+        upgrade,
+    ));
+    reasons
+}
+
+fn ptx_jit_too_new(have: &str, target: &Version, max_cuda: &Version, upgrade: &str) -> Reason {
+    reason(
+        "ptx-jit-too-new",
+        Status::Fail,
+        format!("the kernels are compiled from CUDA {target} PTX at run time, but {have} can only JIT PTX up to CUDA {max_cuda} (CUDA_ERROR_UNSUPPORTED_PTX_VERSION: \"the provided PTX was compiled with an unsupported toolchain\")"),
+        upgrade.to_string(),
+    )
+}
+
+/// The image's NVIDIA_REQUIRE_CUDA, checked as the container runtime would.
+/// `Ok(None)`: satisfied or not checkable; `Ok(Some(text))`: the refusal.
+fn check_require_cuda(
+    driver: &DriverFacts,
+    gpu: &Gpu,
+    rule: &Result<RequireRule, String>,
+) -> Result<Option<String>, String> {
+    let rule = rule.as_ref().map_err(Clone::clone)?;
+    if driver.version.is_none() && driver.max_cuda.is_none() {
+        return Ok(None);
+    }
+    let brands = brands_for_class(gpu.class);
+    let facts = RuntimeFacts {
+        cuda: driver.max_cuda.clone(),
+        driver: driver.version.clone(),
+        arch: gpu_cc(gpu),
+        brands,
+    };
+    Ok(match rule.evaluate(&facts) {
+        Outcome::Satisfied => None,
+        Outcome::Unsatisfied { first_failed, alternatives } => Some(format!(
+            "the NVIDIA runtime refuses to start it: \"unsatisfied condition: {first_failed}\" (none of the {alternatives} NVIDIA_REQUIRE_CUDA alternatives holds for {} with brand {})",
+            driver.describe(),
+            brands.join("/")
+        )),
+    })
+}
+
+fn check_image(
+    kb: &KnowledgeBase,
+    driver: &DriverFacts,
+    gpu: &Gpu,
+    image: &ImageFacts,
+    rules: &HashMap<&str, Result<RequireRule, String>>,
+) -> Vec<Reason> {
+    let mut reasons: Vec<Reason> = unknown_gpu(gpu).into_iter().collect();
+    let cuda = image.cuda.as_deref().and_then(Version::parse);
+    let knows_nothing = cuda.is_none()
+        && image.require_cuda.is_none()
+        && image.sass.is_empty()
+        && image.ptx.is_empty()
+        && image.min_compute_capability.is_none()
+        && image.pytorch.is_none()
+        && image.origin != "catalog";
+    if knows_nothing || cuda.is_none() {
+        let message = if knows_nothing {
+            format!("envgen knows nothing about {} (not in the catalog; no NVIDIA_REQUIRE_CUDA / CUDA_VERSION): nothing was checked", image.reference)
+        } else {
+            format!("the CUDA version of {} is UNCONFIRMED in env/images.toml: the driver was not checked", image.reference)
+        };
+        reasons.push(reason(
+            "unknown-image",
+            Status::Warn,
+            message,
+            "use a catalog reference (see `envgen doctor --json` with no --image), an envgen profile, or a local image that sets NVIDIA_REQUIRE_CUDA; add NGC facts to env/images.toml".into(),
+        ));
+        if knows_nothing {
+            return reasons;
+        }
+    }
+    let cc = gpu_cc(gpu);
+    let sm = cc.as_ref().and_then(|cc| kb.sm_support(cc));
+    let mut needs_jit = image.compiles_at_runtime;
+
+    // Architecture: dropped by the image or its toolkit, or unknown to it.
+    if let Some(cc) = &cc {
+        let min_cc = image
+            .min_compute_capability
+            .as_deref()
+            .and_then(Version::parse);
+        let last_cuda = sm
+            .and_then(|s| s.last_cuda.as_deref())
+            .and_then(Version::parse);
+        let first_cuda = sm
+            .and_then(|s| s.first_cuda.as_deref())
+            .and_then(Version::parse);
+        if let Some(min) = min_cc.filter(|min| cc < min) {
+            reasons.push(reason(
+                "arch-dropped",
+                Status::Fail,
+                format!("{} supports compute capability ≥ {min}; {} is older{}", image.reference, gpu_label(gpu),
+                    unconfirmed_note(&image.unconfirmed, &["min_compute_capability"])),
+                "use an older release of this image (NGC PyTorch ≤ 24.12 still supports Volta), or a newer GPU".into(),
+            ));
+        } else if let (Some(last), Some(cuda)) = (&last_cuda, &cuda) {
+            if cuda.major_minor() > *last {
+                let tag = kb
+                    .newest_base_at_most(last)
+                    .unwrap_or_else(|| last.to_string());
+                reasons.push(reason(
+                    "arch-dropped",
+                    Status::Fail,
+                    format!(
+                        "CUDA {} dropped {}: the last toolkit that supports it is CUDA {last}",
+                        cuda.major_minor(),
+                        gpu_label(gpu)
+                    ),
+                    format!("use a CUDA ≤ {last} image (e.g. nvidia/cuda:{tag}-*), or a newer GPU"),
+                ));
+            }
+        }
+        if !image.sass.is_empty() || !image.ptx.is_empty() {
+            match kernel_match(cc, &image.sass, &image.ptx) {
+                KernelMatch::Sass => {}
+                KernelMatch::Ptx(_) => needs_jit = true,
+                KernelMatch::None => reasons.push(reason(
+                    "no-kernel-image",
+                    Status::Fail,
+                    format!("{} has kernels for {} (PTX: {}), none of which runs on {}: \"no kernel image is available for execution on the device\"",
+                        image.reference, list_archs(&image.sass), list_archs(&image.ptx), gpu_label(gpu)),
+                    format!("rebuild for sm_{}{} (or embed PTX ≤ compute_{}{})", cc.major(), cc.minor(), cc.major(), cc.minor()),
+                )),
+            }
+        } else if let (Some(first), Some(cuda)) = (&first_cuda, &cuda) {
+            let builds_kernels = image.pytorch.is_some() || image.compiles_at_runtime;
+            if builds_kernels && cuda.major_minor() < *first {
+                let how = if image.compiles_at_runtime {
+                    format!(
+                        "its runtime compiler (NVRTC of CUDA {}) cannot target sm_{}{}",
+                        cuda.major_minor(),
+                        cc.major(),
+                        cc.minor()
+                    )
+                } else {
+                    format!(
+                        "its kernels are built with CUDA {}, which cannot target sm_{}{}{}",
+                        cuda.major_minor(),
+                        cc.major(),
+                        cc.minor(),
+                        unconfirmed_note(&["arch list of NGC builds".to_string()], &["arch"])
+                    )
+                };
+                let tag = kb
+                    .oldest_base_at_least(first)
+                    .unwrap_or_else(|| first.to_string());
+                reasons.push(reason(
+                    "no-kernel-image",
+                    Status::Fail,
+                    format!("{} needs CUDA ≥ {first} (first toolkit with sm_{}{}); {} is CUDA {}: {how}",
+                        gpu_label(gpu), cc.major(), cc.minor(), image.reference, cuda.major_minor()),
+                    format!("use an image built with CUDA ≥ {first} (e.g. nvidia/cuda:{tag}-* or NGC PyTorch ≥ 25.01)"),
+                ));
+            }
+        }
+    }
+
+    // Driver: the image's CUDA vs the driver's, then the runtime's gate.
+    if let Some(cuda) = &cuda {
+        let mut driver_reasons = check_driver(
+            kb,
+            driver,
+            gpu,
+            cuda,
+            Packaging::ImageWithCompatLibs,
+            needs_jit,
+        );
+        let note = unconfirmed_note(&image.unconfirmed, &["cuda"]);
+        for r in &mut driver_reasons {
+            r.message.push_str(&note);
+        }
+        reasons.extend(driver_reasons);
+    }
+    if let Some(rule) = image.require_cuda.as_deref().and_then(|r| rules.get(r)) {
+        match check_require_cuda(driver, gpu, rule) {
+            Err(problem) => reasons.push(reason(
+                "unknown-image",
+                Status::Warn,
+                format!("the NVIDIA_REQUIRE_CUDA of {} could not be read ({problem}); the runtime gate was not checked", image.reference),
+                "fix the image's NVIDIA_REQUIRE_CUDA (space-separated alternatives of comma-separated conditions)".into(),
+            )),
+            Ok(None) => {}
+            Ok(Some(refusal)) => {
+                let note = unconfirmed_note(&image.unconfirmed, &["require_cuda"]);
+                if let Some(existing) = reasons.iter_mut().find(|r| r.code == "forward-compat-unsupported" || r.code == "driver-too-old") {
+                    existing.message.push_str(&format!("; besides, {refusal}{note}"));
+                } else {
+                    let fix = reasons
+                        .iter()
+                        .find(|r| r.code == "forward-compat-required" || r.code == "minor-version-compat")
+                        .map(|r| r.fix.clone())
+                        .unwrap_or_else(|| "upgrade the driver, or use an image with an older CUDA".into());
+                    reasons.retain(|r| r.code != "forward-compat-required" && r.code != "minor-version-compat" && r.code != "ptx-jit-too-new");
+                    reasons.push(reason(
+                        "driver-too-old",
+                        Status::Fail,
+                        format!("{} on {}: {refusal}{note}", image.reference, gpu_label(gpu)),
+                        fix,
+                    ));
+                }
+            }
+        }
+    }
+    reasons
+}
+
+fn check_wheel(kb: &KnowledgeBase, driver: &DriverFacts, gpu: &Gpu, spec: &str) -> Vec<Reason> {
+    let Ok(wheel) = kb.wheel(spec) else {
+        return vec![reason(
+            "unknown-image",
+            Status::Warn,
+            format!("PyTorch wheel {spec} is not in env/pytorch.toml: nothing was checked"),
+            "pass a known build such as 2.7.1+cu128 (see env/pytorch.toml)".into(),
+        )];
+    };
+    let mut reasons: Vec<Reason> = unknown_gpu(gpu).into_iter().collect();
+    let note = unconfirmed_note(&wheel.unconfirmed, &["arch", "intermediate"]);
+    let cuda = Version::parse(&wheel.cuda);
+    let mut needs_jit = false;
+    if let Some(cc) = gpu_cc(gpu) {
+        let dropped_by_toolkit = kb
+            .sm_support(&cc)
+            .and_then(|sm| sm.last_cuda.as_deref().and_then(Version::parse))
+            .zip(cuda.as_ref())
+            .filter(|(last, cuda)| cuda.major_minor() > *last);
+        match kernel_match(&cc, &wheel.sass, &wheel.ptx) {
+            KernelMatch::Sass => {}
+            KernelMatch::Ptx(_) => needs_jit = true,
+            KernelMatch::None => {
+                let fixed_by = kb
+                    .wheels()
+                    .iter()
+                    .find(|w| {
+                        kernel_match(&cc, &w.sass, &w.ptx) == KernelMatch::Sass
+                            && w.unconfirmed.is_empty()
+                    })
+                    .map(|w| {
+                        format!(
+                            "install a build with sm_{}{} kernels, e.g. torch {}",
+                            cc.major(),
+                            cc.minor(),
+                            w.spec
+                        )
+                    })
+                    .unwrap_or_else(|| {
+                        "no PyTorch build in env/pytorch.toml supports this GPU".into()
+                    });
+                let (code, why) = match dropped_by_toolkit {
+                    Some((last, _)) => (
+                        "arch-dropped",
+                        format!(
+                            "; CUDA {} dropped this architecture (last toolkit: CUDA {last})",
+                            wheel.cuda
+                        ),
+                    ),
+                    None => ("no-kernel-image", String::new()),
+                };
+                reasons.push(reason(
+                    code,
+                    Status::Fail,
+                    format!("torch {} has kernels for {} (PTX: {}); none runs on {}{why}: \"CUDA error: no kernel image is available for execution on the device\"{note}",
+                        wheel.spec, list_archs(&wheel.sass), list_archs(&wheel.ptx), gpu_label(gpu)),
+                    fixed_by,
+                ));
+            }
+        }
+    }
+    if let Some(cuda) = &cuda {
+        reasons.extend(check_driver(
+            kb,
+            driver,
+            gpu,
+            cuda,
+            Packaging::Wheel,
+            needs_jit,
+        ));
+    }
+    reasons
+}
+
+fn check_precision(kb: &KnowledgeBase, gpu: &Gpu, precision: Precision) -> Vec<Reason> {
+    let mut reasons: Vec<Reason> = unknown_gpu(gpu).into_iter().collect();
+    let Some(cc) = gpu_cc(gpu) else {
+        return reasons;
+    };
+    let Some(feature) = kb.precision_feature(precision.name()) else {
+        return reasons;
+    };
+    let Some(min) = Version::parse(&feature.min_compute_capability) else {
+        return reasons;
+    };
+    if cc >= min {
+        return reasons;
+    }
+    let label = gpu_label(gpu);
+    let (code, status, message, fix) = match precision {
+        Precision::Bf16 => (
+            "bf16-unsupported",
+            Status::Fail,
+            format!("{label} has no BF16 support: BF16 needs compute capability ≥ {min} (Ampere or newer)"),
+            "train in fp16 with loss scaling (or fp32) on this GPU, or use an Ampere+ GPU (A100, A30, L4, H100 …)".to_string(),
+        ),
+        Precision::Fp8 => (
+            "fp8-unsupported",
+            Status::Fail,
+            format!("{label} has no FP8 tensor cores: FP8 needs compute capability ≥ {min} (Ada L4/L40S/RTX 4090, Hopper H100/H200, Blackwell); Ampere A100/A30 (8.0) have none"),
+            "use bf16 on this GPU, or run FP8 on an L4, L40S, H100/H200 or B200".to_string(),
+        ),
+        // Not contract codes: TF32/FP16 below their threshold still compute
+        // (in FP32 / without tensor cores), only slower.
+        Precision::Tf32 => (
+            "tf32-unsupported",
+            Status::Warn,
+            format!("{label} has no TF32 tensor cores (compute capability ≥ {min}): matmuls run in full FP32, slower"),
+            "expect FP32 speed, or use fp16 with loss scaling on this GPU".to_string(),
+        ),
+        Precision::Fp16 => (
+            "fp16-unsupported",
+            Status::Warn,
+            format!("{label} has no FP16 tensor cores (compute capability ≥ {min}): FP16 runs without tensor-core speed-ups"),
+            "use fp32 on this GPU, or a Volta+ GPU".to_string(),
+        ),
+    };
+    reasons.push(reason(
+        code,
+        status,
+        format!("{message}{}", unconfirmed_note(&feature.unconfirmed, &[""])),
+        fix,
+    ));
+    reasons
 }

@@ -1,0 +1,187 @@
+//! The typed shape of `env/*.toml` (every table rejects unknown keys).
+
+use serde::Deserialize;
+
+use crate::host::GpuClass;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpusFile {
+    pub gpu: Vec<GpuRow>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuRow {
+    pub id: String,
+    pub name: String,
+    pub compute_capability: String,
+    pub memory_mib: Option<u64>,
+    pub class: GpuClass,
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    #[serde(default)]
+    pub unconfirmed: Vec<String>,
+    pub source: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CudaFile {
+    pub release: Vec<CudaRelease>,
+    pub minor_compat: Vec<MinorCompat>,
+    pub forward_compat: ForwardCompat,
+    pub driver_branch: Vec<DriverBranch>,
+    pub sm: Vec<SmSupport>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CudaRelease {
+    pub version: String,
+    pub driver_min_linux: String,
+    pub source: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MinorCompat {
+    pub major: u32,
+    pub driver_min_linux: String,
+    pub source: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForwardCompat {
+    pub classes: Vec<GpuClass>,
+    pub error_code: u32,
+    pub error_name: String,
+    pub error_text: String,
+    pub unmodelled_exception: String,
+    #[serde(default)]
+    pub unconfirmed: Vec<String>,
+    pub source: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DriverBranch {
+    pub branch: u32,
+    pub kind: String,
+    pub eol: String,
+    pub max_cuda_major: u32,
+    pub source: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SmSupport {
+    pub sm: String,
+    pub first_cuda: Option<String>,
+    pub last_cuda: Option<String>,
+    #[serde(default)]
+    pub unconfirmed: Vec<String>,
+    pub source: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CudnnFile {
+    pub row: Vec<CudnnRow>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CudnnRow {
+    pub cudnn: String,
+    pub cuda_min: String,
+    pub cuda_max: String,
+    pub driver_min_linux: String,
+    pub compute_capabilities: Vec<String>,
+    pub note: Option<String>,
+    #[serde(default)]
+    pub unconfirmed: Vec<String>,
+    pub source: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrecisionFile {
+    pub feature: Vec<PrecisionFeature>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrecisionFeature {
+    pub name: String,
+    pub min_compute_capability: String,
+    pub note: Option<String>,
+    #[serde(default)]
+    pub unconfirmed: Vec<String>,
+    pub source: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImagesFile {
+    pub ngc_pytorch: Vec<NgcPytorchRow>,
+    pub cuda_base: Vec<CudaBaseRow>,
+    pub require_cuda: Vec<RequireCudaShape>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NgcPytorchRow {
+    pub tag: String,
+    pub pytorch: Option<String>,
+    pub cuda: Option<String>,
+    pub cudnn: Option<String>,
+    pub ubuntu: Option<String>,
+    pub python: Option<String>,
+    pub min_compute_capability: Option<String>,
+    #[serde(default)]
+    pub unconfirmed: Vec<String>,
+    pub source: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CudaBaseRow {
+    pub cuda: Vec<String>,
+    pub ubuntu: Vec<String>,
+    pub cudnn_infix: String,
+    pub cudnn: String,
+    #[serde(default)]
+    pub unconfirmed: Vec<String>,
+    pub source: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequireCudaShape {
+    pub cuda_major: u32,
+    pub brands: Vec<String>,
+    pub driver_branches: Vec<u32>,
+    #[serde(default)]
+    pub unconfirmed: Vec<String>,
+    pub source: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PytorchFile {
+    pub wheel: Vec<WheelRow>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WheelRow {
+    pub releases: Vec<String>,
+    pub variant: String,
+    pub sass: Vec<String>,
+    pub ptx: Vec<String>,
+    #[serde(default)]
+    pub unconfirmed: Vec<String>,
+    pub source: String,
+}

@@ -1,0 +1,694 @@
+//! Verdict table: host × image / PyTorch wheel / precision → expected status
+//! and reason codes. Each case cites the fact (from ../shared/research/compat.md,
+//! recorded with its source in env/*.toml) that makes the expectation true.
+
+use envgen::compat::{
+    evaluate, CheckRequest, ImageFacts, KnowledgeBase, Precision, Status, Verdict,
+};
+use envgen::host::{Gpu, Host, HostSource};
+use proptest::prelude::*;
+
+fn kb() -> &'static KnowledgeBase {
+    KnowledgeBase::embedded()
+}
+
+fn host(gpu: &str, driver: &str) -> Host {
+    kb().assumed_host(&[gpu.to_string()], Some(driver))
+        .expect("assumed host")
+}
+
+fn catalog(reference: &str) -> ImageFacts {
+    kb().image(reference)
+        .unwrap_or_else(|| panic!("{reference} not in the catalog"))
+}
+
+/// A hand-described image (as a profile or a local Docker image would be).
+fn built(
+    reference: &str,
+    cuda: &str,
+    sass: &[&str],
+    ptx: &[&str],
+    compiles_at_runtime: bool,
+) -> ImageFacts {
+    ImageFacts {
+        reference: reference.into(),
+        cuda: Some(cuda.into()),
+        sass: sass.iter().map(|s| s.to_string()).collect(),
+        ptx: ptx.iter().map(|s| s.to_string()).collect(),
+        compiles_at_runtime,
+        origin: "profile".into(),
+        ..ImageFacts::default()
+    }
+}
+
+fn one(host: &Host, request: CheckRequest) -> Verdict {
+    let verdicts = evaluate(kb(), host, &request);
+    assert_eq!(verdicts.len(), 1, "{verdicts:#?}");
+    let verdict = verdicts.into_iter().next().unwrap();
+    for r in &verdict.reasons {
+        assert!(!r.message.is_empty() && !r.fix.is_empty(), "{r:?}");
+    }
+    verdict
+}
+
+fn image_verdict(gpu: &str, driver: &str, image: ImageFacts) -> Verdict {
+    one(&host(gpu, driver), CheckRequest::only_images(vec![image]))
+}
+
+fn wheel_verdict(gpu: &str, driver: &str, wheel: &str) -> Verdict {
+    one(
+        &host(gpu, driver),
+        CheckRequest {
+            pytorch: Some(wheel.into()),
+            ..CheckRequest::default()
+        },
+    )
+}
+
+fn precision_verdict(gpu: &str, precision: Precision) -> Verdict {
+    one(
+        &host(gpu, "570.124.06"),
+        CheckRequest {
+            precision: Some(precision),
+            ..CheckRequest::default()
+        },
+    )
+}
+
+#[track_caller]
+fn expect(verdict: &Verdict, status: Status, codes: &[&str]) {
+    assert_eq!(verdict.codes(), codes, "{verdict:#?}");
+    assert_eq!(verdict.status, status, "{verdict:#?}");
+}
+
+const CUDA_12_8: &str = "nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04";
+const CUDA_13_0: &str = "nvidia/cuda:13.0.0-runtime-ubuntu24.04";
+
+// --- driver × image: minor-version and forward compatibility -------------
+
+#[test]
+fn a30_on_r535_runs_cuda_12_8_through_forward_compat() {
+    // 535.261.03 supports CUDA 12.2 (Table 3); A30 is data-center, where the
+    // cuda-compat package is supported (forward-compatibility doc), and the
+    // 12.x NVIDIA_REQUIRE_CUDA admits brand=tesla on R535.
+    let v = image_verdict("A30", "535.261.03", catalog(CUDA_12_8));
+    expect(&v, Status::Warn, &["forward-compat-required"]);
+}
+
+#[test]
+fn rtx_5070_ti_on_r535_cannot_use_forward_compat() {
+    // sm_120 first appears in CUDA 12.8 (R570); only forward compat could
+    // bridge R535, and GeForce GPUs fail it with error 804.
+    let v = image_verdict("RTX 5070 Ti", "535.261.03", catalog(CUDA_12_8));
+    expect(&v, Status::Fail, &["forward-compat-unsupported"]);
+    assert!(v.reasons[0].message.contains("804"), "{v:#?}");
+    assert!(v.reasons[0].fix.contains("570.26 (R570)"), "{v:#?}");
+    assert!(v.reasons[0].fix.contains("nvidia/cuda:12.2.2-*"), "{v:#?}");
+    assert!(v.reasons[0].message.contains("535.261.03"), "{v:#?}");
+}
+
+#[test]
+fn consumer_gpu_on_r535_runs_cuda_12_4_by_minor_version_compat() {
+    // CUDA 12.x runs on any driver ≥ 525.60.13 (Table 2) with a limited
+    // feature set; 12.4.1 images admit brand=geforce on R535.
+    let v = image_verdict(
+        "RTX 4090",
+        "535.261.03",
+        catalog("nvidia/cuda:12.4.1-runtime-ubuntu22.04"),
+    );
+    expect(&v, Status::Warn, &["minor-version-compat"]);
+}
+
+#[test]
+fn consumer_gpu_on_r560_is_refused_by_the_cuda_12_8_gate() {
+    // R560 = CUDA 12.6 < 12.8, and R560 is not among the branches the image's
+    // NVIDIA_REQUIRE_CUDA lists: the runtime refuses "cuda>=12.8".
+    let v = image_verdict("RTX 4090", "560.35.03", catalog(CUDA_12_8));
+    expect(&v, Status::Fail, &["driver-too-old"]);
+    assert!(
+        v.reasons[0]
+            .message
+            .contains("unsatisfied condition: cuda>=12.8"),
+        "{v:#?}"
+    );
+}
+
+#[test]
+fn a30_on_r550_runs_cuda_13_through_forward_compat() {
+    // The 13.0 base env admits tesla on R550 (compat.md §1c).
+    let v = image_verdict("A30", "550.54.15", catalog(CUDA_13_0));
+    expect(&v, Status::Warn, &["forward-compat-required"]);
+}
+
+#[test]
+fn a30_on_r560_is_refused_by_the_cuda_13_gate() {
+    // R560 is not in the CUDA 13 image's forward-compat branch list.
+    let v = image_verdict("A30", "560.35.03", catalog(CUDA_13_0));
+    expect(&v, Status::Fail, &["driver-too-old"]);
+}
+
+#[test]
+fn geforce_on_r570_cannot_run_cuda_13() {
+    // CUDA 13 needs ≥ 580 (no minor-version compat across majors); GeForce
+    // has no forward compat, and the 13.0 rule lists no geforce brand.
+    let v = image_verdict("RTX 4090", "570.124.06", catalog(CUDA_13_0));
+    expect(&v, Status::Fail, &["forward-compat-unsupported"]);
+    assert!(
+        v.reasons[0].message.contains("unsatisfied condition"),
+        "{v:#?}"
+    );
+}
+
+#[test]
+fn forward_compat_does_not_teach_an_old_driver_a_new_gpu() {
+    // B200 (sm_100) first appears with CUDA 12.8 / R570; cuda-compat only
+    // replaces user-mode libraries, so R535 can't drive it at all.
+    let v = image_verdict("B200", "535.261.03", catalog(CUDA_12_8));
+    expect(&v, Status::Fail, &["driver-too-old"]);
+}
+
+#[test]
+fn workstation_gpu_has_no_forward_compat() {
+    // Forward compat: data-center and Jetson only; RTX A6000 is workstation.
+    let v = image_verdict("RTX A6000", "535.261.03", catalog(CUDA_13_0));
+    expect(&v, Status::Fail, &["forward-compat-unsupported"]);
+}
+
+#[test]
+fn jetson_orin_may_use_forward_compat() {
+    // Jetson boards are in the forward-compat list.
+    let v = image_verdict("Jetson Orin", "535.261.03", catalog(CUDA_12_8));
+    expect(&v, Status::Warn, &["forward-compat-required"]);
+}
+
+#[test]
+fn gpu_described_by_sm_only_gets_no_forward_compat() {
+    // Class unknown → forward compat assumed unavailable (the safe answer).
+    let v = image_verdict("sm_120", "535.261.03", catalog(CUDA_12_8));
+    expect(&v, Status::Fail, &["forward-compat-unsupported"]);
+}
+
+#[test]
+fn r470_is_older_than_the_release_table_but_tesla_can_still_forward() {
+    // R470 predates CUDA 11.8's 520.61.05 (Table 3) but is ≥ 450.80.02, so it
+    // is a CUDA 11.x driver; the 12.x image lists brand=tesla on R470.
+    let v = image_verdict("A30", "470.256.02", catalog(CUDA_12_8));
+    expect(&v, Status::Warn, &["forward-compat-required"]);
+    assert!(v.reasons[0].message.contains("CUDA 11.x"), "{v:#?}");
+}
+
+#[test]
+fn driver_older_than_cuda_11_runs_nothing() {
+    // CUDA 11.x needs ≥ 450.80.02 even with minor-version compat (Table 2).
+    let v = image_verdict(
+        "RTX 3090",
+        "418.226.00",
+        built("lab/x:1", "12.4.1", &["sm_86"], &[], false),
+    );
+    expect(&v, Status::Fail, &["driver-too-old"]);
+}
+
+#[test]
+fn new_enough_driver_is_ok() {
+    // 570.124.06 is exactly CUDA 12.8 U1's toolkit driver (Table 3).
+    let v = image_verdict("RTX 5070 Ti", "570.124.06", catalog(CUDA_12_8));
+    expect(&v, Status::Ok, &[]);
+}
+
+// --- architecture ---------------------------------------------------------
+
+#[test]
+fn cuda_13_dropped_volta() {
+    // CUDA 13.0 supports Turing through Blackwell only (sm_50–sm_72 removed).
+    let v = image_verdict("Tesla V100-SXM2-32GB", "580.95.05", catalog(CUDA_13_0));
+    expect(&v, Status::Fail, &["arch-dropped"]);
+}
+
+#[test]
+fn ngc_25_01_needs_turing() {
+    // NGC images from 25.01 on require compute capability ≥ 7.5 (Triton 25.01 notes).
+    let v = image_verdict(
+        "V100-32GB",
+        "570.124.06",
+        catalog("nvcr.io/nvidia/pytorch:25.01-py3"),
+    );
+    expect(&v, Status::Fail, &["arch-dropped"]);
+}
+
+#[test]
+fn ngc_24_10_still_runs_on_volta() {
+    // 24.10: CUDA 12.6.2, min CC 6.0 (Triton 24.10 notes); R570 ≥ CUDA 12.6.
+    let v = image_verdict(
+        "V100-32GB",
+        "570.124.06",
+        catalog("nvcr.io/nvidia/pytorch:24.10-py3"),
+    );
+    expect(&v, Status::Ok, &[]);
+}
+
+#[test]
+fn ngc_24_10_predates_blackwell_consumer() {
+    // sm_120 needs CUDA ≥ 12.8; 24.10 is built with CUDA 12.6.
+    let v = image_verdict(
+        "RTX 5090",
+        "570.124.06",
+        catalog("nvcr.io/nvidia/pytorch:24.10-py3"),
+    );
+    expect(&v, Status::Fail, &["no-kernel-image"]);
+}
+
+#[test]
+fn ngc_25_08_on_a30_r535_uses_forward_compat() {
+    // 25.08 = CUDA 13.0.0 (Triton 25.08); A30 data-center on R535 LTSB.
+    let v = image_verdict(
+        "A30",
+        "535.261.03",
+        catalog("nvcr.io/nvidia/pytorch:25.08-py3"),
+    );
+    expect(&v, Status::Warn, &["forward-compat-required"]);
+    assert!(v.reasons[0].message.contains("UNCONFIRMED"), "{v:#?}");
+}
+
+#[test]
+fn same_major_cubin_runs_on_a_newer_minor() {
+    // Blackwell compatibility guide: cubin X.y runs on X.z, z ≥ y — so sm_86
+    // kernels run on the RTX 4090 (8.9).
+    let v = image_verdict(
+        "RTX 4090",
+        "550.54.15",
+        built("lab/sm86:1", "12.4.1", &["sm_86"], &[], false),
+    );
+    expect(&v, Status::Ok, &[]);
+}
+
+#[test]
+fn cubins_never_cross_majors() {
+    // sm_90 cubins do not run on sm_100 (B200); no PTX to JIT.
+    let v = image_verdict(
+        "B200",
+        "570.124.06",
+        built("lab/sm90:1", "12.4.1", &["sm_90"], &[], false),
+    );
+    expect(&v, Status::Fail, &["no-kernel-image"]);
+}
+
+#[test]
+fn arch_specific_cubin_runs_only_on_that_arch() {
+    // sm_90a = exactly 9.0 (compat.md §2).
+    let v = image_verdict(
+        "H100",
+        "570.124.06",
+        built("lab/sm90a:1", "12.4.1", &["sm_90a"], &[], false),
+    );
+    expect(&v, Status::Ok, &[]);
+    let v = image_verdict(
+        "RTX 4090",
+        "570.124.06",
+        built("lab/sm80a:1", "12.4.1", &["sm_80a"], &[], false),
+    );
+    expect(&v, Status::Fail, &["no-kernel-image"]);
+}
+
+#[test]
+fn ptx_jits_forward_when_the_driver_is_new_enough() {
+    // compute_80 PTX JIT-compiles on 8.9; R550 = CUDA 12.4 ≥ the image's 12.4.
+    let v = image_verdict(
+        "RTX 4090",
+        "550.54.15",
+        built("lab/ptx80:1", "12.4.1", &[], &["compute_80"], false),
+    );
+    expect(&v, Status::Ok, &[]);
+}
+
+#[test]
+fn ptx_newer_than_the_driver_cannot_jit() {
+    // Minor-version compat can't JIT newer PTX (CUDA_ERROR_UNSUPPORTED_PTX_VERSION).
+    let v = image_verdict(
+        "RTX 4090",
+        "535.261.03",
+        built("lab/ptx80:1", "12.4.1", &[], &["compute_80"], false),
+    );
+    expect(
+        &v,
+        Status::Fail,
+        &["minor-version-compat", "ptx-jit-too-new"],
+    );
+}
+
+#[test]
+fn nvrtc_of_cuda_12_6_does_not_know_sm_120() {
+    // Burn compiles kernels at run time with the image's NVRTC; sm_120 first in 12.8.
+    let v = image_verdict(
+        "RTX 5070 Ti",
+        "570.124.06",
+        built("envgen/burn:cu126", "12.6.3", &[], &[], true),
+    );
+    expect(&v, Status::Fail, &["no-kernel-image"]);
+    assert!(v.reasons[0].message.contains("NVRTC"), "{v:#?}");
+}
+
+#[test]
+fn runtime_compilation_under_minor_version_compat_fails() {
+    // NVRTC of CUDA 12.8 emits 12.8 PTX; R560 (12.6) can't JIT it.
+    let v = image_verdict(
+        "RTX 4090",
+        "560.35.03",
+        built("envgen/burn:cu128", "12.8.1", &[], &[], true),
+    );
+    expect(
+        &v,
+        Status::Fail,
+        &["minor-version-compat", "ptx-jit-too-new"],
+    );
+}
+
+// --- PyTorch wheels ---------------------------------------------------------
+
+#[test]
+fn torch_2_6_cu124_has_no_blackwell_kernels() {
+    // 2.6.0 cu124/cu126: sm_50 … sm_90, no PTX (pytorch#144071).
+    let v = wheel_verdict("RTX 5070 Ti", "570.124.06", "2.6.0+cu124");
+    expect(&v, Status::Fail, &["no-kernel-image"]);
+    assert!(v.reasons[0].fix.contains("cu128"), "{v:#?}");
+}
+
+#[test]
+fn torch_2_7_cu128_runs_on_rtx_5070_ti_with_r570() {
+    // 2.7.0+cu128: sm_75 … sm_120 (+PTX) (cog measurement); R570 = CUDA 12.8.
+    let v = wheel_verdict("5070 Ti", "570.124.06", "2.7.0+cu128");
+    expect(&v, Status::Ok, &[]);
+}
+
+#[test]
+fn torch_2_7_cu128_on_rtx_5070_ti_needs_r570() {
+    // The wheel has sm_120 kernels, but a 12.6 driver can't drive sm_120.
+    let v = wheel_verdict("RTX 5070 Ti", "560.35.03", "2.7.1+cu128");
+    expect(&v, Status::Fail, &["driver-too-old"]);
+}
+
+#[test]
+fn torch_2_6_cu124_runs_on_h100() {
+    // sm_90 SASS in the wheel; R570 supports CUDA 12.8 ≥ 12.4.
+    let v = wheel_verdict("H100", "570.124.06", "2.6.0+cu124");
+    expect(&v, Status::Ok, &[]);
+}
+
+#[test]
+fn torch_2_6_cu126_has_no_sm_100() {
+    // sm_90 cubins don't run on B200 (10.0); no PTX in the wheel.
+    let v = wheel_verdict("B200", "570.124.06", "2.6.0+cu126");
+    expect(&v, Status::Fail, &["no-kernel-image"]);
+}
+
+#[test]
+fn rtx_4090_runs_a_wheel_built_up_to_sm_86() {
+    // 1.13.1+cu117 stops at sm_86 (cog); 8.6 cubins run on 8.9.
+    let v = wheel_verdict("RTX 4090", "550.54.15", "1.13.1+cu117");
+    expect(&v, Status::Ok, &[]);
+}
+
+#[test]
+fn torch_2_7_cu128_dropped_volta_but_2_8_cu128_has_it() {
+    // 2.7.x cu128 has no sm_70 (vs-playground PR #59); 2.8.0 cu128 re-added it
+    // (build_cuda.sh@00c7a380, pytorch#157517).
+    expect(
+        &wheel_verdict("V100-32GB", "570.124.06", "2.7.0+cu128"),
+        Status::Fail,
+        &["no-kernel-image"],
+    );
+    expect(
+        &wheel_verdict("V100-32GB", "570.124.06", "2.8.0+cu128"),
+        Status::Ok,
+        &[],
+    );
+}
+
+#[test]
+fn cuda_13_wheels_have_no_volta() {
+    // cu130 wheels start at sm_75; CUDA 13 dropped sm_70.
+    let v = wheel_verdict("V100-32GB", "580.95.05", "2.9.0+cu130");
+    expect(&v, Status::Fail, &["arch-dropped"]);
+}
+
+#[test]
+fn cu128_wheel_on_r535_runs_by_minor_version_compat() {
+    // cu12x wheels need ≥ 525.60.13 (minor-version compat); wheels ship no
+    // cuda-compat, so even data-center GPUs get minor-version compat.
+    let v = wheel_verdict("A30", "535.261.03", "2.7.0+cu128");
+    expect(&v, Status::Warn, &["minor-version-compat"]);
+}
+
+#[test]
+fn cu130_wheel_on_r570_driver_too_old() {
+    // cu13x needs ≥ 580; no minor-version compat across majors.
+    let v = wheel_verdict("A30", "570.124.06", "2.9.0+cu130");
+    expect(&v, Status::Fail, &["driver-too-old"]);
+}
+
+// --- precision ----------------------------------------------------------------
+
+#[test]
+fn bf16_needs_ampere() {
+    // BF16 needs CC ≥ 8.0 (Transformer Engine support matrix).
+    expect(
+        &precision_verdict("V100-32GB", Precision::Bf16),
+        Status::Fail,
+        &["bf16-unsupported"],
+    );
+    expect(
+        &precision_verdict("T4", Precision::Bf16),
+        Status::Fail,
+        &["bf16-unsupported"],
+    );
+    expect(&precision_verdict("A30", Precision::Bf16), Status::Ok, &[]);
+}
+
+#[test]
+fn fp8_needs_ada_or_hopper() {
+    // FP8 = No on 8.0 (TE); Yes on 8.9 (per-tensor) and 9.0.
+    let v = precision_verdict("A100-80GB", Precision::Fp8);
+    expect(&v, Status::Fail, &["fp8-unsupported"]);
+    assert!(v.reasons[0].message.contains("8.9"), "{v:#?}");
+    expect(&precision_verdict("L4", Precision::Fp8), Status::Ok, &[]);
+    expect(&precision_verdict("H100", Precision::Fp8), Status::Ok, &[]);
+}
+
+#[test]
+fn verdicts_on_unconfirmed_gpu_facts_say_so() {
+    // RTX A4500 = 8.6 is not on NVIDIA's list (compat.md §2): the BF16 verdict
+    // is ok, the FP8 failure names the unconfirmed fact.
+    expect(
+        &precision_verdict("RTX A4500", Precision::Bf16),
+        Status::Ok,
+        &[],
+    );
+    let v = precision_verdict("RTX A4500", Precision::Fp8);
+    expect(&v, Status::Fail, &["fp8-unsupported"]);
+    assert!(
+        v.reasons[0]
+            .message
+            .contains("UNCONFIRMED: compute_capability"),
+        "{v:#?}"
+    );
+}
+
+#[test]
+fn tf32_and_fp16() {
+    // TF32 ≥ 8.0 (TRT8 matrix): V100 computes in FP32 instead (warn only).
+    expect(
+        &precision_verdict("V100-16GB", Precision::Tf32),
+        Status::Warn,
+        &["tf32-unsupported"],
+    );
+    expect(
+        &precision_verdict("A100-40GB", Precision::Tf32),
+        Status::Ok,
+        &[],
+    );
+    expect(
+        &precision_verdict("V100-16GB", Precision::Fp16),
+        Status::Ok,
+        &[],
+    );
+}
+
+// --- unknowns, no GPU, multi-GPU, the whole catalog -----------------------------
+
+#[test]
+fn unknown_image_is_a_warning() {
+    let image = ImageFacts {
+        reference: "ghcr.io/someone/thing:1".into(),
+        origin: "docker".into(),
+        ..ImageFacts::default()
+    };
+    let v = image_verdict("A30", "570.124.06", image);
+    expect(&v, Status::Warn, &["unknown-image"]);
+}
+
+#[test]
+fn catalog_row_with_unconfirmed_cuda_says_so() {
+    // NGC 24.02's CUDA is UNCONFIRMED (compat.md §4): the driver isn't checked.
+    let v = image_verdict(
+        "A30",
+        "570.124.06",
+        catalog("nvcr.io/nvidia/pytorch:24.02-py3"),
+    );
+    expect(&v, Status::Warn, &["unknown-image"]);
+    assert!(v.reasons[0].message.contains("UNCONFIRMED"), "{v:#?}");
+}
+
+#[test]
+fn unreadable_require_cuda_is_reported_not_a_panic() {
+    let image = ImageFacts {
+        reference: "local/broken:1".into(),
+        cuda: Some("12.4.1".into()),
+        require_cuda: Some("cuda>>12 brand=".into()),
+        origin: "docker".into(),
+        ..ImageFacts::default()
+    };
+    let v = image_verdict("A30", "570.124.06", image);
+    expect(&v, Status::Warn, &["unknown-image"]);
+}
+
+#[test]
+fn unknown_probed_gpu_is_kept_with_a_warning() {
+    let mut host = Host {
+        driver_version: Some("570.124.06".into()),
+        gpus: vec![Gpu {
+            index: 0,
+            name: "NVIDIA Imaginary X9".into(),
+            ..Gpu::default()
+        }],
+        source: HostSource::NvidiaSmi,
+        ..Host::default()
+    };
+    kb().enrich(&mut host);
+    assert_eq!(host.cuda_driver_version.as_deref(), Some("12.8"));
+    let v = one(&host, CheckRequest::only_images(vec![catalog(CUDA_12_8)]));
+    expect(&v, Status::Warn, &["unknown-gpu"]);
+}
+
+#[test]
+fn probed_gpu_names_are_enriched() {
+    let mut host = Host {
+        driver_version: Some("535.261.03".into()),
+        gpus: vec![Gpu {
+            index: 0,
+            name: "NVIDIA A30".into(),
+            ..Gpu::default()
+        }],
+        source: HostSource::NvidiaSmi,
+        ..Host::default()
+    };
+    kb().enrich(&mut host);
+    let gpu = &host.gpus[0];
+    assert_eq!(gpu.compute_capability.as_deref(), Some("8.0"));
+    assert_eq!(gpu.catalog_id.as_deref(), Some("a30"));
+    assert_eq!(host.cuda_driver_version.as_deref(), Some("12.2"));
+}
+
+#[test]
+fn no_gpu_host_warns_once_per_subject() {
+    let host = Host::default();
+    let request = CheckRequest {
+        images: vec![catalog(CUDA_12_8)],
+        pytorch: Some("2.6.0+cu124".into()),
+        precision: Some(Precision::Bf16),
+    };
+    let verdicts = evaluate(kb(), &host, &request);
+    assert_eq!(verdicts.len(), 3);
+    for v in &verdicts {
+        expect(v, Status::Warn, &["no-gpu"]);
+        assert_eq!(v.gpu_index, None);
+    }
+}
+
+#[test]
+fn mixed_gpu_host_gets_one_verdict_per_gpu() {
+    // Status is the worst reason per GPU: A30 warns, RTX 5070 Ti fails.
+    let host = kb()
+        .assumed_host(&["A30".into(), "RTX 5070 Ti".into()], Some("535.261.03"))
+        .unwrap();
+    let verdicts = evaluate(
+        kb(),
+        &host,
+        &CheckRequest::only_images(vec![catalog(CUDA_12_8)]),
+    );
+    let statuses: Vec<(Option<u32>, Status)> =
+        verdicts.iter().map(|v| (v.gpu_index, v.status)).collect();
+    assert_eq!(
+        statuses,
+        vec![(Some(0), Status::Warn), (Some(1), Status::Fail)]
+    );
+}
+
+#[test]
+fn whole_catalog_for_one_gpu_is_fast_and_well_formed() {
+    let start = std::time::Instant::now();
+    let parsed = KnowledgeBase::parse_embedded().expect("env parses");
+    eprintln!("parse env/*.toml: {:?}", start.elapsed());
+    assert_eq!(parsed.images().len(), kb().images().len());
+    let host = host("RTX 5070 Ti", "570.124.06");
+    let start = std::time::Instant::now();
+    let verdicts = evaluate(kb(), &host, &CheckRequest::default());
+    let elapsed = start.elapsed();
+    eprintln!(
+        "full catalog ({} images), one GPU: {elapsed:?}",
+        kb().images().len()
+    );
+    assert_eq!(verdicts.len(), kb().images().len());
+    // Generous bound for a shared debug-build CI box; the benchmark has the real number.
+    assert!(elapsed.as_millis() < 2000, "{elapsed:?}");
+    let contract = [
+        "no-gpu",
+        "driver-too-old",
+        "minor-version-compat",
+        "forward-compat-required",
+        "forward-compat-unsupported",
+        "no-kernel-image",
+        "ptx-jit-too-new",
+        "arch-dropped",
+        "bf16-unsupported",
+        "fp8-unsupported",
+        "unknown-gpu",
+        "unknown-image",
+    ];
+    for v in &verdicts {
+        for r in &v.reasons {
+            assert!(contract.contains(&r.code.as_str()), "{r:?}");
+            assert!(!r.fix.is_empty());
+        }
+    }
+    // 5070 Ti: every pre-12.8 NGC PyTorch lacks sm_120; 12.8+ bases are fine.
+    let ok = verdicts
+        .iter()
+        .filter(|v| v.image.starts_with("nvidia/cuda:12.8") && v.status == Status::Ok)
+        .count();
+    assert!(ok > 0);
+}
+
+// --- robustness ---------------------------------------------------------------
+
+proptest! {
+    #[test]
+    fn require_cuda_parser_never_panics(text in ".{0,200}") {
+        let _ = envgen::compat::require::RequireRule::parse(&text);
+    }
+
+    #[test]
+    fn require_cuda_like_strings_never_panic(text in "[a-z]{0,7}(<=|>=|!=|=|<|>)?[0-9.a-z]{0,8}([ ,][a-z]{0,7}(<=|>=|=|<)?[0-9.]{0,6}){0,6}") {
+        if let Ok(rule) = envgen::compat::require::RequireRule::parse(&text) {
+            let facts = envgen::compat::require::RuntimeFacts { cuda: None, driver: None, arch: None, brands: &["tesla"] };
+            let _ = rule.evaluate(&facts);
+        }
+    }
+
+    #[test]
+    fn gpu_lookup_never_panics(text in ".{0,64}") {
+        let _ = kb().lookup_gpu(&text);
+        let _ = kb().resolve_gpu(&text);
+        let _ = kb().image(&text);
+        let _ = kb().wheel(&text);
+        let _ = kb().assumed_host(std::slice::from_ref(&text), Some(&text));
+    }
+}
