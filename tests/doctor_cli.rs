@@ -149,3 +149,38 @@ fn bad_precision_is_a_usage_error_naming_the_value() {
         "{output:?}"
     );
 }
+
+#[test]
+fn toolkit_cudnn_and_nvrtc_come_from_cuda_path() {
+    // A toolkit tree laid out like /usr/local/cuda (files are empty stand-ins).
+    let cuda = tempfile::tempdir().unwrap();
+    let root = cuda.path();
+    std::fs::create_dir_all(root.join("include")).unwrap();
+    std::fs::create_dir_all(root.join("lib64")).unwrap();
+    std::fs::write(
+        root.join("version.json"),
+        r#"{"cuda": {"name": "CUDA SDK", "version": "12.8.1"}, "cuda_nvrtc": {"name": "CUDA NVRTC", "version": "12.8.93"}}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("include/cudnn_version.h"),
+        "#define CUDNN_MAJOR 9\n#define CUDNN_MINOR 8\n#define CUDNN_PATCHLEVEL 0\n",
+    )
+    .unwrap();
+    for name in ["libnvrtc.so.12", "libnvrtc.so.12.8.93"] {
+        std::fs::write(root.join("lib64").join(name), b"").unwrap();
+    }
+    let bin = bin_dir(true);
+    let output = doctor_common::doctor_with_env(
+        bin.path(),
+        Some("rtx-5070-ti-575"),
+        None,
+        &[("CUDA_PATH", root)],
+        &["--json"],
+    );
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let host = &json_of(&output)["host"];
+    assert_eq!(host["cuda_toolkit"], "12.8.1", "{host}");
+    assert_eq!(host["cudnn"], "9.8.0", "{host}");
+    assert_eq!(host["nvrtc"], "12.8.93", "{host}");
+}

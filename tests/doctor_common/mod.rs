@@ -129,6 +129,17 @@ pub fn doctor(
     proc_file: Option<&Path>,
     args: &[&str],
 ) -> Output {
+    doctor_with_env(bin, fixture, proc_file, &[], args)
+}
+
+/// [`doctor`] with extra environment variables (set after the defaults).
+pub fn doctor_with_env(
+    bin: &Path,
+    fixture: Option<&str>,
+    proc_file: Option<&Path>,
+    envs: &[(&str, &Path)],
+    args: &[&str],
+) -> Output {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_envgen"));
     command
         .arg("doctor")
@@ -144,6 +155,7 @@ pub fn doctor(
     if let Some(fixture) = fixture {
         command.env("FAKE_NVIDIA_SMI_DIR", fixtures_dir().join(fixture));
     }
+    command.envs(envs.iter().copied());
     command.output().expect("run envgen")
 }
 
