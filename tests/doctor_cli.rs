@@ -184,3 +184,33 @@ fn toolkit_cudnn_and_nvrtc_come_from_cuda_path() {
     assert_eq!(host["cudnn"], "9.8.0", "{host}");
     assert_eq!(host["nvrtc"], "12.8.93", "{host}");
 }
+
+#[test]
+fn docker_daemon_is_reported_through_the_engine_api() {
+    // scripts/test.sh starts a private dockerd and exports DOCKER_HOST; without
+    // it (and with PATH holding no docker CLI) there is no Docker to report.
+    let bin = bin_dir(false);
+    let output = doctor(bin.path(), None, None, &["--json"]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let json = json_of(&output);
+    let docker = json["host"]["container_runtimes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|runtime| runtime["name"] == "docker");
+    match std::env::var_os("DOCKER_HOST") {
+        Some(_) => {
+            let docker = docker.expect("DOCKER_HOST is set: docker must be reported");
+            assert!(
+                docker["version"].is_string(),
+                "daemon did not answer: {docker}"
+            );
+            let notes = docker["notes"].to_string();
+            assert!(notes.contains("nvidia runtime"), "{notes}");
+        }
+        None if !std::path::Path::new("/var/run/docker.sock").exists() => {
+            assert!(docker.is_none(), "no daemon configured, yet: {docker:?}");
+        }
+        None => {}
+    }
+}

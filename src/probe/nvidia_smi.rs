@@ -270,7 +270,7 @@ fn parse_mib_cell(cell: &str) -> Option<u64> {
     cell.strip_suffix("MiB").and_then(|n| n.trim().parse().ok())
 }
 
-/// Run nvidia-smi (path already resolved) and merge its forms: the CSV query
+/// Run the `nvidia-smi` on PATH and merge its forms: the CSV query
 /// for the GPUs, then the XML (or the table) for the CUDA driver version.
 pub fn probe(notes: &mut Vec<String>) -> Option<GpuReport> {
     let path = which::which("nvidia-smi").ok()?;
