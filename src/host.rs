@@ -40,6 +40,9 @@ pub struct Gpu {
     pub class: Option<GpuClass>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uuid: Option<String>,
+    /// The device minor number (`/dev/nvidiaN`), when the driver reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minor_number: Option<u32>,
     /// The knowledge-base entry this GPU matched, if any (e.g. "a30").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub catalog_id: Option<String>,
@@ -54,6 +57,10 @@ pub struct Host {
     pub cuda_driver_version: Option<String>,
     pub gpus: Vec<Gpu>,
     pub source: HostSource,
+    /// What the probes could not find or read, in words (e.g. "NVML: libnvidia-ml.so.1
+    /// not found"); absence of a tool is normal and noted here, not an error.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     /// Everything else the probes found (toolkit, cuDNN, NVRTC, container
     /// runtimes, Slurm, OS). Kept as a typed struct filled by `probe`.
     #[serde(flatten)]
