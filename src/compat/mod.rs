@@ -360,8 +360,8 @@ impl KnowledgeBase {
                 compute_capability: Some(spec.compute_capability.clone()),
                 memory_mib: spec.memory_mib,
                 class: (!spec.sm_only).then_some(spec.class),
-                uuid: None,
                 catalog_id: Some(spec.id.clone()),
+                ..Gpu::default()
             });
         }
         if let Some(text) = driver {
