@@ -261,6 +261,21 @@ pub fn render_verdicts(host: &Host, verdicts: &[Verdict], whole_catalog: bool) -
         let _ = writeln!(out, "  nothing to check");
         return out;
     }
+    // With no GPU every catalog image gets the same `no-gpu` verdict: one
+    // line says it better than a row per image.
+    if whole_catalog && host.gpus.is_empty() {
+        let images = verdicts
+            .iter()
+            .map(|v| v.image.as_str())
+            .collect::<BTreeSet<_>>()
+            .len();
+        let _ = writeln!(
+            out,
+            "  no-gpu: none of the {images} catalog images can use a GPU on this host; they run here only on the CPU\n  \
+             fix: check a GPU host you don't have with --assume-gpu NAME --assume-driver VERSION (e.g. --assume-gpu A30 --assume-driver 535.261.03)"
+        );
+        return out;
+    }
     let shown: Vec<&Verdict> = verdicts
         .iter()
         .filter(|v| !whole_catalog || v.status != Status::Ok)
@@ -350,7 +365,10 @@ mod tests {
 
     #[test]
     fn catalog_view_hides_ok_rows_and_prints_each_problem_once() {
-        let host = Host::default();
+        let host = Host {
+            gpus: vec![crate::host::Gpu::default()],
+            ..Host::default()
+        };
         let verdicts = vec![
             verdict("a:1", Status::Ok, "ok"),
             verdict("b:1", Status::Fail, "driver-too-old"),
@@ -365,6 +383,20 @@ mod tests {
 
         let explicit = render_verdicts(&host, &verdicts, false);
         assert!(explicit.contains("a:1"), "{explicit}");
+    }
+
+    #[test]
+    fn no_gpu_catalog_view_is_one_line_with_the_way_out() {
+        let verdicts = vec![
+            verdict("a:1", Status::Warn, "no-gpu"),
+            verdict("b:1", Status::Warn, "no-gpu"),
+        ];
+        let text = render_verdicts(&Host::default(), &verdicts, true);
+        assert!(
+            text.contains("none of the 2 catalog images") && text.contains("--assume-gpu"),
+            "{text}"
+        );
+        assert!(!text.contains("a:1"), "{text}");
     }
 
     #[test]

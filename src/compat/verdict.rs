@@ -424,15 +424,6 @@ fn check_driver(
     if *max_cuda >= target {
         return Vec::new();
     }
-    let full_driver = kb
-        .toolkit_driver_min(&target)
-        .map(|v| format!("{v} (R{})", v.major()))
-        .unwrap_or_else(|| format!("the one bundled with CUDA {target}"));
-    let older = kb
-        .newest_base_at_most(max_cuda)
-        .map(|tag| format!(" or use CUDA ≤ {max_cuda} software (e.g. nvidia/cuda:{tag}-* images)"))
-        .unwrap_or_else(|| format!(" or use software built for CUDA ≤ {max_cuda}"));
-    let upgrade = format!("upgrade the driver to ≥ {full_driver}{older}");
     let have = driver.describe();
     let cc = gpu_cc(gpu);
     // A GPU newer than the driver's CUDA can't be driven by it without the
@@ -442,6 +433,20 @@ fn check_driver(
         .and_then(|cc| kb.sm_support(cc))
         .and_then(|sm| sm.first_cuda.as_deref().and_then(Version::parse))
         .filter(|first| first > max_cuda);
+    // The driver to recommend must serve both the software and the GPU.
+    let driver_target = match &gpu_needs_newer {
+        Some(first) if *first > target => first.clone(),
+        _ => target.clone(),
+    };
+    let full_driver = kb
+        .toolkit_driver_min(&driver_target)
+        .map(|v| format!("{v} (R{})", v.major()))
+        .unwrap_or_else(|| format!("the one bundled with CUDA {driver_target}"));
+    let older = kb
+        .newest_base_at_most(max_cuda)
+        .map(|tag| format!(" or use CUDA ≤ {max_cuda} software (e.g. nvidia/cuda:{tag}-* images)"))
+        .unwrap_or_else(|| format!(" or use software built for CUDA ≤ {max_cuda}"));
+    let upgrade = format!("upgrade the driver to ≥ {full_driver}{older}");
     let minor_compat_ok = driver
         .version
         .as_ref()

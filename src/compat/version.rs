@@ -8,8 +8,10 @@ use std::cmp::Ordering;
 use std::fmt;
 
 /// A version of up to a few numeric components; missing parts compare as 0.
+/// The text it was parsed from is kept for display: driver versions keep
+/// their leading zeros ("580.65.06", not "580.65.6").
 #[derive(Debug, Clone)]
-pub struct Version(Vec<u32>);
+pub struct Version(Vec<u32>, Option<String>);
 
 impl Version {
     /// Parse "535.261.03", "12.8", "13": digits separated by dots, nothing else.
@@ -28,7 +30,9 @@ impl Version {
                 }
             })
             .collect();
-        parts.filter(|p| p.len() <= 4).map(Version)
+        parts
+            .filter(|p| p.len() <= 4)
+            .map(|p| Version(p, Some(text.to_owned())))
     }
 
     pub fn major(&self) -> u32 {
@@ -41,7 +45,7 @@ impl Version {
 
     /// The "major.minor" prefix (what cuDriverGetVersion reports for CUDA).
     pub fn major_minor(&self) -> Version {
-        Version(vec![self.major(), self.minor()])
+        Version(vec![self.major(), self.minor()], None)
     }
 }
 
@@ -76,6 +80,9 @@ impl PartialOrd for Version {
 
 impl fmt::Display for Version {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(text) = &self.1 {
+            return write!(f, "{text}");
+        }
         let parts: Vec<String> = self.0.iter().map(u32::to_string).collect();
         write!(f, "{}", parts.join("."))
     }
@@ -103,7 +110,7 @@ pub fn parse_compute_capability(text: &str) -> Option<(Version, Option<char>)> {
     }
     let (major, minor) = body.split_at(body.len() - 1);
     Some((
-        Version(vec![major.parse().ok()?, minor.parse().ok()?]),
+        Version(vec![major.parse().ok()?, minor.parse().ok()?], None),
         suffix,
     ))
 }
@@ -111,6 +118,18 @@ pub fn parse_compute_capability(text: &str) -> Option<(Version, Option<char>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn display_keeps_leading_zeros_of_driver_versions() {
+        assert_eq!(
+            Version::parse("580.65.06").unwrap().to_string(),
+            "580.65.06"
+        );
+        assert_eq!(
+            Version::parse("12.8.1").unwrap().major_minor().to_string(),
+            "12.8"
+        );
+    }
 
     #[test]
     fn driver_versions_compare_numerically() {
