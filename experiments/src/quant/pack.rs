@@ -108,6 +108,11 @@ pub fn encode_packed(tensors: &[NamedTensor]) -> anyhow::Result<Vec<u8>> {
     let count = u32::try_from(tensors.len()).map_err(|_| {
         UserError::failed(format!("cannot pack {} tensors in one file", tensors.len()))
     })?;
+    Ok(assemble(count, &table, &payload))
+}
+
+/// Header (with the checksum) followed by the table and payload.
+fn assemble(count: u32, table: &[u8], payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN + table.len() + payload.len());
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
@@ -117,13 +122,13 @@ pub fn encode_packed(tensors: &[NamedTensor]) -> anyhow::Result<Vec<u8>> {
     out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
     out.extend_from_slice(
         &Sha256::new()
-            .chain_update(&table)
-            .chain_update(&payload)
+            .chain_update(table)
+            .chain_update(payload)
             .finalize(),
     );
-    out.extend_from_slice(&table);
-    out.extend_from_slice(&payload);
-    Ok(out)
+    out.extend_from_slice(table);
+    out.extend_from_slice(payload);
+    out
 }
 
 /// Write `tensors` to `path` atomically: a temporary file next to it is

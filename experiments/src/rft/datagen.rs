@@ -194,8 +194,11 @@ mod tests {
 
     /// TEST DOUBLE for the GPT (not for the verifier): replays scripted
     /// completions per prompt and records how it was called.
+    /// Completions for (prompt, n).
+    type Script = Box<dyn Fn(&str, usize) -> Vec<String>>;
+
     struct ScriptedSampler {
-        script: Box<dyn Fn(&str, usize) -> Vec<String>>,
+        script: Script,
         calls: Vec<(usize, usize, f32)>,
     }
 

@@ -200,17 +200,7 @@ proptest! {
         table in proptest::collection::vec(any::<u8>(), 0..256),
         payload in proptest::collection::vec(any::<u8>(), 0..256),
     ) {
-        let mut bytes = Vec::new();
-        bytes.extend_from_slice(&MAGIC);
-        bytes.extend_from_slice(&VERSION.to_le_bytes());
-        bytes.extend_from_slice(&0u16.to_le_bytes());
-        bytes.extend_from_slice(&count.to_le_bytes());
-        bytes.extend_from_slice(&(table.len() as u64).to_le_bytes());
-        bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-        bytes.extend_from_slice(&[0; 32]);
-        bytes.extend_from_slice(&table);
-        bytes.extend_from_slice(&payload);
-        reseal(&mut bytes);
+        let bytes = assemble(count, &table, &payload);
         let _ = decode_packed(&bytes, "fuzz");
     }
 
