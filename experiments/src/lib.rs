@@ -5,5 +5,7 @@
 
 pub mod backend;
 pub mod error;
+pub mod quant;
+pub mod rft;
 
 pub use error::{ErrorKind, UserError};

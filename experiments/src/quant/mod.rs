@@ -1,0 +1,12 @@
+//! Post-training weight quantization on plain `f32` matrices.
+//!
+//! * [`schemes`]: INT8 per-channel and INT4 per-group (symmetric and
+//!   asymmetric) round-to-nearest, dequantization, bits per weight, error
+//!   metrics, and magnitude-based structured-pruning helpers;
+//! * [`pack`]: the `.envq` file that stores a set of named quantized tensors.
+
+pub mod pack;
+pub mod schemes;
+
+pub use pack::{read_packed, write_packed, NamedTensor};
+pub use schemes::{dequantize, error_stats, quantize, ErrorStats, QuantizedTensor, Scheme};

@@ -1,0 +1,14 @@
+//! Rejection-sampling fine-tuning (RFT) on a unit-conversion task.
+//!
+//! * [`task`]: seeded questions, reference reasoning, prompt/training formats;
+//! * [`verify`]: answer parsing, the HW3 correctness rule, accuracy/answer rate;
+//! * [`datagen`]: rejection sampling through a [`datagen::Sampler`] (the GPT
+//!   implements it) into a deduplicated fine-tuning set.
+
+pub mod datagen;
+pub mod task;
+pub mod verify;
+
+pub use datagen::{build_dataset, DatagenConfig, DatagenStats, Dataset, Example, Sampler};
+pub use task::{generate_split, Question, Split, UnitTable};
+pub use verify::{is_correct, parse_answer, score, verify, Metrics, Verdict};
