@@ -4,6 +4,9 @@
 //! runs natively, inside a Docker image, or inside a Slurm job.
 
 pub mod backend;
+pub mod data;
+pub mod engine;
 pub mod error;
+pub mod gpt2;
 
 pub use error::{ErrorKind, UserError};
