@@ -44,9 +44,9 @@ fn list(as_json: bool) -> Result<i32> {
     let doc = json!({ "experiments": [
         { "name": "gpt2", "available": true, "default_preset": gpt2::DEFAULT_PRESET, "presets": presets,
           "description": "GPT-2 (nanoGPT-style) language model: tiny CPU run up to the 124M reproduction" },
-        { "name": "hrm-sudoku", "available": false, "presets": [], "description": "HRM on Sudoku-Extreme (issue #7)" },
-        { "name": "rft", "available": false, "presets": [], "description": "reinforcement fine-tuning (issue #8)" },
-        { "name": "quantize", "available": false, "presets": [], "description": "post-training quantization (issue #9)" },
+        { "name": "hrm-sudoku", "available": false, "presets": [], "description": "HRM on Sudoku-Extreme (not in this build yet)" },
+        { "name": "rft", "available": false, "presets": [], "description": "reinforcement fine-tuning (not in this build yet)" },
+        { "name": "quantize", "available": false, "presets": [], "description": "post-training quantization (not in this build yet)" },
     ]});
     if as_json {
         println!("{}", serde_json::to_string_pretty(&doc)?);

@@ -75,9 +75,9 @@ impl From<Backend> for BackendChoice {
 
 /// Experiments the contract names that are not in this build yet.
 const PENDING: &[(&str, &str)] = &[
-    ("hrm-sudoku", "issue #7 (HRM on Sudoku)"),
-    ("rft", "issue #8 (RFT)"),
-    ("quantize", "issue #9 (quantization)"),
+    ("hrm-sudoku", "the HRM-on-Sudoku issue"),
+    ("rft", "the RFT issue"),
+    ("quantize", "the quantization issue"),
 ];
 
 /// Check an experiment name: Ok for gpt2, not_yet for a pending one, usage error otherwise.
