@@ -115,7 +115,7 @@ pub fn resolve_config(
             let text = gpt2::preset_text(name)?;
             Ok((
                 Some(name.to_string()),
-                engine::load(&text, &format!("preset {name}"), overrides)?,
+                engine::load(text, &format!("preset {name}"), overrides)?,
             ))
         }
     }

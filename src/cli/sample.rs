@@ -49,10 +49,12 @@ pub fn execute(args: Args) -> Result<i32> {
         &model,
         &config.model,
         &prompt,
-        args.tokens,
-        args.temperature,
-        args.top_k,
-        args.seed,
+        gpt2::SampleOptions {
+            tokens: args.tokens,
+            temperature: args.temperature,
+            top_k: args.top_k,
+            seed: args.seed,
+        },
         &device,
     );
     println!("{}{}", args.prompt, tokenizer.decode(&out));

@@ -104,7 +104,7 @@ impl<B: Backend> AdamW<B> {
     pub fn load_state<AB, M>(
         &mut self,
         model: &M,
-        state: &HashMap<String, (Vec<usize>, Vec<f32>)>,
+        state: &super::safetensors_io::NamedTensors,
         device: &B::Device,
     ) where
         AB: AutodiffBackend<InnerBackend = B>,

@@ -8,6 +8,7 @@ use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::prelude::*;
 use burn::tensor::TensorData;
 
+use super::safetensors_io::Shaped;
 use crate::error::UserError;
 
 /// One float parameter: its path, id, shape and f32 values.
@@ -73,7 +74,7 @@ pub fn ids_by_name<B: Backend, M: Module<B>>(module: &M) -> HashMap<String, Para
 
 struct Replace<'a> {
     path: Vec<String>,
-    source: &'a dyn Fn(&str) -> Option<(Vec<usize>, Vec<f32>)>,
+    source: &'a dyn Fn(&str) -> Option<Shaped>,
     missing: Vec<String>,
     mismatched: Vec<String>,
 }
@@ -112,7 +113,7 @@ impl<B: Backend> ModuleMapper<B> for Replace<'_> {
 pub fn replace<B: Backend, M: Module<B>>(
     module: M,
     origin: &str,
-    source: &dyn Fn(&str) -> Option<(Vec<usize>, Vec<f32>)>,
+    source: &dyn Fn(&str) -> Option<Shaped>,
 ) -> anyhow::Result<M> {
     let mut mapper = Replace {
         path: Vec::new(),

@@ -9,6 +9,11 @@ use safetensors::SafeTensors;
 
 use crate::error::UserError;
 
+/// A tensor as stored: shape and f32 values.
+pub type Shaped = (Vec<usize>, Vec<f32>);
+/// Every tensor of a file by name.
+pub type NamedTensors = HashMap<String, Shaped>;
+
 /// Serialize named f32 tensors (name, shape, values) to safetensors bytes.
 pub fn to_bytes(tensors: &[(String, Vec<usize>, Vec<f32>)]) -> anyhow::Result<Vec<u8>> {
     let raw: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
@@ -31,7 +36,7 @@ pub fn to_bytes(tensors: &[(String, Vec<usize>, Vec<f32>)]) -> anyhow::Result<Ve
 }
 
 /// Read every tensor of a safetensors file as f32 (F32, F16 and BF16 accepted).
-pub fn read(path: &Path) -> anyhow::Result<HashMap<String, (Vec<usize>, Vec<f32>)>> {
+pub fn read(path: &Path) -> anyhow::Result<NamedTensors> {
     let bytes = std::fs::read(path).map_err(|e| {
         UserError::usage(format!("cannot read {}: {e}", path.display()))
             .with_fix("give the path of an existing .safetensors file")
@@ -39,10 +44,7 @@ pub fn read(path: &Path) -> anyhow::Result<HashMap<String, (Vec<usize>, Vec<f32>
     from_bytes(&bytes, &path.display().to_string())
 }
 
-pub fn from_bytes(
-    bytes: &[u8],
-    origin: &str,
-) -> anyhow::Result<HashMap<String, (Vec<usize>, Vec<f32>)>> {
+pub fn from_bytes(bytes: &[u8], origin: &str) -> anyhow::Result<NamedTensors> {
     let file = SafeTensors::deserialize(bytes).map_err(|e| {
         UserError::usage(format!("{origin}: not a safetensors file: {e}"))
             .with_fix("give a file written by safetensors (e.g. Hugging Face model.safetensors)")

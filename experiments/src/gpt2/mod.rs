@@ -201,17 +201,29 @@ impl<B: AutodiffBackend> Task<B> for Gpt2Task {
     }
 }
 
-/// Greedy/temperature/top-k sampling from a trained model.
+/// How to sample: `temperature` 0 = greedy; `top_k` None = full vocabulary.
+#[derive(Debug, Clone, Copy)]
+pub struct SampleOptions {
+    pub tokens: usize,
+    pub temperature: f32,
+    pub top_k: Option<usize>,
+    pub seed: u64,
+}
+
+/// Temperature/top-k sampling from a trained model; returns the new tokens.
 pub fn sample<B: Backend>(
     model: &Gpt2<B>,
     cfg: &ModelConfig,
     prompt: &[u32],
-    tokens: usize,
-    temperature: f32,
-    top_k: Option<usize>,
-    seed: u64,
+    opts: SampleOptions,
     device: &B::Device,
 ) -> Vec<u32> {
+    let SampleOptions {
+        tokens,
+        temperature,
+        top_k,
+        seed,
+    } = opts;
     let mut rng = StdRng::seed_from_u64(seed);
     let mut out: Vec<u32> = prompt.to_vec();
     if out.is_empty() {
