@@ -4,7 +4,10 @@
 //! runs natively, inside a Docker image, or inside a Slurm job.
 
 pub mod backend;
+pub mod data;
+pub mod engine;
 pub mod error;
+pub mod gpt2;
 pub mod quant;
 pub mod rft;
 

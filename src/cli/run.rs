@@ -1,8 +1,19 @@
-//! `envgen run EXP`
+//! `envgen run EXP`: resolve the science config, create the run directory,
+//! train natively (Docker and Slurm arrive with issue #5), print the summary.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
-use crate::error::{not_yet, Result};
+use envgen_experiments::backend::{self, BackendChoice};
+use envgen_experiments::engine::{self, rundir, Manifest, Profile, RunControl, Status, Summary};
+use envgen_experiments::gpt2::{self, Gpt2Config, Gpt2Task};
+use serde_json::{json, Map, Value};
+
+use crate::error::{not_yet, Result, UserError};
+
+/// Exit code of a run stopped by SIGINT/SIGTERM (128 + SIGINT), after its checkpoint.
+pub const EXIT_INTERRUPTED: i32 = 130;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -20,12 +31,19 @@ pub struct Args {
     pub location: Where,
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: Backend,
+    /// Rows per forward/backward pass (a hardware knob: gradient accumulation
+    /// keeps the global batch, hence the science, unchanged).
+    #[arg(long, value_name = "N")]
+    pub micro_batch: Option<usize>,
     /// Parent directory of run directories.
     #[arg(long, value_name = "DIR", default_value = "runs")]
     pub out: PathBuf,
     /// Continue an interrupted run from its last checkpoint.
-    #[arg(long, value_name = "RUN_DIR")]
+    #[arg(long, value_name = "RUN_DIR", conflicts_with_all = ["preset", "config", "overrides"])]
     pub resume: Option<PathBuf>,
+    /// Test hook: stop (checkpoint, status interrupted, exit 130) after N steps.
+    #[arg(long, value_name = "N", hide = true)]
+    pub stop_after: Option<u64>,
     #[arg(long)]
     pub json: bool,
 }
@@ -45,6 +63,244 @@ pub enum Backend {
     Cuda,
 }
 
-pub fn execute(_args: Args) -> Result<i32> {
-    Err(not_yet("run", "issue #6 (experiment engine)"))
+impl From<Backend> for BackendChoice {
+    fn from(b: Backend) -> Self {
+        match b {
+            Backend::Auto => BackendChoice::Auto,
+            Backend::Cpu => BackendChoice::Cpu,
+            Backend::Cuda => BackendChoice::Cuda,
+        }
+    }
+}
+
+/// Experiments the contract names that are not in this build yet.
+const PENDING: &[(&str, &str)] = &[
+    ("hrm-sudoku", "the HRM-on-Sudoku issue"),
+    ("rft", "the RFT issue"),
+    ("quantize", "the quantization issue"),
+];
+
+/// Check an experiment name: Ok for gpt2, not_yet for a pending one, usage error otherwise.
+pub fn check_experiment(name: &str) -> Result<()> {
+    if name == gpt2::EXPERIMENT {
+        return Ok(());
+    }
+    if let Some((_, issue)) = PENDING.iter().find(|(n, _)| *n == name) {
+        return Err(not_yet(&format!("run {name}"), issue));
+    }
+    Err(UserError::usage(format!("unknown experiment `{name}`"))
+        .with_fix("list them with `envgen experiments list`")
+        .into())
+}
+
+/// The science config named on the command line: (preset name, resolved config, hardware hint).
+pub fn resolve_config(
+    preset: Option<&str>,
+    config: Option<&Path>,
+    overrides: &[String],
+) -> Result<(Option<String>, engine::Loaded<Gpt2Config>)> {
+    match config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                UserError::usage(format!("cannot read config {}: {e}", path.display()))
+                    .with_fix("give an existing TOML file, or use --preset")
+            })?;
+            Ok((
+                None,
+                engine::load(&text, &path.display().to_string(), overrides)?,
+            ))
+        }
+        None => {
+            let name = preset.unwrap_or(gpt2::DEFAULT_PRESET);
+            let text = gpt2::preset_text(name)?;
+            Ok((
+                Some(name.to_string()),
+                engine::load(text, &format!("preset {name}"), overrides)?,
+            ))
+        }
+    }
+}
+
+/// The environment part of the manifest: version, revision, image, where,
+/// host. Probing lives in `crate::probe`; until it lands this records what
+/// std knows (OS, CPU count) and leaves GPU facts empty.
+pub fn manifest_environment(location: &str) -> Map<String, Value> {
+    let mut host = crate::host::Host::default();
+    host.software.os = Some(std::env::consts::OS.to_string());
+    host.software.cpu_count = std::thread::available_parallelism()
+        .ok()
+        .map(|n| n.get() as u32);
+    let mut env = Map::new();
+    env.insert("envgen_version".into(), json!(env!("CARGO_PKG_VERSION")));
+    env.insert(
+        "git_revision".into(),
+        json!(option_env!("ENVGEN_GIT_REVISION")),
+    );
+    env.insert("image".into(), Value::Null);
+    env.insert("where".into(), json!(location));
+    env.insert(
+        "host".into(),
+        serde_json::to_value(host).unwrap_or(Value::Null),
+    );
+    env
+}
+
+/// SIGINT/SIGTERM set the flag; the loop finishes its step, checkpoints and stops.
+fn install_stop_handler() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        rt.block_on(async move {
+            let Ok(mut term) =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            else {
+                return;
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            eprintln!("envgen: stopping after this step (checkpoint follows)");
+            flag.store(true, Ordering::SeqCst);
+        });
+    });
+    stop
+}
+
+pub fn execute(args: Args) -> Result<i32> {
+    match args.location {
+        Where::Docker | Where::Slurm => {
+            return Err(not_yet(
+                "run --where docker|slurm",
+                "issue #5 (run anywhere)",
+            ))
+        }
+        Where::Auto | Where::Native => {}
+    }
+    check_experiment(&args.experiment)?;
+    let resolved = backend::resolve(args.backend.into())?;
+
+    let (run_dir, config, profile) = match &args.resume {
+        Some(dir) => {
+            let manifest: Manifest = rundir::read_json(&dir.join("manifest.json"))?;
+            let text = std::fs::read_to_string(dir.join("config.toml")).map_err(|e| {
+                UserError::usage(format!("{}: cannot read config.toml: {e}", dir.display()))
+                    .with_fix("resume a directory written by `envgen run`")
+            })?;
+            let loaded: engine::Loaded<Gpt2Config> =
+                engine::load(&text, &dir.join("config.toml").display().to_string(), &[])?;
+            if engine::config_hash(&loaded.science)? != manifest.config_hash {
+                return Err(UserError::usage(format!(
+                    "{}: config.toml does not match the manifest's config_hash",
+                    dir.display()
+                ))
+                .with_fix("restore the original config.toml, or start a new run")
+                .into());
+            }
+            let mut profile = manifest.profile.clone();
+            profile.backend = resolved.name().into();
+            profile.device = resolved.device().into();
+            (dir.clone(), loaded.science, profile)
+        }
+        None => {
+            let (preset, loaded) = resolve_config(
+                args.preset.as_deref(),
+                args.config.as_deref(),
+                &args.overrides,
+            )?;
+            let hash = engine::config_hash(&loaded.science)?;
+            let (micro_batch, grad_accum) = engine::split_batch(
+                loaded.science.train.batch_size,
+                args.micro_batch.or(loaded.hardware.micro_batch),
+            )?;
+            let profile = Profile {
+                micro_batch,
+                grad_accum,
+                precision: "f32".into(),
+                backend: resolved.name().into(),
+                device: resolved.device().into(),
+            };
+            let id = rundir::new_run_id(gpt2::EXPERIMENT, preset.as_deref(), &hash);
+            let (run_id, dir) = rundir::create_run_dir(&args.out, &id)?;
+            std::fs::write(
+                dir.join("config.toml"),
+                engine::config::to_canonical_toml(&loaded.science)?,
+            )?;
+            let manifest = Manifest {
+                run_id,
+                experiment: gpt2::EXPERIMENT.into(),
+                preset,
+                config_hash: hash,
+                profile: profile.clone(),
+                started_at: rundir::now_rfc3339(),
+                finished_at: None,
+                environment: manifest_environment("native"),
+            };
+            rundir::write_json(&dir.join("manifest.json"), &manifest)?;
+            (dir, loaded.science, profile)
+        }
+    };
+    eprintln!("envgen: run directory {}", run_dir.display());
+
+    let control = RunControl {
+        run_dir: run_dir.clone(),
+        micro_batch: profile.micro_batch,
+        resume: args.resume.is_some(),
+        stop_after: args.stop_after,
+        stop: install_stop_handler(),
+        progress: !args.json,
+    };
+    let outcome =
+        Gpt2Task::new(config).and_then(|task| engine::train_on(&task, &control, resolved));
+    let summary = match outcome {
+        Ok(summary) => summary,
+        Err(err) => {
+            let failed = Summary {
+                status: Status::Failed,
+                wall_s: 0.0,
+                steps_done: 0,
+                metrics: Map::from_iter([("error".to_string(), json!(err.to_string()))]),
+            };
+            let _ = rundir::write_json(&run_dir.join("summary.json"), &failed);
+            return Err(err);
+        }
+    };
+    report(&run_dir, &summary, args.json)?;
+    Ok(match summary.status {
+        Status::Completed => 0,
+        Status::Interrupted => EXIT_INTERRUPTED,
+        Status::Failed | Status::Running => 1,
+    })
+}
+
+fn report(run_dir: &Path, summary: &Summary, as_json: bool) -> Result<()> {
+    if as_json {
+        let doc = json!({ "run_dir": run_dir, "summary": summary });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(());
+    }
+    let m = &summary.metrics;
+    println!(
+        "{:?} after {} steps in {:.1} s: train loss {}, val loss {} (initial {}), {} tokens/s",
+        summary.status,
+        summary.steps_done,
+        summary.wall_s,
+        fmt_num(m.get("final_train_loss")),
+        fmt_num(m.get("final_val_loss")),
+        fmt_num(m.get("initial_val_loss")),
+        fmt_num(m.get("tokens_per_s")),
+    );
+    println!("run directory: {}", run_dir.display());
+    Ok(())
+}
+
+fn fmt_num(v: Option<&Value>) -> String {
+    v.and_then(Value::as_f64)
+        .map_or("-".into(), |x| format!("{x:.4}"))
 }

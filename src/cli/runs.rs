@@ -1,8 +1,11 @@
 //! `envgen runs list | show | compare | report | cancel`
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use crate::error::{not_yet, Result};
+use envgen_experiments::engine::{rundir, Manifest, Summary};
+use serde_json::{json, Value};
+
+use crate::error::{not_yet, Result, UserError};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
@@ -37,9 +40,100 @@ pub enum Command {
     Cancel { run: PathBuf },
 }
 
-pub fn execute(_cmd: Command) -> Result<i32> {
-    Err(not_yet(
-        "runs",
-        "issue #5 (run anywhere) and #6 (experiment engine)",
-    ))
+pub fn execute(cmd: Command) -> Result<i32> {
+    match cmd {
+        Command::List { out, json } => list(&out, json),
+        Command::Show { run, json } => show(&run, json),
+        Command::Compare { .. } => Err(not_yet("runs compare", "issue #5 (run anywhere)")),
+        Command::Report { .. } => Err(not_yet("runs report", "issue #5 (run anywhere)")),
+        Command::Cancel { .. } => Err(not_yet("runs cancel", "issue #5 (run anywhere)")),
+    }
+}
+
+/// What `runs show` and `runs list` say about one run directory.
+fn explain(dir: &Path) -> Result<Value> {
+    let manifest: Manifest = rundir::read_json(&dir.join("manifest.json"))?;
+    // A run still going (or killed hard) has no summary yet.
+    let summary: Option<Summary> = rundir::read_json(&dir.join("summary.json")).ok();
+    Ok(json!({
+        "run_dir": dir,
+        "run_id": manifest.run_id,
+        "experiment": manifest.experiment,
+        "preset": manifest.preset,
+        "status": summary.as_ref().map_or(json!("running"), |s| json!(s.status)),
+        "config_hash": manifest.config_hash,
+        "profile": manifest.profile,
+        "started_at": manifest.started_at,
+        "finished_at": manifest.finished_at,
+        "steps_done": summary.as_ref().map(|s| s.steps_done),
+        "wall_s": summary.as_ref().map(|s| s.wall_s),
+        "metrics": summary.as_ref().map(|s| &s.metrics),
+    }))
+}
+
+fn list(out: &Path, as_json: bool) -> Result<i32> {
+    let mut runs = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(out) {
+        let mut dirs: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+        dirs.sort();
+        for dir in dirs {
+            if dir.join("manifest.json").is_file() {
+                if let Ok(run) = explain(&dir) {
+                    runs.push(run);
+                }
+            }
+        }
+    }
+    if as_json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({ "runs": runs }))?
+        );
+    } else {
+        for r in &runs {
+            println!(
+                "{}  {}  {}",
+                r["run_id"].as_str().unwrap_or(""),
+                r["status"].as_str().unwrap_or(""),
+                r["config_hash"].as_str().unwrap_or("")
+            );
+        }
+    }
+    Ok(0)
+}
+
+fn show(dir: &Path, as_json: bool) -> Result<i32> {
+    if !dir.join("manifest.json").is_file() {
+        return Err(UserError::usage(format!(
+            "{} is not a run directory (no manifest.json)",
+            dir.display()
+        ))
+        .with_fix("pass a directory listed by `envgen runs list`")
+        .into());
+    }
+    let run = explain(dir)?;
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&run)?);
+        return Ok(0);
+    }
+    println!("run         {}", run["run_id"].as_str().unwrap_or(""));
+    println!(
+        "experiment  {} (preset {})",
+        run["experiment"].as_str().unwrap_or(""),
+        run["preset"].as_str().unwrap_or("-")
+    );
+    println!("status      {}", run["status"].as_str().unwrap_or(""));
+    println!("config_hash {}", run["config_hash"].as_str().unwrap_or(""));
+    println!("profile     {}", run["profile"]);
+    println!(
+        "started     {}  finished {}",
+        run["started_at"].as_str().unwrap_or("-"),
+        run["finished_at"].as_str().unwrap_or("-")
+    );
+    if let Some(metrics) = run["metrics"].as_object() {
+        for (k, v) in metrics {
+            println!("  {k:<32} {v}");
+        }
+    }
+    Ok(0)
 }

@@ -1,0 +1,119 @@
+//! safetensors files of f32 tensors, written atomically.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::Path;
+
+use safetensors::tensor::{Dtype, TensorView};
+use safetensors::SafeTensors;
+
+use crate::error::UserError;
+
+/// A tensor as stored: shape and f32 values.
+pub type Shaped = (Vec<usize>, Vec<f32>);
+/// Every tensor of a file by name.
+pub type NamedTensors = HashMap<String, Shaped>;
+
+/// Serialize named f32 tensors (name, shape, values) to safetensors bytes.
+pub fn to_bytes(tensors: &[(String, Vec<usize>, Vec<f32>)]) -> anyhow::Result<Vec<u8>> {
+    let raw: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
+        .iter()
+        .map(|(name, shape, values)| {
+            let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            (name.clone(), shape.clone(), bytes)
+        })
+        .collect();
+    let views = raw
+        .iter()
+        .map(|(name, shape, bytes)| {
+            Ok((
+                name.as_str(),
+                TensorView::new(Dtype::F32, shape.clone(), bytes)?,
+            ))
+        })
+        .collect::<Result<Vec<_>, safetensors::SafeTensorError>>()?;
+    Ok(safetensors::serialize(views, None)?)
+}
+
+/// Read every tensor of a safetensors file as f32 (F32, F16 and BF16 accepted).
+pub fn read(path: &Path) -> anyhow::Result<NamedTensors> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        UserError::usage(format!("cannot read {}: {e}", path.display()))
+            .with_fix("give the path of an existing .safetensors file")
+    })?;
+    from_bytes(&bytes, &path.display().to_string())
+}
+
+pub fn from_bytes(bytes: &[u8], origin: &str) -> anyhow::Result<NamedTensors> {
+    let file = SafeTensors::deserialize(bytes).map_err(|e| {
+        UserError::usage(format!("{origin}: not a safetensors file: {e}"))
+            .with_fix("give a file written by safetensors (e.g. Hugging Face model.safetensors)")
+    })?;
+    let mut out = HashMap::new();
+    for (name, view) in file.tensors() {
+        let data = view.data();
+        let values: Vec<f32> = match view.dtype() {
+            Dtype::F32 => data
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+            Dtype::BF16 => data
+                .chunks_exact(2)
+                .map(|c| f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16))
+                .collect(),
+            Dtype::F16 => data
+                .chunks_exact(2)
+                .map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
+                .collect(),
+            other => {
+                return Err(UserError::usage(format!(
+                    "{origin}: tensor `{name}` has dtype {other:?}; only F32/F16/BF16 are read"
+                ))
+                .with_fix("convert the file to float32")
+                .into())
+            }
+        };
+        out.insert(name, (view.shape().to_vec(), values));
+    }
+    Ok(out)
+}
+
+fn f16_to_f32(bits: u16) -> f32 {
+    half::f16::from_bits(bits).to_f32()
+}
+
+/// Write `bytes` to `path` so a reader never sees a partial file: temp file
+/// in the same directory, fsync, rename, fsync the directory.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(
+        ".{}.tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("file")
+    ));
+    {
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    if let Ok(dir) = std::fs::File::open(dir) {
+        let _ = dir.sync_all();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_half_floats() {
+        let t = vec![("a.b".to_string(), vec![2, 2], vec![1.0, -2.5, 0.0, 3.25])];
+        let back = from_bytes(&to_bytes(&t).unwrap(), "mem").unwrap();
+        assert_eq!(back["a.b"], (vec![2, 2], vec![1.0, -2.5, 0.0, 3.25]));
+        assert_eq!(f16_to_f32(0x3c00), 1.0);
+        assert_eq!(f16_to_f32(0xc000), -2.0);
+        assert_eq!(f16_to_f32(0x0001), 2f32.powi(-24));
+    }
+}

@@ -1,0 +1,334 @@
+//! The iteration-based training loop every experiment shares.
+
+use std::io::IsTerminal;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use burn::module::AutodiffModule;
+use burn::optim::{GradientsAccumulator, GradientsParams};
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::ElementConversion;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+use super::config::{OptimConfig, TrainConfig};
+use super::optim::{clip_scale, global_grad_norm, learning_rate, AdamW};
+use super::rundir::{now_rfc3339, read_json, write_json, Manifest, MetricsLog, Status, Summary};
+use super::{params, safetensors_io};
+
+/// What an experiment supplies to the loop. Data order must be a pure
+/// function of (seed, step, row): that is what makes runs repeatable and
+/// resume exact, whatever the micro-batch.
+pub trait Task<B: AutodiffBackend> {
+    type Model: AutodiffModule<B> + Clone;
+
+    fn train_config(&self) -> &TrainConfig;
+    fn optim_config(&self) -> &OptimConfig;
+    /// A freshly initialized model (the backend is already seeded).
+    fn init_model(&self, device: &B::Device) -> anyhow::Result<Self::Model>;
+    /// Mean loss over the rows `rows` of the global batch of `step`.
+    fn loss(
+        &self,
+        model: &Self::Model,
+        step: u64,
+        rows: Range<usize>,
+        device: &B::Device,
+    ) -> Tensor<B, 1>;
+    /// Validation loss (no autodiff).
+    fn evaluate(
+        &self,
+        model: &<Self::Model as AutodiffModule<B>>::InnerModule,
+        micro_batch: usize,
+        device: &burn::tensor::Device<B::InnerBackend>,
+    ) -> f64;
+    /// Units (tokens, samples) one row carries, and their name ("tokens").
+    fn units_per_row(&self) -> (usize, &'static str);
+    /// Extra numbers for summary.json (e.g. the data's entropy bound).
+    fn summary_extras(&self) -> Map<String, Value> {
+        Map::new()
+    }
+    /// Called once after the last step (e.g. to export weights).
+    fn finish(&self, _model: &Self::Model, _run_dir: &Path) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+/// How to run (none of it changes the science).
+pub struct RunControl {
+    pub run_dir: PathBuf,
+    pub micro_batch: usize,
+    /// Resume from `run_dir/checkpoints/latest`.
+    pub resume: bool,
+    /// Test hook: behave as if interrupted after this many steps.
+    pub stop_after: Option<u64>,
+    /// Set by a signal handler: finish the step, checkpoint, stop.
+    pub stop: Arc<AtomicBool>,
+    pub progress: bool,
+}
+
+/// Loop state saved next to the weights.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct LoopState {
+    /// Steps completed.
+    step: u64,
+    initial_val_loss: Option<f64>,
+    last_val_loss: Option<f64>,
+    last_train_loss: Option<f64>,
+    wall_s: f64,
+}
+
+const CHECKPOINTS: &str = "checkpoints";
+
+/// Train; writes metrics, checkpoints and summary.json into the run dir and
+/// returns the summary (status completed or interrupted).
+pub fn train<B: AutodiffBackend, T: Task<B>>(
+    task: &T,
+    control: &RunControl,
+    device: &B::Device,
+) -> anyhow::Result<Summary> {
+    let train_cfg = task.train_config().clone();
+    let optim_cfg = task.optim_config().clone();
+    let (micro_batch, grad_accum) =
+        super::config::split_batch(train_cfg.batch_size, Some(control.micro_batch))?;
+    B::seed(device, train_cfg.seed);
+    let mut model = task.init_model(device)?;
+    let mut optimizer = AdamW::<B::InnerBackend>::new(optim_cfg.clone());
+    let mut state = LoopState {
+        step: 0,
+        initial_val_loss: None,
+        last_val_loss: None,
+        last_train_loss: None,
+        wall_s: 0.0,
+    };
+    let ckpt_root = control.run_dir.join(CHECKPOINTS);
+    if control.resume {
+        let (m, s) = load_checkpoint::<B, T>(&ckpt_root, model, &mut optimizer, device)?;
+        model = m;
+        state = s;
+    }
+    let mut metrics = MetricsLog::open(
+        &control.run_dir.join("metrics.jsonl"),
+        control.resume.then_some(state.step),
+    )?;
+    if state.initial_val_loss.is_none() {
+        let val = task.evaluate(&model.valid(), micro_batch, &inner_device_of::<B>(device));
+        state.initial_val_loss = Some(val);
+        metrics.write(&json!({"step": 0, "val_loss": val}))?;
+    }
+
+    let (units_per_row, unit) = task.units_per_row();
+    let units_per_step = units_per_row * train_cfg.batch_size;
+    let bar = progress_bar(control.progress, train_cfg.steps, state.step);
+    let session_start = Instant::now();
+    let wall_before = state.wall_s;
+    let mut status = Status::Completed;
+    let mut session_units = 0u64;
+
+    while state.step < train_cfg.steps {
+        let step = state.step;
+        let started = Instant::now();
+        let lr = learning_rate(&optim_cfg, step, train_cfg.steps);
+        let mut accumulator = GradientsAccumulator::<T::Model>::new();
+        let mut loss_sum = 0.0f64;
+        for micro in 0..grad_accum {
+            let rows = micro * micro_batch..(micro + 1) * micro_batch;
+            let loss = task.loss(&model, step, rows, device) / grad_accum as f64;
+            loss_sum += loss.clone().into_scalar().elem::<f64>();
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            accumulator.accumulate(&model, grads);
+        }
+        let mut grads = accumulator.grads();
+        let norm = global_grad_norm::<B, T::Model>(&model, &grads);
+        let scale = clip_scale(norm, optim_cfg.grad_clip);
+        model = optimizer.step::<B, T::Model>(model, &mut grads, lr, step + 1, scale);
+        state.step += 1;
+        state.last_train_loss = Some(loss_sum);
+        let step_s = started.elapsed().as_secs_f64();
+        session_units += units_per_step as u64;
+        let mut record = json!({
+            "step": state.step,
+            "loss": loss_sum,
+            "lr": lr,
+            "grad_norm": norm,
+            format!("{unit}_per_s"): units_per_step as f64 / step_s,
+            "step_ms": step_s * 1e3,
+        });
+        if state.step % train_cfg.eval_every.max(1) == 0 || state.step == train_cfg.steps {
+            let val = task.evaluate(&model.valid(), micro_batch, &inner_device_of::<B>(device));
+            state.last_val_loss = Some(val);
+            record["val_loss"] = json!(val);
+        }
+        metrics.write(&record)?;
+        bar.set_position(state.step);
+        bar.set_message(format!(
+            "loss {loss_sum:.4} {:.0} {unit}/s",
+            units_per_step as f64 / step_s
+        ));
+
+        let interrupted = control.stop.load(Ordering::SeqCst)
+            || control
+                .stop_after
+                .is_some_and(|n| state.step >= n && state.step < train_cfg.steps);
+        let periodic =
+            train_cfg.checkpoint_every > 0 && state.step % train_cfg.checkpoint_every == 0;
+        if interrupted || periodic || state.step == train_cfg.steps {
+            state.wall_s = wall_before + session_start.elapsed().as_secs_f64();
+            save_checkpoint::<B, T>(&ckpt_root, &model, &optimizer, &state)?;
+        }
+        if interrupted && state.step < train_cfg.steps {
+            status = Status::Interrupted;
+            break;
+        }
+    }
+    bar.finish_and_clear();
+    if status == Status::Completed {
+        task.finish(&model, &control.run_dir)?;
+    }
+    let session_s = session_start.elapsed().as_secs_f64();
+    let wall_s = wall_before + session_s;
+    let mut m = Map::new();
+    m.insert("final_train_loss".into(), json!(state.last_train_loss));
+    m.insert("final_val_loss".into(), json!(state.last_val_loss));
+    m.insert("initial_val_loss".into(), json!(state.initial_val_loss));
+    m.insert(
+        format!("{unit}_per_s"),
+        json!(session_units as f64 / session_s.max(1e-9)),
+    );
+    m.insert(format!("{unit}_per_step"), json!(units_per_step));
+    m.extend(task.summary_extras());
+    let summary = Summary {
+        status,
+        wall_s,
+        steps_done: state.step,
+        metrics: m,
+    };
+    write_json(&control.run_dir.join("summary.json"), &summary)?;
+    let manifest_path = control.run_dir.join("manifest.json");
+    if let Ok(mut manifest) = read_json::<Manifest>(&manifest_path) {
+        manifest.finished_at = Some(now_rfc3339());
+        write_json(&manifest_path, &manifest)?;
+    }
+    Ok(summary)
+}
+
+fn inner_device_of<B: AutodiffBackend>(
+    device: &B::Device,
+) -> burn::tensor::Device<B::InnerBackend> {
+    // Autodiff<B> uses the inner backend's device type.
+    let any: &dyn std::any::Any = device;
+    any.downcast_ref::<burn::tensor::Device<B::InnerBackend>>()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn progress_bar(enabled: bool, total: u64, done: u64) -> indicatif::ProgressBar {
+    if !enabled || !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(total),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} eta {eta}")
+    {
+        bar.set_style(style);
+    }
+    bar.set_position(done);
+    bar
+}
+
+fn save_checkpoint<B: AutodiffBackend, T: Task<B>>(
+    root: &Path,
+    model: &T::Model,
+    optimizer: &AdamW<B::InnerBackend>,
+    state: &LoopState,
+) -> anyhow::Result<()> {
+    let dir = root.join(format!("step-{:08}", state.step));
+    std::fs::create_dir_all(&dir)?;
+    let weights: Vec<_> = params::collect::<B, T::Model>(model, true)
+        .into_iter()
+        .map(|p| (p.name, p.shape, p.values))
+        .collect();
+    safetensors_io::write_atomic(
+        &dir.join("model.safetensors"),
+        &safetensors_io::to_bytes(&weights)?,
+    )?;
+    let moments = optimizer.state_tensors::<B, T::Model>(model);
+    safetensors_io::write_atomic(
+        &dir.join("optimizer.safetensors"),
+        &safetensors_io::to_bytes(&moments)?,
+    )?;
+    write_json(&dir.join("state.json"), state)?;
+    // The pointer moves only once the whole checkpoint is on disk.
+    safetensors_io::write_atomic(
+        &root.join("latest"),
+        format!("step-{:08}\n", state.step).as_bytes(),
+    )?;
+    for entry in std::fs::read_dir(root)?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("step-") && entry.path() != dir {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    Ok(())
+}
+
+fn load_checkpoint<B: AutodiffBackend, T: Task<B>>(
+    root: &Path,
+    model: T::Model,
+    optimizer: &mut AdamW<B::InnerBackend>,
+    device: &B::Device,
+) -> anyhow::Result<(T::Model, LoopState)> {
+    let latest = std::fs::read_to_string(root.join("latest")).map_err(|e| {
+        crate::error::UserError::usage(format!(
+            "{}: no checkpoint to resume from ({e})",
+            root.display()
+        ))
+        .with_fix("resume a run directory that has checkpoints/latest")
+    })?;
+    let dir = root.join(latest.trim());
+    let weights = safetensors_io::read(&dir.join("model.safetensors"))?;
+    let origin = dir.join("model.safetensors").display().to_string();
+    let model = params::replace::<B, T::Model>(model, &origin, &|name| weights.get(name).cloned())?;
+    let moments = safetensors_io::read(&dir.join("optimizer.safetensors"))?;
+    optimizer.load_state::<B, T::Model>(&model, &moments, &inner_device_of::<B>(device));
+    let state: LoopState = read_json(&dir.join("state.json"))?;
+    Ok((model, state))
+}
+
+/// A task that runs on every backend this build has.
+#[cfg(feature = "cuda")]
+pub trait AnyBackendTask: Task<crate::backend::CpuTrain> + Task<crate::backend::CudaTrain> {}
+#[cfg(feature = "cuda")]
+impl<T: Task<crate::backend::CpuTrain> + Task<crate::backend::CudaTrain>> AnyBackendTask for T {}
+/// A task that runs on every backend this build has.
+#[cfg(not(feature = "cuda"))]
+pub trait AnyBackendTask: Task<crate::backend::CpuTrain> {}
+#[cfg(not(feature = "cuda"))]
+impl<T: Task<crate::backend::CpuTrain>> AnyBackendTask for T {}
+
+/// [`train`] on the resolved backend's default device.
+pub fn train_on<T: AnyBackendTask>(
+    task: &T,
+    control: &RunControl,
+    backend: crate::backend::Resolved,
+) -> anyhow::Result<Summary> {
+    match backend {
+        crate::backend::Resolved::Cpu => {
+            train::<crate::backend::CpuTrain, T>(task, control, &Default::default())
+        }
+        #[cfg(feature = "cuda")]
+        crate::backend::Resolved::Cuda => {
+            train::<crate::backend::CudaTrain, T>(task, control, &Default::default())
+        }
+        #[cfg(not(feature = "cuda"))]
+        crate::backend::Resolved::Cuda => {
+            Err(crate::error::UserError::usage("this build has no CUDA backend").into())
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! GPT-2 (nanoGPT-style): pre-LN blocks, causal self-attention, tanh-GELU
+//! MLP ×4, learned positions, tied input/output embeddings, biases,
+//! LayerNorm eps 1e-5, N(0, 0.02) init with residual projections scaled by
+//! (2·n_layer)^-0.5.
+//!
+//! Field names follow Hugging Face's GPT-2 (`wte`, `h.{i}.attn.c_attn`, …)
+//! so checkpoint paths map to HF names by renaming LayerNorm's
+//! `gamma`/`beta` only. Burn's `Linear` stores its weight as [d_in, d_out],
+//! which is exactly HF's Conv1D layout.
+
+use burn::module::{Module, Param};
+use burn::nn::{
+    Embedding, EmbeddingConfig, Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig,
+};
+use burn::prelude::*;
+use burn::tensor::activation::log_softmax;
+use burn::tensor::module::attention;
+use burn::tensor::ops::AttentionModuleOptions;
+use serde::{Deserialize, Serialize};
+
+/// The `[model]` table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    pub n_layer: usize,
+    pub n_head: usize,
+    pub n_embd: usize,
+    pub block_size: usize,
+    /// Embedding rows; may exceed the tokenizer's vocabulary (GPT-2 pads
+    /// 50,257 to 50,304, a multiple of 64, for speed).
+    pub vocab_size: usize,
+}
+
+impl ModelConfig {
+    /// Parameter count without building the model:
+    /// wte V·d + wpe T·d + per layer (12d² + 13d) + final LayerNorm 2d.
+    /// Per layer: ln_1 2d, c_attn 3d²+3d, attn c_proj d²+d, ln_2 2d,
+    /// c_fc 4d²+4d, mlp c_proj 4d²+d.
+    pub fn num_params(&self) -> usize {
+        let d = self.n_embd;
+        self.vocab_size * d + self.block_size * d + self.n_layer * (12 * d * d + 13 * d) + 2 * d
+    }
+
+    pub fn init<B: Backend>(&self, device: &B::Device) -> Gpt2<B> {
+        let normal = |std: f64| Initializer::Normal { mean: 0.0, std };
+        let resid_std = 0.02 / ((2 * self.n_layer) as f64).sqrt();
+        let d = self.n_embd;
+        let linear = |d_in: usize, d_out: usize, std: f64| {
+            let mut layer = LinearConfig::new(d_in, d_out)
+                .with_initializer(normal(std))
+                .init::<B>(device);
+            // `with_initializer` draws the bias too; GPT-2 starts biases at 0.
+            layer.bias = Some(Param::from_tensor(Tensor::zeros([d_out], device)));
+            layer
+        };
+        let layer_norm = || LayerNormConfig::new(d).with_epsilon(1e-5).init::<B>(device);
+        let h = (0..self.n_layer)
+            .map(|_| Block {
+                ln_1: layer_norm(),
+                attn: CausalSelfAttention {
+                    c_attn: linear(d, 3 * d, 0.02),
+                    c_proj: linear(d, d, resid_std),
+                    n_head: self.n_head,
+                },
+                ln_2: layer_norm(),
+                mlp: Mlp {
+                    c_fc: linear(d, 4 * d, 0.02),
+                    c_proj: linear(4 * d, d, resid_std),
+                },
+            })
+            .collect();
+        Gpt2 {
+            wte: EmbeddingConfig::new(self.vocab_size, d)
+                .with_initializer(normal(0.02))
+                .init(device),
+            wpe: EmbeddingConfig::new(self.block_size, d)
+                .with_initializer(normal(0.02))
+                .init(device),
+            h,
+            ln_f: layer_norm(),
+        }
+    }
+}
+
+#[derive(Module, Debug)]
+pub struct Gpt2<B: Backend> {
+    pub wte: Embedding<B>,
+    pub wpe: Embedding<B>,
+    pub h: Vec<Block<B>>,
+    pub ln_f: LayerNorm<B>,
+}
+
+#[derive(Module, Debug)]
+pub struct Block<B: Backend> {
+    pub ln_1: LayerNorm<B>,
+    pub attn: CausalSelfAttention<B>,
+    pub ln_2: LayerNorm<B>,
+    pub mlp: Mlp<B>,
+}
+
+#[derive(Module, Debug)]
+pub struct CausalSelfAttention<B: Backend> {
+    pub c_attn: Linear<B>,
+    pub c_proj: Linear<B>,
+    pub n_head: usize,
+}
+
+#[derive(Module, Debug)]
+pub struct Mlp<B: Backend> {
+    pub c_fc: Linear<B>,
+    pub c_proj: Linear<B>,
+}
+
+/// GELU, tanh approximation (GPT-2's). Written with `x*x*x`: Burn's
+/// `gelu_approximate` uses `powf_scalar(3.0)`, which is much slower on CPU.
+pub fn gelu_tanh<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
+    let cube = x.clone() * x.clone() * x.clone();
+    let inner = (x.clone() + cube * 0.044715) * SQRT_2_OVER_PI;
+    x * (inner.tanh() + 1.0) * 0.5
+}
+
+impl<B: Backend> CausalSelfAttention<B> {
+    pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let [b, t, d] = x.dims();
+        let hd = d / self.n_head;
+        let qkv = self.c_attn.forward(x);
+        let heads = |i: usize| {
+            qkv.clone()
+                .slice([0..b, 0..t, i * d..(i + 1) * d])
+                .reshape([b, t, self.n_head, hd])
+                .swap_dims(1, 2)
+        };
+        let y = attention(
+            heads(0),
+            heads(1),
+            heads(2),
+            None,
+            None,
+            AttentionModuleOptions {
+                scale: None,
+                softcap: None,
+                is_causal: true,
+            },
+        );
+        self.c_proj.forward(y.swap_dims(1, 2).reshape([b, t, d]))
+    }
+}
+
+impl<B: Backend> Block<B> {
+    pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let x = x.clone() + self.attn.forward(self.ln_1.forward(x));
+        let hidden = gelu_tanh(self.mlp.c_fc.forward(self.ln_2.forward(x.clone())));
+        x + self.mlp.c_proj.forward(hidden)
+    }
+}
+
+impl<B: Backend> Gpt2<B> {
+    /// Logits [batch, time, vocab] for token ids [batch, time].
+    pub fn forward(&self, idx: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+        let [b, t] = idx.dims();
+        let device = idx.device();
+        let positions = Tensor::<B, 1, Int>::arange(0..t as i64, &device).reshape([1, t]);
+        let mut x = self.wte.forward(idx) + self.wpe.forward(positions);
+        for block in &self.h {
+            x = block.forward(x);
+        }
+        let x = self.ln_f.forward(x);
+        let [_, _, d] = x.dims();
+        // Tied output head: logits = x · wteᵀ.
+        let wte = self.wte.weight.val();
+        let vocab = wte.dims()[0];
+        x.reshape([b * t, d])
+            .matmul(wte.transpose())
+            .reshape([b, t, vocab])
+    }
+
+    /// Mean next-token cross-entropy.
+    pub fn loss(&self, idx: Tensor<B, 2, Int>, targets: Tensor<B, 2, Int>) -> Tensor<B, 1> {
+        let logits = self.forward(idx);
+        let [b, t, v] = logits.dims();
+        let logp = log_softmax(logits.reshape([b * t, v]), 1);
+        let picked = logp.gather(1, targets.reshape([b * t, 1]));
+        picked.mean().neg()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Cpu;
+
+    #[test]
+    fn analytic_count_matches_a_real_model() {
+        let cfg = ModelConfig {
+            n_layer: 2,
+            n_head: 2,
+            n_embd: 32,
+            block_size: 16,
+            vocab_size: 50,
+        };
+        let model = cfg.init::<Cpu>(&Default::default());
+        assert_eq!(model.num_params(), cfg.num_params());
+    }
+
+    #[test]
+    fn gpt2_124m_has_124_475_904_parameters() {
+        let cfg = ModelConfig {
+            n_layer: 12,
+            n_head: 12,
+            n_embd: 768,
+            block_size: 1024,
+            vocab_size: 50304,
+        };
+        assert_eq!(cfg.num_params(), 124_475_904);
+    }
+
+    #[test]
+    fn gelu_matches_the_formula() {
+        let x = Tensor::<Cpu, 1>::from_floats([-2.0, -0.5, 0.0, 1.0, 3.0], &Default::default());
+        let got = gelu_tanh(x).into_data().to_vec::<f32>().unwrap();
+        for (xv, g) in [-2.0f64, -0.5, 0.0, 1.0, 3.0].iter().zip(got) {
+            let want = 0.5
+                * xv
+                * (1.0
+                    + ((2.0 / std::f64::consts::PI).sqrt() * (xv + 0.044715 * xv.powi(3))).tanh());
+            assert!((f64::from(g) - want).abs() < 1e-5, "{xv}: {g} vs {want}");
+        }
+    }
+}

@@ -1,0 +1,348 @@
+//! GPT-2 through the real `envgen` binary: learning, determinism, resume,
+//! SIGINT, config errors, parameter counts. Real Burn training on CPU.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn envgen() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_envgen"))
+}
+
+fn run_ok(args: &[&str]) -> Output {
+    let out = envgen().args(args).output().expect("spawn envgen");
+    assert!(
+        out.status.success(),
+        "envgen {args:?} failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn json_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not one JSON document ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+fn run_dir_of(doc: &Value) -> PathBuf {
+    PathBuf::from(doc["run_dir"].as_str().expect("run_dir"))
+}
+
+/// A short tiny run: 24 steps, checkpoint every 8 (enough to test mechanics).
+const SHORT: &[&str] = &[
+    "run",
+    "gpt2",
+    "--backend",
+    "cpu",
+    "--json",
+    "--set",
+    "train.steps=24",
+    "--set",
+    "train.checkpoint_every=8",
+    "--set",
+    "train.eval_every=8",
+];
+
+fn short_run(out: &Path, extra: &[&str]) -> Output {
+    let mut args: Vec<&str> = SHORT.to_vec();
+    args.extend(["--out", out.to_str().unwrap()]);
+    args.extend(extra);
+    envgen().args(&args).output().expect("spawn envgen")
+}
+
+fn metric_bits(doc: &Value, key: &str) -> u64 {
+    doc["summary"]["metrics"][key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} in {doc}"))
+        .to_bits()
+}
+
+#[test]
+fn tiny_preset_learns_against_the_entropy_bound() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = run_ok(&[
+        "run",
+        "gpt2",
+        "--backend",
+        "cpu",
+        "--json",
+        "--out",
+        tmp.path().to_str().unwrap(),
+    ]);
+    let doc = json_of(&out);
+    let m = &doc["summary"]["metrics"];
+    assert_eq!(doc["summary"]["status"], "completed");
+    let initial = m["initial_val_loss"].as_f64().unwrap();
+    let final_val = m["final_val_loss"].as_f64().unwrap();
+    let bound = m["entropy_bound_nats_per_token"].as_f64().unwrap();
+    eprintln!("tiny: initial {initial:.4} final {final_val:.4} entropy bound {bound:.4}");
+    assert!(
+        final_val <= 0.6 * initial,
+        "val loss {final_val} > 0.6 × {initial}"
+    );
+    assert!(
+        final_val >= bound - 0.05,
+        "val loss {final_val} below the entropy bound {bound}"
+    );
+
+    let dir = run_dir_of(&doc);
+    for file in [
+        "config.toml",
+        "manifest.json",
+        "metrics.jsonl",
+        "summary.json",
+        "model.safetensors",
+        "checkpoints/latest",
+    ] {
+        assert!(
+            dir.join(file).exists(),
+            "{file} missing in {}",
+            dir.display()
+        );
+    }
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["experiment"], "gpt2");
+    assert_eq!(manifest["preset"], "tiny");
+    assert_eq!(manifest["profile"]["backend"], "cpu");
+    assert!(manifest["config_hash"]
+        .as_str()
+        .unwrap()
+        .starts_with("sha256:"));
+    assert!(manifest["finished_at"].is_string());
+    let lines = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap();
+    let last: Value = serde_json::from_str(lines.lines().last().unwrap()).unwrap();
+    assert_eq!(last["step"], 300);
+    assert!(last["tokens_per_s"].as_f64().unwrap() > 0.0 && last["val_loss"].is_number());
+
+    let show = json_of(&run_ok(&["runs", "show", dir.to_str().unwrap(), "--json"]));
+    assert_eq!(show["status"], "completed");
+    assert_eq!(show["config_hash"], manifest["config_hash"]);
+
+    let text = run_ok(&[
+        "sample",
+        dir.to_str().unwrap(),
+        "--prompt",
+        "the ",
+        "--tokens",
+        "40",
+        "--seed",
+        "1",
+    ]);
+    let text = String::from_utf8_lossy(&text.stdout).to_string();
+    assert!(text.starts_with("the ") && text.len() > 30, "{text:?}");
+}
+
+#[test]
+fn runs_are_bit_identical_and_resume_is_exact() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = json_of(&short_run(tmp.path(), &[]));
+    let b = json_of(&short_run(tmp.path(), &[]));
+    for key in ["final_train_loss", "final_val_loss"] {
+        assert_eq!(
+            metric_bits(&a, key),
+            metric_bits(&b, key),
+            "{key} differs run to run"
+        );
+    }
+
+    // Interrupted after 12 steps (checkpoint at 8 and at 12), then resumed.
+    let stopped = short_run(tmp.path(), &["--stop-after", "12"]);
+    assert_eq!(
+        stopped.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&stopped.stderr)
+    );
+    let stopped = json_of(&stopped);
+    assert_eq!(stopped["summary"]["status"], "interrupted");
+    assert_eq!(stopped["summary"]["steps_done"], 12);
+    let dir = run_dir_of(&stopped);
+    let resumed = json_of(&run_ok(&[
+        "run",
+        "gpt2",
+        "--backend",
+        "cpu",
+        "--json",
+        "--resume",
+        dir.to_str().unwrap(),
+    ]));
+    assert_eq!(resumed["summary"]["status"], "completed");
+    for key in ["final_train_loss", "final_val_loss", "initial_val_loss"] {
+        assert_eq!(
+            metric_bits(&a, key),
+            metric_bits(&resumed, key),
+            "{key} differs after resume"
+        );
+    }
+    let weights = |d: &Path| std::fs::read(d.join("model.safetensors")).unwrap();
+    assert!(
+        weights(&run_dir_of(&a)) == weights(&dir),
+        "final weights differ after resume"
+    );
+    // metrics.jsonl has each step exactly once.
+    let steps: Vec<u64> = std::fs::read_to_string(dir.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok()?["step"].as_u64())
+        .filter(|&s| s > 0)
+        .collect();
+    assert_eq!(steps, (1..=24).collect::<Vec<_>>());
+}
+
+#[test]
+fn micro_batch_changes_speed_not_science() {
+    let tmp = tempfile::tempdir().unwrap();
+    let whole = json_of(&short_run(tmp.path(), &[]));
+    let split = json_of(&short_run(tmp.path(), &["--micro-batch", "4"]));
+    let manifest = |doc: &Value| -> Value {
+        serde_json::from_str(
+            &std::fs::read_to_string(run_dir_of(doc).join("manifest.json")).unwrap(),
+        )
+        .unwrap()
+    };
+    let (mw, ms) = (manifest(&whole), manifest(&split));
+    assert_eq!(mw["config_hash"], ms["config_hash"]);
+    assert_eq!(ms["profile"]["micro_batch"], 4);
+    assert_eq!(ms["profile"]["grad_accum"], 4);
+    let (lw, ls) = (
+        whole["summary"]["metrics"]["final_val_loss"]
+            .as_f64()
+            .unwrap(),
+        split["summary"]["metrics"]["final_val_loss"]
+            .as_f64()
+            .unwrap(),
+    );
+    assert!((lw - ls).abs() < 1e-3 * lw, "{lw} vs {ls}");
+}
+
+#[cfg(unix)]
+#[test]
+fn sigint_checkpoints_and_exits_130() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut args: Vec<&str> = vec![
+        "run",
+        "gpt2",
+        "--backend",
+        "cpu",
+        "--json",
+        "--set",
+        "train.steps=2000",
+    ];
+    args.extend(["--out", tmp.path().to_str().unwrap()]);
+    let child = envgen()
+        .args(&args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until training is under way (a few metric lines), then SIGINT.
+    let started = std::time::Instant::now();
+    loop {
+        let lines = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path().join("metrics.jsonl")).ok())
+            .map(|t| t.lines().count())
+            .max()
+            .unwrap_or(0);
+        if lines >= 4 {
+            break;
+        }
+        assert!(started.elapsed().as_secs() < 120, "training did not start");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = json_of(&out);
+    assert_eq!(doc["summary"]["status"], "interrupted");
+    let done = doc["summary"]["steps_done"].as_u64().unwrap();
+    assert!(done > 0 && done < 2000);
+    let dir = run_dir_of(&doc);
+    let latest = std::fs::read_to_string(dir.join("checkpoints/latest")).unwrap();
+    assert_eq!(latest.trim(), format!("step-{done:08}"));
+}
+
+#[test]
+fn config_errors_exit_2_naming_the_key() {
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["--set", "train.steps=abc"],
+            &["train.steps", "abc", "integer"],
+        ),
+        (&["--set", "optim.lr=fast"], &["optim.lr", "fast", "float"]),
+        (&["--set", "train.nope=1"], &["nope"]),
+        (&["--set", "modle.n_layer=2"], &["modle"]),
+        (&["--preset", "huge"], &["huge"]),
+        (&["--set", "train.steps"], &["KEY=VALUE"]),
+    ];
+    for (extra, needles) in cases {
+        let mut args = vec![
+            "run",
+            "gpt2",
+            "--backend",
+            "cpu",
+            "--out",
+            "/nonexistent-never-created",
+        ];
+        args.extend(*extra);
+        let out = envgen().args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        for needle in *needles {
+            assert!(err.contains(needle), "{extra:?}: `{needle}` not in {err}");
+        }
+    }
+    let out = envgen()
+        .args(["run", "gpt2", "--where", "slurm"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("#5"));
+}
+
+#[test]
+fn describe_reports_every_presets_parameter_count() {
+    // d, layers, block, vocab → V·d + T·d + L·(12d² + 13d) + 2d
+    let formula =
+        |d: u64, l: u64, t: u64, v: u64| v * d + t * d + l * (12 * d * d + 13 * d) + 2 * d;
+    let expected = [
+        ("tiny", formula(64, 2, 64, 256)),
+        ("bench-cpu", 3_257_856),
+        ("shakespeare-char", formula(384, 6, 256, 65)),
+        ("gpt2-124m", 124_475_904),
+    ];
+    for (preset, want) in expected {
+        let doc = json_of(&run_ok(&[
+            "experiments",
+            "describe",
+            "gpt2",
+            "--preset",
+            preset,
+            "--json",
+        ]));
+        assert_eq!(doc["parameters"].as_u64(), Some(want), "{preset}");
+        assert_eq!(doc["experiment"], "gpt2");
+        assert_eq!(doc["preset"], preset);
+        assert!(doc["config_hash"].as_str().unwrap().starts_with("sha256:"));
+        assert!(doc["config"]["model"]["n_layer"].is_u64());
+    }
+    let list = json_of(&run_ok(&["experiments", "list", "--json"]));
+    assert_eq!(list["experiments"][0]["name"], "gpt2");
+}
