@@ -11,6 +11,8 @@ use envgen_experiments::gpt2::{self, Gpt2Config, Gpt2Task};
 use serde_json::{json, Map, Value};
 
 use crate::error::{not_yet, Result, UserError};
+use crate::host::Host;
+use crate::profiles::{HardwareChoice, ProfilePrecision, Profiles};
 
 /// Exit code of a run stopped by SIGINT/SIGTERM (128 + SIGINT), after its checkpoint.
 pub const EXIT_INTERRUPTED: i32 = 130;
@@ -35,6 +37,9 @@ pub struct Args {
     /// keeps the global batch, hence the science, unchanged).
     #[arg(long, value_name = "N")]
     pub micro_batch: Option<usize>,
+    /// Hardware profile from env/profiles.toml (default: chosen from the host's GPU).
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
     /// Parent directory of run directories.
     #[arg(long, value_name = "DIR", default_value = "runs")]
     pub out: PathBuf,
@@ -122,14 +127,8 @@ pub fn resolve_config(
 }
 
 /// The environment part of the manifest: version, revision, image, where,
-/// host. Probing lives in `crate::probe`; until it lands this records what
-/// std knows (OS, CPU count) and leaves GPU facts empty.
-pub fn manifest_environment(location: &str) -> Map<String, Value> {
-    let mut host = crate::host::Host::default();
-    host.software.os = Some(std::env::consts::OS.to_string());
-    host.software.cpu_count = std::thread::available_parallelism()
-        .ok()
-        .map(|n| n.get() as u32);
+/// and the doctor's host snapshot.
+pub fn manifest_environment(location: &str, host: &Host) -> Map<String, Value> {
     let mut env = Map::new();
     env.insert("envgen_version".into(), json!(env!("CARGO_PKG_VERSION")));
     env.insert(
@@ -143,6 +142,38 @@ pub fn manifest_environment(location: &str) -> Map<String, Value> {
         serde_json::to_value(host).unwrap_or(Value::Null),
     );
     env
+}
+
+/// The hardware knobs for a new run: `--micro-batch` wins, then the hardware
+/// profile for this host's GPU (or `--profile`), then the preset's hint.
+fn hardware_choice(
+    args: &Args,
+    host: &Host,
+    resolved: &backend::Resolved,
+    preset: Option<&str>,
+) -> Result<HardwareChoice> {
+    let gpu = (resolved.name() == "cuda")
+        .then(|| host.gpus.first())
+        .flatten();
+    let choice = Profiles::embedded().choose(
+        gpu,
+        args.profile.as_deref(),
+        &args.experiment,
+        preset.unwrap_or("custom"),
+    )?;
+    for warning in &choice.warnings {
+        eprintln!("envgen: warning: {warning}");
+    }
+    if choice.precision != ProfilePrecision::Fp32 {
+        // Burn 0.21 has no autocast / master weights (burn-notes.md): a
+        // per-tensor cast would change the numerics, so the engine trains
+        // in f32 and says so rather than silently pretending.
+        eprintln!(
+            "envgen: warning: profile {} asks for {:?}; the Burn engine trains in f32 for now",
+            choice.profile, choice.precision
+        );
+    }
+    Ok(choice)
 }
 
 /// SIGINT/SIGTERM set the flag; the loop finishes its step, checkpoints and stops.
@@ -185,6 +216,7 @@ pub fn execute(args: Args) -> Result<i32> {
     }
     check_experiment(&args.experiment)?;
     let resolved = backend::resolve(args.backend.into())?;
+    let host = crate::probe::probe_host();
 
     let (run_dir, config, profile) = match &args.resume {
         Some(dir) => {
@@ -215,11 +247,15 @@ pub fn execute(args: Args) -> Result<i32> {
                 &args.overrides,
             )?;
             let hash = engine::config_hash(&loaded.science)?;
+            let choice = hardware_choice(&args, &host, &resolved, preset.as_deref())?;
             let (micro_batch, grad_accum) = engine::split_batch(
                 loaded.science.train.batch_size,
-                args.micro_batch.or(loaded.hardware.micro_batch),
+                args.micro_batch
+                    .or(choice.micro_batch)
+                    .or(loaded.hardware.micro_batch),
             )?;
             let profile = Profile {
+                name: Some(choice.profile.clone()),
                 micro_batch,
                 grad_accum,
                 precision: "f32".into(),
@@ -240,7 +276,7 @@ pub fn execute(args: Args) -> Result<i32> {
                 profile: profile.clone(),
                 started_at: rundir::now_rfc3339(),
                 finished_at: None,
-                environment: manifest_environment("native"),
+                environment: manifest_environment("native", &host),
             };
             rundir::write_json(&dir.join("manifest.json"), &manifest)?;
             (dir, loaded.science, profile)

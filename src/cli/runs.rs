@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use envgen_experiments::engine::{rundir, Manifest, Summary};
 use serde_json::{json, Value};
 
-use crate::error::{not_yet, Result, UserError};
+use crate::error::{not_yet, Result};
+use crate::runs::{self, store::RunDir};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
@@ -44,8 +45,8 @@ pub fn execute(cmd: Command) -> Result<i32> {
     match cmd {
         Command::List { out, json } => list(&out, json),
         Command::Show { run, json } => show(&run, json),
-        Command::Compare { .. } => Err(not_yet("runs compare", "issue #5 (run anywhere)")),
-        Command::Report { .. } => Err(not_yet("runs report", "issue #5 (run anywhere)")),
+        Command::Compare { runs, json } => compare(&runs, json),
+        Command::Report { runs, out } => report(&runs, out),
         Command::Cancel { .. } => Err(not_yet("runs cancel", "issue #5 (run anywhere)")),
     }
 }
@@ -102,16 +103,32 @@ fn list(out: &Path, as_json: bool) -> Result<i32> {
     Ok(0)
 }
 
-fn show(dir: &Path, as_json: bool) -> Result<i32> {
-    if !dir.join("manifest.json").is_file() {
-        return Err(UserError::usage(format!(
-            "{} is not a run directory (no manifest.json)",
-            dir.display()
-        ))
-        .with_fix("pass a directory listed by `envgen runs list`")
-        .into());
+fn open_all(paths: &[PathBuf]) -> Result<Vec<RunDir>> {
+    paths.iter().map(|p| RunDir::open(p)).collect()
+}
+
+fn compare(paths: &[PathBuf], as_json: bool) -> Result<i32> {
+    let comparison = runs::compare::compare(&open_all(paths)?);
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&comparison)?);
+    } else {
+        print!("{}", runs::compare::render_text(&comparison));
     }
-    let run = explain(dir)?;
+    Ok(0)
+}
+
+fn report(paths: &[PathBuf], out: Option<PathBuf>) -> Result<i32> {
+    let runs = open_all(paths)?;
+    let out = out.unwrap_or_else(|| PathBuf::from("report"));
+    for file in runs::report::write_report(&runs, &out)? {
+        println!("{}", file.display());
+    }
+    Ok(0)
+}
+
+fn show(dir: &Path, as_json: bool) -> Result<i32> {
+    let dir = RunDir::open(dir)?.path;
+    let run = explain(&dir)?;
     if as_json {
         println!("{}", serde_json::to_string_pretty(&run)?);
         return Ok(0);

@@ -51,7 +51,16 @@ pub fn run_captured<S: AsRef<OsStr>>(
     timeout: Duration,
 ) -> Result<Captured, CommandError> {
     let name = program.display().to_string();
-    let mut child = Command::new(program)
+    let mut command = Command::new(program);
+    // ch-run refuses to start without $USER, even for `--version`; CI and
+    // cron environments often lack it. Tools only read it, so any name does.
+    if std::env::var_os("USER").is_none() {
+        command.env(
+            "USER",
+            std::env::var_os("LOGNAME").unwrap_or_else(|| "envgen".into()),
+        );
+    }
+    let mut child = command
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -12,6 +12,9 @@ use crate::error::UserError;
 /// Hardware knobs: they change speed, never the science.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Profile {
+    /// The hardware profile (env/profiles.toml) these knobs came from, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     pub micro_batch: usize,
     pub grad_accum: usize,
     pub precision: String,
