@@ -1,117 +1,489 @@
-//! STAND-IN for the data module (another helper writes the real one; it
-//! replaces this file at merge). Same public API, minimal behaviour: only
-//! `source = "generated"` with the byte tokenizer.
+//! Token data for the language-model experiments: the `[data]` table of a
+//! science config, and `load` that turns it into train/val token streams.
 //!
-//! The generated corpus is words drawn uniformly and independently from a
-//! fixed word list, each followed by a space. Word boundaries are recoverable,
-//! so the entropy rate per byte is ln(#words) / E[bytes per word].
+//! Sources: envgen's generated corpus (default, nothing downloaded), llm.c
+//! `.bin` shards, nanoGPT `train.bin`/`val.bin`, or a plain UTF-8 text file.
 
-use std::path::PathBuf;
+pub mod corpus;
+pub mod shards;
+pub mod tokenizer;
 
-use rand::{rngs::StdRng, Rng, SeedableRng};
+use std::path::{Path, PathBuf};
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::UserError;
 
+pub use tokenizer::{Tokenizer, TokenizerKind};
+
+/// Default validation share for `generated` and `text` (nanoGPT uses 0.1).
+pub const DEFAULT_VAL_FRACTION: f64 = 0.1;
+
+/// Where the tokens come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DataSource {
+    /// envgen's seeded grammar corpus (see `corpus`).
     Generated,
+    /// llm.c `.bin` shards: a file, a directory, or a glob.
     Llmc,
+    /// nanoGPT raw uint16 `train.bin` / `val.bin`.
     Nanogpt,
+    /// A plain UTF-8 text file, split into train/val.
     Text,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum TokenizerKind {
-    #[default]
-    Byte,
-    Char,
-    Gpt2,
-}
-
+/// The `[data]` table of a science config.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DataConfig {
     pub source: DataSource,
+    /// Train file or directory (not for `generated`).
     #[serde(default)]
     pub path: Option<PathBuf>,
     #[serde(default)]
     pub val_path: Option<PathBuf>,
     #[serde(default)]
     pub tokenizer: TokenizerKind,
+    /// `generated`: corpus size in bytes (default 1 MiB).
     #[serde(default)]
     pub corpus_bytes: Option<usize>,
+    /// `generated` / `text`: share of the stream kept for validation (default 0.1).
     #[serde(default)]
     pub val_fraction: Option<f64>,
+    /// `generated`: grammar sampling seed.
     #[serde(default)]
     pub seed: u64,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+/// A file the tokens came from, for provenance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DataFile {
     pub path: PathBuf,
     pub sha256: String,
     pub tokens: usize,
 }
 
-/// Byte-level tokenizer (the stand-in knows no other).
+/// Train and val token streams, ready for batching.
 #[derive(Debug, Clone)]
-pub struct Tokenizer;
-
-impl Tokenizer {
-    pub fn encode(&self, text: &str) -> Vec<u32> {
-        text.bytes().map(u32::from).collect()
-    }
-    pub fn decode(&self, tokens: &[u32]) -> String {
-        let bytes: Vec<u8> = tokens.iter().map(|&t| t.min(255) as u8).collect();
-        String::from_utf8_lossy(&bytes).into_owned()
-    }
-}
-
 pub struct TokenData {
     pub train: Vec<u32>,
     pub val: Vec<u32>,
     pub vocab_size: usize,
     pub tokenizer: Tokenizer,
+    /// The exact entropy rate of the generated corpus, per token of this
+    /// tokenizer: the best loss any model can reach (`None` for other sources).
     pub entropy_nats_per_token: Option<f64>,
     pub files: Vec<DataFile>,
 }
 
-const WORDS: [&str; 16] = [
-    "the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to", "big", "red", "sun", "in",
-    "sky", "by",
-];
-
+/// Load the token data a `[data]` table describes.
 pub fn load(cfg: &DataConfig) -> anyhow::Result<TokenData> {
-    if cfg.source != DataSource::Generated || cfg.tokenizer != TokenizerKind::Byte {
-        return Err(UserError::usage(format!(
-            "data.source {:?} with tokenizer {:?} is not available in this build",
-            cfg.source, cfg.tokenizer
-        ))
-        .with_fix("use data.source = \"generated\" with the byte tokenizer")
-        .into());
+    match cfg.source {
+        DataSource::Generated => load_generated(cfg),
+        DataSource::Text => load_text(cfg),
+        DataSource::Llmc | DataSource::Nanogpt => load_shards(cfg),
     }
-    let total = cfg.corpus_bytes.unwrap_or(200_000);
-    let mut rng = StdRng::seed_from_u64(cfg.seed);
-    let mut bytes = Vec::with_capacity(total + 8);
-    while bytes.len() < total {
-        bytes.extend_from_slice(WORDS[rng.random_range(0..WORDS.len())].as_bytes());
-        bytes.push(b' ');
+}
+
+fn usage(message: String, fix: &str) -> anyhow::Error {
+    UserError::usage(message).with_fix(fix).into()
+}
+
+fn val_fraction(cfg: &DataConfig) -> anyhow::Result<f64> {
+    let fraction = cfg.val_fraction.unwrap_or(DEFAULT_VAL_FRACTION);
+    if !(fraction > 0.0 && fraction < 1.0) {
+        return Err(usage(
+            format!("[data].val_fraction = {fraction} is outside (0, 1)"),
+            "set val_fraction to a share such as 0.1",
+        ));
     }
-    bytes.truncate(total);
-    let tokens: Vec<u32> = bytes.into_iter().map(u32::from).collect();
-    let val_len = ((tokens.len() as f64) * cfg.val_fraction.unwrap_or(0.1)) as usize;
-    let split = tokens.len() - val_len;
-    let mean_bytes_per_word =
-        WORDS.iter().map(|w| w.len() as f64 + 1.0).sum::<f64>() / WORDS.len() as f64;
+    Ok(fraction)
+}
+
+/// Index where the validation part begins, so that both parts are non-empty.
+fn split_point(len: usize, fraction: f64) -> usize {
+    let train = ((len as f64) * (1.0 - fraction)).floor() as usize;
+    train.clamp(1, len.saturating_sub(1).max(1))
+}
+
+fn load_generated(cfg: &DataConfig) -> anyhow::Result<TokenData> {
+    if let Some(path) = cfg.path.as_ref().or(cfg.val_path.as_ref()) {
+        return Err(usage(
+            format!(
+                "[data].path / val_path = {} is not used with source = \"generated\"",
+                path.display()
+            ),
+            "remove path/val_path, or set source to \"text\", \"llmc\" or \"nanogpt\"",
+        ));
+    }
+    let bytes = cfg.corpus_bytes.unwrap_or(corpus::DEFAULT_CORPUS_BYTES);
+    const MIN_BYTES: usize = 1024;
+    if bytes < MIN_BYTES {
+        return Err(usage(
+            format!("[data].corpus_bytes = {bytes} is too small for a train/val split"),
+            &format!(
+                "set corpus_bytes to at least {MIN_BYTES} (default {})",
+                corpus::DEFAULT_CORPUS_BYTES
+            ),
+        ));
+    }
+    let fraction = val_fraction(cfg)?;
+    let grammar = corpus::Grammar::default_grammar();
+    let text = grammar.generate(cfg.seed, bytes).text;
+    let rate = grammar.entropy_rate().nats_per_byte;
+    let mut data = split_text(&text, fraction, cfg.tokenizer)?;
+    let tokens = (data.train.len() + data.val.len()) as f64;
+    // Tokenizers are invertible functions of the bytes, so the stream's total
+    // entropy is unchanged; per token it is the per-byte rate times bytes/token.
+    data.entropy_nats_per_token = Some(rate * text.len() as f64 / tokens);
+    Ok(data)
+}
+
+/// Split text by characters (nanoGPT's `data[:int(n*0.9)]`) and encode both
+/// parts; a char vocabulary comes from the whole text, as in nanoGPT.
+fn split_text(text: &str, fraction: f64, kind: TokenizerKind) -> anyhow::Result<TokenData> {
+    let n_chars = text.chars().count();
+    let cut_char = split_point(n_chars, fraction);
+    let cut = text
+        .char_indices()
+        .nth(cut_char)
+        .map_or(text.len(), |(i, _)| i);
+    let (train_text, val_text) = text.split_at(cut);
+    let tokenizer = match kind {
+        TokenizerKind::Byte => Tokenizer::byte(),
+        TokenizerKind::Char => Tokenizer::char_level(text),
+        TokenizerKind::Gpt2 => Tokenizer::gpt2(),
+    };
     Ok(TokenData {
-        train: tokens[..split].to_vec(),
-        val: tokens[split..].to_vec(),
-        vocab_size: 256,
-        tokenizer: Tokenizer,
-        entropy_nats_per_token: Some((WORDS.len() as f64).ln() / mean_bytes_per_word),
+        train: tokenizer.try_encode(train_text)?,
+        val: tokenizer.try_encode(val_text)?,
+        vocab_size: tokenizer.vocab_size(),
+        tokenizer,
+        entropy_nats_per_token: None,
         files: Vec::new(),
     })
+}
+
+fn required_path<'a>(cfg: &'a DataConfig, source: &str) -> anyhow::Result<&'a Path> {
+    cfg.path.as_deref().ok_or_else(|| {
+        usage(
+            format!("[data].path is missing; source = \"{source}\" needs it"),
+            "set path to the training file (or shard directory)",
+        )
+    })
+}
+
+fn load_text(cfg: &DataConfig) -> anyhow::Result<TokenData> {
+    let path = required_path(cfg, "text")?;
+    if let Some(val) = &cfg.val_path {
+        return Err(usage(
+            format!(
+                "[data].val_path = {} is not used with source = \"text\"",
+                val.display()
+            ),
+            "remove val_path; the text file is split by val_fraction",
+        ));
+    }
+    let fraction = val_fraction(cfg)?;
+    let bytes = std::fs::read(path).map_err(|e| {
+        usage(
+            format!("cannot read [data].path {}: {e}", path.display()),
+            "point path at an existing UTF-8 text file",
+        )
+    })?;
+    let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+    let text = String::from_utf8(bytes).map_err(|e| {
+        usage(
+            format!(
+                "{} is not UTF-8 text (invalid byte at offset {})",
+                path.display(),
+                e.utf8_error().valid_up_to()
+            ),
+            "convert the file to UTF-8 (e.g. iconv -t UTF-8), or use a token shard source",
+        )
+    })?;
+    if text.chars().count() < 2 {
+        return Err(usage(
+            format!(
+                "{} is empty (or one character): nothing to train on",
+                path.display()
+            ),
+            "point path at a non-empty text file",
+        ));
+    }
+    let mut data = split_text(&text, fraction, cfg.tokenizer)?;
+    data.files.push(DataFile {
+        path: path.to_path_buf(),
+        sha256,
+        tokens: data.train.len() + data.val.len(),
+    });
+    Ok(data)
+}
+
+fn load_shards(cfg: &DataConfig) -> anyhow::Result<TokenData> {
+    let source = if cfg.source == DataSource::Llmc {
+        "llmc"
+    } else {
+        "nanogpt"
+    };
+    if cfg.tokenizer == TokenizerKind::Char {
+        return Err(usage(
+            format!("[data].tokenizer = \"char\" cannot be used with source = \"{source}\": the shards carry no character vocabulary"),
+            "use source = \"text\" for char-level training, or tokenizer = \"gpt2\" for GPT-2 shards",
+        ));
+    }
+    if cfg.corpus_bytes.is_some() || cfg.val_fraction.is_some() {
+        return Err(usage(
+            format!("[data].corpus_bytes / val_fraction are not used with source = \"{source}\""),
+            "remove them; the shards are already split into train and val",
+        ));
+    }
+    let path = required_path(cfg, source)?;
+    let (train, val, files) = if cfg.source == DataSource::Llmc {
+        let train_files = shards::llmc_files(path, shards::Split::Train)?;
+        let val_files = match &cfg.val_path {
+            Some(val) => shards::llmc_files(val, shards::Split::Val)?,
+            None if path.is_dir() => shards::llmc_files(path, shards::Split::Val)?,
+            None => {
+                return Err(usage(
+                    format!("[data].val_path is missing; {} is not a shard directory", path.display()),
+                    "set val_path to the validation shard(s), or path to a directory holding *_train_*.bin and *_val_*.bin",
+                ))
+            }
+        };
+        let (train, mut files) = shards::read_llmc_files(&train_files)?;
+        let (val, val_provenance) = shards::read_llmc_files(&val_files)?;
+        files.extend(val_provenance);
+        (train, val, files)
+    } else {
+        let (train_path, val_path) = if path.is_dir() {
+            (
+                path.join("train.bin"),
+                cfg.val_path.clone().unwrap_or_else(|| path.join("val.bin")),
+            )
+        } else {
+            let val = cfg.val_path.clone().ok_or_else(|| {
+                usage(
+                    format!("[data].val_path is missing; {} is a file, not a nanoGPT data directory", path.display()),
+                    "set val_path to val.bin, or path to the directory holding train.bin and val.bin",
+                )
+            })?;
+            (path.to_path_buf(), val)
+        };
+        let train = shards::read_nanogpt(&train_path)?;
+        let val = shards::read_nanogpt(&val_path)?;
+        (train.tokens, val.tokens, vec![train.file, val.file])
+    };
+    let tokenizer = match cfg.tokenizer {
+        TokenizerKind::Gpt2 => Tokenizer::gpt2(),
+        _ => Tokenizer::byte(),
+    };
+    check_ids(&train, &val, &files, &tokenizer)?;
+    Ok(TokenData {
+        train,
+        val,
+        vocab_size: tokenizer.vocab_size(),
+        tokenizer,
+        entropy_nats_per_token: None,
+        files,
+    })
+}
+
+/// Every id must be inside the tokenizer's vocabulary (an embedding lookup
+/// would fail far later, on the GPU, with no file name).
+fn check_ids(
+    train: &[u32],
+    val: &[u32],
+    files: &[DataFile],
+    tokenizer: &Tokenizer,
+) -> anyhow::Result<()> {
+    let vocab = tokenizer.vocab_size() as u32;
+    if let Some(max) = train
+        .iter()
+        .chain(val)
+        .copied()
+        .max()
+        .filter(|&m| m >= vocab)
+    {
+        let names: Vec<String> = files.iter().map(|f| f.path.display().to_string()).collect();
+        return Err(usage(
+            format!(
+                "token id {max} in {} is outside the {} tokenizer's vocabulary ({vocab})",
+                names.join(", "),
+                tokenizer.kind().name()
+            ),
+            "set [data].tokenizer = \"gpt2\" for GPT-2 shards; Llama-3 (uint32) shards need a Llama-3 tokenizer, which envgen does not ship",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn generated(bytes: usize, tokenizer: TokenizerKind) -> DataConfig {
+        DataConfig {
+            source: DataSource::Generated,
+            path: None,
+            val_path: None,
+            tokenizer,
+            corpus_bytes: Some(bytes),
+            val_fraction: None,
+            seed: 5,
+        }
+    }
+
+    #[test]
+    fn config_parses_and_rejects_unknown_fields() {
+        let cfg: DataConfig = toml::from_str("source = \"generated\"\nseed = 3").unwrap();
+        assert_eq!(cfg.source, DataSource::Generated);
+        assert_eq!(cfg.tokenizer, TokenizerKind::Byte);
+        assert_eq!(cfg.seed, 3);
+        let cfg: DataConfig =
+            toml::from_str("source = \"llmc\"\npath = \"d\"\ntokenizer = \"gpt2\"").unwrap();
+        assert_eq!(cfg.source, DataSource::Llmc);
+        let err = toml::from_str::<DataConfig>("source = \"text\"\npaht = \"x\"").unwrap_err();
+        assert!(err.to_string().contains("paht"), "{err}");
+        assert!(toml::from_str::<DataConfig>("source = \"Generated\"").is_err());
+    }
+
+    #[test]
+    fn generated_source_splits_and_reports_the_entropy() {
+        let data = load(&generated(10_000, TokenizerKind::Byte)).unwrap();
+        assert_eq!(data.train.len(), 9_000);
+        assert_eq!(data.val.len(), 1_000);
+        assert_eq!(data.vocab_size, 256);
+        let rate = corpus::entropy_rate().nats_per_byte;
+        assert_eq!(data.entropy_nats_per_token, Some(rate));
+        let text = corpus::generate(5, 10_000).text;
+        assert_eq!(data.tokenizer.decode(&data.train), text[..9_000]);
+
+        let gpt2 = load(&generated(10_000, TokenizerKind::Gpt2)).unwrap();
+        assert!(
+            gpt2.train.len() < 9_000 / 2,
+            "BPE packs several bytes per token"
+        );
+        assert!(gpt2.entropy_nats_per_token.unwrap() > 2.0 * rate);
+
+        let mut bad = generated(10_000, TokenizerKind::Byte);
+        bad.path = Some("x.txt".into());
+        assert!(load(&bad).unwrap_err().to_string().contains("x.txt"));
+        bad = generated(10, TokenizerKind::Byte);
+        assert!(load(&bad).unwrap_err().to_string().contains("corpus_bytes"));
+        bad = generated(10_000, TokenizerKind::Byte);
+        bad.val_fraction = Some(1.5);
+        assert!(load(&bad).unwrap_err().to_string().contains("val_fraction"));
+    }
+
+    fn text_config(path: &Path, tokenizer: TokenizerKind) -> DataConfig {
+        DataConfig {
+            source: DataSource::Text,
+            path: Some(path.to_path_buf()),
+            val_path: None,
+            tokenizer,
+            corpus_bytes: None,
+            val_fraction: None,
+            seed: 0,
+        }
+    }
+
+    #[test]
+    fn text_source_char_level_like_nanogpt() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("input.txt");
+        std::fs::write(&path, "First Citizen:\nBefore we proceed, hear me speak.\n").unwrap();
+        let data = load(&text_config(&path, TokenizerKind::Char)).unwrap();
+        let n = 49; // 15 + 34 characters
+        assert_eq!(data.train.len() + data.val.len(), n);
+        // nanoGPT's split: the first 90 % (rounded down) trains.
+        assert_eq!(data.train.len(), 44);
+        assert_eq!(data.vocab_size, 25); // distinct characters of the text
+        let mut all = data.train.clone();
+        all.extend(&data.val);
+        assert_eq!(
+            data.tokenizer.try_decode(&all).unwrap(),
+            "First Citizen:\nBefore we proceed, hear me speak.\n"
+        );
+        assert_eq!(data.files[0].tokens, n);
+        assert_eq!(data.files[0].sha256.len(), 64);
+    }
+
+    #[test]
+    fn text_source_rejects_non_utf8_and_empty_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let bad = dir.path().join("latin1.txt");
+        std::fs::write(&bad, b"caf\xe9 au lait").unwrap();
+        let e = load(&text_config(&bad, TokenizerKind::Byte))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("latin1.txt") && e.contains("not UTF-8") && e.contains("offset 3"),
+            "{e}"
+        );
+        let empty = dir.path().join("empty.txt");
+        std::fs::write(&empty, b"").unwrap();
+        let e = load(&text_config(&empty, TokenizerKind::Byte))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("empty.txt") && e.contains("empty"), "{e}");
+        let e = load(&text_config(
+            &dir.path().join("none.txt"),
+            TokenizerKind::Byte,
+        ))
+        .unwrap_err();
+        assert_eq!(crate::error::exit_code_of(&e), 2);
+    }
+
+    #[test]
+    fn shard_sources_load_train_and_val_with_provenance() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, tokens: &[u32]| {
+            let bytes = shards::tests::llmc_bytes(
+                shards::LLMC_MAGIC_GPT2,
+                1,
+                tokens.len() as i32,
+                tokens,
+                2,
+            );
+            std::fs::write(dir.path().join(name), bytes).unwrap();
+        };
+        write("tiny_train_000001.bin", &[15496, 995]);
+        write("tiny_val_000000.bin", &[50256]);
+        let mut cfg = DataConfig {
+            source: DataSource::Llmc,
+            path: Some(dir.path().to_path_buf()),
+            val_path: None,
+            tokenizer: TokenizerKind::Gpt2,
+            corpus_bytes: None,
+            val_fraction: None,
+            seed: 0,
+        };
+        let data = load(&cfg).unwrap();
+        assert_eq!(data.train, [15496, 995]);
+        assert_eq!(data.val, [50256]);
+        assert_eq!(data.vocab_size, 50257);
+        assert_eq!(data.tokenizer.decode(&data.train), "Hello world");
+        assert_eq!(data.files.len(), 2);
+
+        cfg.tokenizer = TokenizerKind::Byte;
+        let e = load(&cfg).unwrap_err().to_string();
+        assert!(
+            e.contains("outside the byte tokenizer's vocabulary")
+                && e.contains("tiny_train_000001.bin")
+                && e.contains("gpt2"),
+            "{e}"
+        );
+
+        let nano = tempfile::tempdir().unwrap();
+        std::fs::write(nano.path().join("train.bin"), [1u8, 0, 2, 0]).unwrap();
+        std::fs::write(nano.path().join("val.bin"), [3u8, 0]).unwrap();
+        cfg.source = DataSource::Nanogpt;
+        cfg.path = Some(nano.path().to_path_buf());
+        let data = load(&cfg).unwrap();
+        assert_eq!((data.train, data.val), (vec![1, 2], vec![3]));
+        cfg.tokenizer = TokenizerKind::Char;
+        assert!(load(&cfg).unwrap_err().to_string().contains("char"));
+    }
 }

@@ -193,6 +193,8 @@ impl<B: AutodiffBackend> Task<B> for Gpt2Task {
             json!(self.data.entropy_nats_per_token),
         );
         m.insert("parameters".into(), json!(self.config.model.num_params()));
+        // Provenance: which data files (and which bytes) this run saw.
+        m.insert("data_files".into(), json!(self.data.files));
         m
     }
 
