@@ -5,5 +5,6 @@
 
 pub mod backend;
 pub mod error;
+pub mod hrm;
 
 pub use error::{ErrorKind, UserError};

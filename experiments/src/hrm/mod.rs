@@ -1,0 +1,8 @@
+//! HRM (Hierarchical Reasoning Model) on Sudoku.
+
+pub mod act;
+pub mod config;
+pub mod loss;
+pub mod model;
+pub mod optim;
+pub mod train;
