@@ -6,3 +6,6 @@ pub mod loss;
 pub mod model;
 pub mod optim;
 pub mod train;
+
+#[cfg(test)]
+mod tests;
