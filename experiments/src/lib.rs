@@ -10,5 +10,6 @@ pub mod error;
 pub mod gpt2;
 pub mod quant;
 pub mod rft;
+pub mod hrm;
 
 pub use error::{ErrorKind, UserError};

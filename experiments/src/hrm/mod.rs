@@ -1,0 +1,11 @@
+//! HRM (Hierarchical Reasoning Model) on Sudoku.
+
+pub mod act;
+pub mod config;
+pub mod loss;
+pub mod model;
+pub mod optim;
+pub mod train;
+
+#[cfg(test)]
+mod tests;
