@@ -8,8 +8,8 @@ pub mod data;
 pub mod engine;
 pub mod error;
 pub mod gpt2;
+pub mod hrm;
 pub mod quant;
 pub mod rft;
-pub mod hrm;
 
 pub use error::{ErrorKind, UserError};
