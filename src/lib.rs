@@ -8,5 +8,6 @@ pub mod cli;
 pub mod compat;
 pub mod error;
 pub mod host;
+pub mod image;
 pub mod logging;
 pub mod probe;
