@@ -8,6 +8,7 @@ pub mod cli;
 pub mod compat;
 pub mod error;
 pub mod host;
+pub mod image;
 pub mod launch;
 pub mod logging;
 pub mod probe;

@@ -1,8 +1,21 @@
-//! `envgen image …`
+//! `envgen image …`: list, render, build, lock, verify, export.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use crate::error::{not_yet, Result};
+use crate::error::{Result, UserError};
+use crate::image::build::{self, BuildRequest};
+use crate::image::docker;
+use crate::image::export::{self, Format};
+use crate::image::lock::{self, Lockfile, Resolution};
+use crate::image::{render, Containers};
+
+/// Options every image subcommand takes.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Common {
+    /// The containers directory (profiles/, templates/, envgen.lock); default ./containers, else the embedded copy.
+    #[arg(long, value_name = "DIR", env = "ENVGEN_CONTAINERS_DIR")]
+    pub containers: Option<PathBuf>,
+}
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
@@ -10,30 +23,63 @@ pub enum Command {
     List {
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        common: Common,
     },
     /// Render a profile's Dockerfile, Apptainer definition and charliecloud recipe.
     Render {
         profile: String,
         #[arg(short = 'o', long = "out", value_name = "DIR")]
         out: Option<PathBuf>,
+        /// Render on another base than the profile's.
+        #[arg(long, value_name = "REF")]
+        base: Option<String>,
+        #[command(flatten)]
+        common: Common,
     },
     /// Build a profile through the Docker Engine API.
     Build {
         profile: String,
+        /// Build on another base than the profile's (it must be locked with the same --base).
         #[arg(long, value_name = "REF")]
         base: Option<String>,
         #[arg(long, value_name = "TAG")]
         tag: Option<String>,
+        /// The envgen binary to put in (default: this executable).
+        #[arg(long, value_name = "PATH")]
+        binary: Option<PathBuf>,
         /// Build even if the profile is not locked or has drifted from the lock.
         #[arg(long)]
         unlocked: bool,
+        /// Do not reuse cached layers.
+        #[arg(long)]
+        no_cache: bool,
+        /// Build events as JSON lines on stdout (the last one carries the result).
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        common: Common,
     },
     /// Resolve bases to digests and write containers/envgen.lock.
-    Lock { profile: Option<String> },
+    Lock {
+        profile: Option<String>,
+        #[arg(long, value_name = "REF", requires = "profile")]
+        base: Option<String>,
+        #[arg(long, value_name = "PATH")]
+        binary: Option<PathBuf>,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Recompute the lock and name every drifted entry (exit 1 on drift).
-    Verify { profile: Option<String> },
+    Verify {
+        profile: Option<String>,
+        #[arg(long, value_name = "PATH")]
+        binary: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Export a built profile for HPC.
     Export {
         profile: String,
@@ -41,6 +87,11 @@ pub enum Command {
         out: PathBuf,
         #[arg(long, value_enum, default_value = "docker-archive")]
         format: ExportFormat,
+        /// The image to export (default: the profile's default tag).
+        #[arg(long, value_name = "TAG")]
+        tag: Option<String>,
+        #[command(flatten)]
+        common: Common,
     },
 }
 
@@ -51,6 +102,348 @@ pub enum ExportFormat {
     ApptainerDef,
 }
 
-pub fn execute(_cmd: Command) -> Result<i32> {
-    Err(not_yet("image", "issue #7 (pinned container images)"))
+pub fn execute(cmd: Command) -> Result<i32> {
+    match cmd {
+        Command::List { json, common } => {
+            list(&Containers::locate(common.containers.as_deref())?, json)
+        }
+        Command::Render {
+            profile,
+            out,
+            base,
+            common,
+        } => render_cmd(
+            &Containers::locate(common.containers.as_deref())?,
+            &profile,
+            base,
+            out.as_deref(),
+        ),
+        Command::Build {
+            profile,
+            base,
+            tag,
+            binary,
+            unlocked,
+            no_cache,
+            json,
+            common,
+        } => {
+            let containers = Containers::locate(common.containers.as_deref())?;
+            let request = BuildRequest {
+                profile,
+                base,
+                tag,
+                binary,
+                unlocked,
+                no_cache,
+                json,
+            };
+            let outcome = docker::runtime()?.block_on(build::build(&containers, &request))?;
+            if !json {
+                eprintln!("built {} ({})", outcome.tag, outcome.image_id);
+                println!("{}", outcome.image_id);
+            }
+            Ok(0)
+        }
+        Command::Lock {
+            profile,
+            base,
+            binary,
+            common,
+        } => {
+            let containers = Containers::locate(common.containers.as_deref())?;
+            lock_cmd(&containers, profile.as_deref(), base, binary.as_deref())
+        }
+        Command::Verify {
+            profile,
+            binary,
+            json,
+            common,
+        } => {
+            let containers = Containers::locate(common.containers.as_deref())?;
+            verify_cmd(&containers, profile.as_deref(), binary.as_deref(), json)
+        }
+        Command::Export {
+            profile,
+            out,
+            format,
+            tag,
+            common,
+        } => {
+            let containers = Containers::locate(common.containers.as_deref())?;
+            let format = match format {
+                ExportFormat::DockerArchive => Format::DockerArchive,
+                ExportFormat::Charliecloud => Format::Charliecloud,
+                ExportFormat::ApptainerDef => Format::ApptainerDef,
+            };
+            let image = tag.unwrap_or_else(|| build::default_tag(&profile));
+            let exported = docker::runtime()?.block_on(export::export(
+                &containers,
+                &profile,
+                &image,
+                &out,
+                format,
+            ))?;
+            for path in &exported.paths {
+                println!("{}", path.display());
+            }
+            eprintln!("next: {}", exported.next);
+            Ok(0)
+        }
+    }
+}
+
+fn read_lock(containers: &Containers) -> Result<Lockfile> {
+    match containers.lock_path() {
+        Some(path) => Lockfile::read(&path),
+        None => Ok(Lockfile {
+            schema: lock::SCHEMA,
+            ..Default::default()
+        }),
+    }
+}
+
+fn list(containers: &Containers, json: bool) -> Result<i32> {
+    let lockfile = read_lock(containers)?;
+    let rows: Vec<serde_json::Value> = containers
+        .profiles()?
+        .into_iter()
+        .map(|p| {
+            let locked = lockfile.profiles.get(&p.name);
+            serde_json::json!({
+                "name": p.name,
+                "description": p.description,
+                "base": p.base.reference,
+                "cuda": p.cuda.as_ref().map(|c| c.version.clone()),
+                "digest": locked.map(|l| l.digest.clone()),
+                "tag": build::default_tag(&p.name),
+            })
+        })
+        .collect();
+    if json {
+        println!("{}", serde_json::Value::Array(rows));
+    } else {
+        for row in rows {
+            println!(
+                "{:<20} {:<45} digest: {}",
+                row["name"].as_str().unwrap_or(""),
+                row["base"].as_str().unwrap_or(""),
+                row["digest"].as_str().unwrap_or("(not locked)")
+            );
+        }
+    }
+    Ok(0)
+}
+
+fn render_cmd(
+    containers: &Containers,
+    name: &str,
+    base: Option<String>,
+    out: Option<&Path>,
+) -> Result<i32> {
+    let profile = containers.profile(name)?;
+    let base = base.unwrap_or_else(|| profile.base.reference.clone());
+    let lockfile = read_lock(containers)?;
+    let digest = lockfile
+        .profiles
+        .get(name)
+        .filter(|l| l.base == base)
+        .map(|l| l.resolution())
+        .and_then(|r| r.pinnable().map(str::to_string));
+    let files = render::render(containers, &profile, &base, digest.as_deref())?;
+    match out {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).map_err(|err| {
+                UserError::usage(format!("cannot create {}: {err}", dir.display()))
+            })?;
+            for (file, text) in &files {
+                std::fs::write(dir.join(file), text)?;
+                println!("{}", dir.join(file).display());
+            }
+        }
+        None => {
+            for (file, text) in &files {
+                println!("# ===== {file} =====\n{text}");
+            }
+        }
+    }
+    Ok(0)
+}
+
+/// Resolve bases through the daemon when it answers; say why not otherwise.
+fn resolve_all(bases: &[String]) -> Vec<Resolution> {
+    let runtime = match docker::runtime() {
+        Ok(rt) => rt,
+        Err(err) => {
+            return bases
+                .iter()
+                .map(|_| Resolution::unresolved(err.to_string()))
+                .collect()
+        }
+    };
+    runtime.block_on(async {
+        match docker::connect().await {
+            Ok(docker) => {
+                let mut out = Vec::new();
+                for base in bases {
+                    out.push(docker::resolve(&docker, base).await);
+                }
+                out
+            }
+            Err(err) => {
+                let reason = format!(
+                    "docker daemon unreachable at lock time ({})",
+                    err.to_string().lines().next().unwrap_or("")
+                );
+                bases
+                    .iter()
+                    .map(|_| Resolution::unresolved(reason.clone()))
+                    .collect()
+            }
+        }
+    })
+}
+
+fn selected(containers: &Containers, profile: Option<&str>) -> Result<Vec<crate::image::Profile>> {
+    match profile {
+        Some(name) => Ok(vec![containers.profile(name)?]),
+        None => containers.profiles(),
+    }
+}
+
+fn lock_cmd(
+    containers: &Containers,
+    profile: Option<&str>,
+    base: Option<String>,
+    binary: Option<&Path>,
+) -> Result<i32> {
+    let Some(path) = containers.lock_path() else {
+        return Err(UserError::usage(
+            "no containers directory to write envgen.lock into (using the embedded profiles)",
+        )
+        .with_fix("run from the repository root, or pass --containers DIR")
+        .into());
+    };
+    let profiles = selected(containers, profile)?;
+    let binary_sha = build::binary_sha256(&build::binary_path(binary)?)?;
+    let bases: Vec<String> = profiles
+        .iter()
+        .map(|p| base.clone().unwrap_or_else(|| p.base.reference.clone()))
+        .collect();
+    let resolutions = resolve_all(&bases);
+    let mut lockfile = Lockfile::read(&path)?;
+    for ((profile, base), resolution) in profiles.iter().zip(&bases).zip(&resolutions) {
+        let entry = lock::compute_entry(containers, profile, base, resolution, &binary_sha)?;
+        match &resolution.digest {
+            Some(digest) => eprintln!(
+                "{}: {base} → {digest} ({:?})",
+                profile.name, resolution.source
+            ),
+            None => eprintln!(
+                "warning: {}: {base} unresolved — NOT pinned ({})",
+                profile.name,
+                resolution.reason.as_deref().unwrap_or("")
+            ),
+        }
+        lockfile.profiles.insert(profile.name.clone(), entry);
+    }
+    lockfile.write(&path)?;
+    println!("{}", path.display());
+    Ok(0)
+}
+
+fn verify_cmd(
+    containers: &Containers,
+    profile: Option<&str>,
+    binary: Option<&Path>,
+    json: bool,
+) -> Result<i32> {
+    let path = containers
+        .lock_path()
+        .unwrap_or_else(|| PathBuf::from("containers/envgen.lock"));
+    let lockfile = read_lock(containers)?;
+    let profiles = selected(containers, profile)?;
+    let binary_sha = build::binary_sha256(&build::binary_path(binary)?)?;
+    let mut drifts = Vec::new();
+    let mut notes = Vec::new();
+    let mut to_resolve = Vec::new();
+    for profile in &profiles {
+        let Some(locked) = lockfile.profiles.get(&profile.name) else {
+            drifts.push(lock::Drift {
+                profile: profile.name.clone(),
+                entry: "(whole profile)".into(),
+                locked: "(absent)".into(),
+                now: "not locked".into(),
+                source: path.display().to_string(),
+            });
+            continue;
+        };
+        let now = lock::compute_entry(
+            containers,
+            profile,
+            &locked.base,
+            &locked.resolution(),
+            &binary_sha,
+        )?;
+        drifts.extend(lock::compare(&profile.name, locked, &now));
+        to_resolve.push((profile.name.clone(), locked.clone()));
+    }
+    // Re-resolve the bases: a moved tag is drift; an unreachable base is said, not hidden.
+    let bases: Vec<String> = to_resolve.iter().map(|(_, l)| l.base.clone()).collect();
+    for ((name, locked), now) in to_resolve.iter().zip(resolve_all(&bases)) {
+        match (locked.digest.as_str(), now.digest.as_deref()) {
+            (lock::UNRESOLVED, None) => notes.push(format!(
+                "{name}: base {} is not pinned (digest unresolved: {})",
+                locked.base,
+                locked
+                    .unresolved_reason
+                    .as_deref()
+                    .unwrap_or("no reason recorded")
+            )),
+            (lock::UNRESOLVED, Some(digest)) => drifts.push(lock::Drift {
+                profile: name.clone(),
+                entry: "digest".into(),
+                locked: lock::UNRESOLVED.into(),
+                now: digest.into(),
+                source: format!("base {} (now resolvable: re-lock to pin it)", locked.base),
+            }),
+            (locked_digest, None) => notes.push(format!(
+                "{name}: base {} locked at {locked_digest}, not re-checked now ({})",
+                locked.base,
+                now.reason.as_deref().unwrap_or("")
+            )),
+            (locked_digest, Some(digest)) => {
+                // The same source must agree; an ID vs a manifest digest are not comparable.
+                if now.source == locked.digest_source && locked_digest != digest {
+                    drifts.push(lock::Drift {
+                        profile: name.clone(),
+                        entry: "digest".into(),
+                        locked: locked_digest.into(),
+                        now: digest.into(),
+                        source: format!("base {} (the tag moved)", locked.base),
+                    });
+                }
+            }
+        }
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"lockfile": path, "ok": drifts.is_empty(), "drift": drifts, "notes": notes})
+        );
+    } else {
+        for note in &notes {
+            println!("note: {note}");
+        }
+        for d in &drifts {
+            println!(
+                "drift: {}: {} — locked {} , now {} ({})",
+                d.profile, d.entry, d.locked, d.now, d.source
+            );
+        }
+        if drifts.is_empty() {
+            println!("ok: {} profile(s) match {}", profiles.len(), path.display());
+        }
+    }
+    Ok(if drifts.is_empty() { 0 } else { 1 })
 }

@@ -16,28 +16,9 @@ use futures_util::StreamExt;
 
 use crate::error::{Result, UserError};
 
-/// Connect to the daemon named by DOCKER_HOST (or the default socket) and
-/// agree on an API version; an unreachable daemon is an environment error.
-pub async fn connect() -> Result<Docker> {
-    let unreachable = |detail: String| -> anyhow::Error {
-        let host =
-            std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into());
-        UserError::environment(format!("the Docker daemon at {host} is not reachable: {detail}"))
-            .with_fix("start dockerd (e.g. `sudo systemctl start docker`) or set DOCKER_HOST to a running daemon")
-            .into()
-    };
-    let docker = Docker::connect_with_defaults().map_err(|e| unreachable(e.to_string()))?;
-    // Debian 12's daemon speaks API 1.41; bollard defaults to a newer one.
-    let docker = docker
-        .negotiate_version()
-        .await
-        .map_err(|e| unreachable(e.to_string()))?;
-    docker
-        .ping()
-        .await
-        .map_err(|e| unreachable(e.to_string()))?;
-    Ok(docker)
-}
+/// Connect to the daemon named by DOCKER_HOST (one connection helper for the
+/// whole program: `image::docker::connect`, exit 3 with the fix when unreachable).
+pub use crate::image::docker::connect;
 
 /// Which GPUs the container gets.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -1,0 +1,302 @@
+//! `containers/envgen.lock`: per profile, the base resolved to a digest, the
+//! sha256 of every rendered file, of the profile source and of the envgen
+//! binary that goes in, and the package pins. `verify` recomputes it all
+//! and names each entry that drifted.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+
+use super::profile::{Containers, Profile};
+use super::render;
+use crate::error::{Result, UserError};
+
+pub const SCHEMA: u32 = 1;
+pub const UNRESOLVED: &str = "unresolved";
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// How a base reference was pinned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DigestSource {
+    /// Manifest digest from the registry (`/distribution/{name}/json`).
+    Registry,
+    /// Manifest digest the local daemon recorded when the image was pushed or pulled.
+    RepoDigest,
+    /// Only the local image ID (config digest): cannot go into `FROM …@`, is checked before building.
+    ImageId,
+    Unresolved,
+}
+
+/// The outcome of resolving a base reference.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resolution {
+    pub digest: Option<String>,
+    pub source: DigestSource,
+    pub reason: Option<String>,
+}
+
+impl Resolution {
+    pub fn unresolved(reason: impl Into<String>) -> Resolution {
+        Resolution {
+            digest: None,
+            source: DigestSource::Unresolved,
+            reason: Some(reason.into()),
+        }
+    }
+    /// The digest that may go into `FROM base@digest`.
+    pub fn pinnable(&self) -> Option<&str> {
+        match self.source {
+            DigestSource::Registry | DigestSource::RepoDigest => self.digest.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockEntry {
+    pub base: String,
+    /// "sha256:…", or "unresolved".
+    pub digest: String,
+    pub digest_source: DigestSource,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unresolved_reason: Option<String>,
+    pub profile_sha256: String,
+    pub binary_sha256: String,
+    /// Rendered file name → sha256.
+    pub files: BTreeMap<String, String>,
+    #[serde(default)]
+    pub apt: BTreeMap<String, String>,
+    #[serde(default)]
+    pub pip: BTreeMap<String, String>,
+}
+
+impl LockEntry {
+    pub fn resolution(&self) -> Resolution {
+        Resolution {
+            digest: (self.digest != UNRESOLVED).then(|| self.digest.clone()),
+            source: self.digest_source,
+            reason: self.unresolved_reason.clone(),
+        }
+    }
+    /// What `io.envgen.lock-sha256` carries: the hash of this entry as written.
+    pub fn sha256(&self) -> String {
+        sha256_hex(toml::to_string(self).unwrap_or_default().as_bytes())
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Lockfile {
+    pub schema: u32,
+    #[serde(default)]
+    pub profiles: BTreeMap<String, LockEntry>,
+}
+
+impl Lockfile {
+    /// Read the lockfile; a missing file is an empty lock.
+    pub fn read(path: &Path) -> Result<Lockfile> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Lockfile {
+                    schema: SCHEMA,
+                    ..Default::default()
+                })
+            }
+            Err(err) => return Err(anyhow::anyhow!("reading {}: {err}", path.display())),
+        };
+        let lock: Lockfile = toml::from_str(&text).map_err(|err| {
+            UserError::usage(format!("{}: {err}", path.display()))
+                .with_fix("regenerate it with `envgen image lock`")
+        })?;
+        if lock.schema != SCHEMA {
+            return Err(UserError::usage(format!(
+                "{}: schema = {} (this envgen reads schema {SCHEMA})",
+                path.display(),
+                lock.schema
+            ))
+            .with_fix("regenerate it with `envgen image lock`")
+            .into());
+        }
+        Ok(lock)
+    }
+
+    pub fn write(&self, path: &Path) -> Result<()> {
+        let body = toml::to_string_pretty(self)?;
+        let text = format!(
+            "# Written by `envgen image lock`; checked by `envgen image verify`.\n\
+             # digest = \"unresolved\" means the base could not be resolved where the lock was written\n\
+             # (see unresolved_reason): such a profile is NOT pinned; re-lock where the base is reachable.\n\n{body}"
+        );
+        std::fs::write(path, text)
+            .map_err(|err| anyhow::anyhow!("writing {}: {err}", path.display()))
+    }
+}
+
+/// Compute a profile's lock entry for `base` resolved as `resolution`.
+pub fn compute_entry(
+    containers: &Containers,
+    profile: &Profile,
+    base: &str,
+    resolution: &Resolution,
+    binary_sha256: &str,
+) -> Result<LockEntry> {
+    let files = render::render(containers, profile, base, resolution.pinnable())?
+        .into_iter()
+        .map(|(name, text)| (name, sha256_hex(text.as_bytes())))
+        .collect();
+    Ok(LockEntry {
+        base: base.to_string(),
+        digest: resolution
+            .digest
+            .clone()
+            .unwrap_or_else(|| UNRESOLVED.to_string()),
+        digest_source: resolution.source,
+        unresolved_reason: resolution.reason.clone(),
+        profile_sha256: sha256_hex(containers.profile_text(&profile.name)?.as_bytes()),
+        binary_sha256: binary_sha256.to_string(),
+        files,
+        apt: profile.apt.clone(),
+        pip: profile.pip.clone(),
+    })
+}
+
+/// One difference between the lock and what the inputs give now.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Drift {
+    pub profile: String,
+    /// e.g. "files.Dockerfile", "binary_sha256", "digest".
+    pub entry: String,
+    pub locked: String,
+    pub now: String,
+    /// Where to look: the template or profile file behind the entry.
+    pub source: String,
+}
+
+/// Compare a locked entry with a freshly computed one (computed with the
+/// locked resolution, so file drift means templates/profile/binary changed).
+pub fn compare(profile: &str, locked: &LockEntry, now: &LockEntry) -> Vec<Drift> {
+    let mut drifts = Vec::new();
+    let mut push = |entry: String, a: &str, b: &str, source: String| {
+        if a != b {
+            drifts.push(Drift {
+                profile: profile.to_string(),
+                entry,
+                locked: a.to_string(),
+                now: b.to_string(),
+                source,
+            });
+        }
+    };
+    let profile_file = format!("profiles/{profile}.toml");
+    push("base".into(), &locked.base, &now.base, profile_file.clone());
+    push(
+        "profile_sha256".into(),
+        &locked.profile_sha256,
+        &now.profile_sha256,
+        profile_file.clone(),
+    );
+    push(
+        "binary_sha256".into(),
+        &locked.binary_sha256,
+        &now.binary_sha256,
+        "the envgen binary (--binary)".into(),
+    );
+    let names: std::collections::BTreeSet<&String> =
+        locked.files.keys().chain(now.files.keys()).collect();
+    for name in names {
+        let template = format!("templates/{name}.hbs");
+        push(
+            format!("files.{name}"),
+            locked
+                .files
+                .get(name)
+                .map(String::as_str)
+                .unwrap_or("(absent)"),
+            now.files
+                .get(name)
+                .map(String::as_str)
+                .unwrap_or("(absent)"),
+            template,
+        );
+    }
+    for (table, a, b) in [
+        ("apt", &locked.apt, &now.apt),
+        ("pip", &locked.pip, &now.pip),
+    ] {
+        let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+        for key in keys {
+            push(
+                format!("{table}.{key}"),
+                a.get(key).map(String::as_str).unwrap_or("(absent)"),
+                b.get(key).map(String::as_str).unwrap_or("(absent)"),
+                profile_file.clone(),
+            );
+        }
+    }
+    drifts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn template_change_is_named_as_drift() {
+        let containers = Containers::embedded();
+        let profile = containers.profile("cuda12.8").unwrap();
+        let resolution = Resolution::unresolved("not reachable in the test");
+        let locked = compute_entry(
+            &containers,
+            &profile,
+            &profile.base.reference,
+            &resolution,
+            "abc",
+        )
+        .unwrap();
+        assert_eq!(locked.digest, UNRESOLVED);
+        let mut now = locked.clone();
+        assert!(compare("cuda12.8", &locked, &now).is_empty());
+        now.files.insert("Dockerfile".into(), "0000".into());
+        now.binary_sha256 = "def".into();
+        let drifts = compare("cuda12.8", &locked, &now);
+        let entries: Vec<&str> = drifts.iter().map(|d| d.entry.as_str()).collect();
+        assert_eq!(entries, ["binary_sha256", "files.Dockerfile"]);
+        assert_eq!(drifts[1].source, "templates/Dockerfile.hbs");
+    }
+
+    #[test]
+    fn lockfile_round_trips() {
+        let containers = Containers::embedded();
+        let profile = containers.profile("cpu").unwrap();
+        let resolution = Resolution {
+            digest: Some("sha256:aa".into()),
+            source: DigestSource::Registry,
+            reason: None,
+        };
+        let entry = compute_entry(
+            &containers,
+            &profile,
+            "debian:bookworm-slim",
+            &resolution,
+            "abc",
+        )
+        .unwrap();
+        let mut lock = Lockfile {
+            schema: SCHEMA,
+            ..Default::default()
+        };
+        lock.profiles.insert("cpu".into(), entry);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("envgen.lock");
+        lock.write(&path).unwrap();
+        assert_eq!(Lockfile::read(&path).unwrap(), lock);
+    }
+}
