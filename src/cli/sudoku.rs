@@ -1,13 +1,346 @@
-//! `envgen sudoku …`
+//! `envgen sudoku …`: solve, generate, build the HRM dataset, benchmark.
 
-use crate::error::{not_yet, Result};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use envgen_experiments::hrm::sudoku::csvfile::{self, Row};
+use envgen_experiments::hrm::sudoku::dataset::{self, BuildOptions, Source};
+use envgen_experiments::hrm::sudoku::generate::{generate, Difficulty};
+use envgen_experiments::hrm::sudoku::{analyze, bench, parse_grid, to_line, Grid, Outcome};
+use serde_json::json;
+
+use crate::error::{Result, UserError};
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Level {
+    Easy,
+    Hard,
+    Extreme,
+}
+
+impl From<Level> for Difficulty {
+    fn from(level: Level) -> Self {
+        match level {
+            Level::Easy => Difficulty::Easy,
+            Level::Hard => Difficulty::Hard,
+            Level::Extreme => Difficulty::Extreme,
+        }
+    }
+}
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
-    /// Solve puzzles (81-character strings, '.' or '0' for blanks).
-    Solve { puzzles: Vec<String> },
+    /// Solve puzzles (81-character strings, '.' or '0' for blanks), prove
+    /// uniqueness and rate them. Exit 1 when a puzzle has no solution or
+    /// several; exit 2 on malformed input.
+    Solve {
+        puzzles: Vec<String>,
+        /// Read puzzles from a Sudoku-Extreme CSV (column q) or one a line.
+        #[arg(long)]
+        file: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Generate unique-solution puzzles as a Sudoku-Extreme CSV.
+    Generate {
+        #[arg(long)]
+        count: usize,
+        #[arg(long, value_enum, default_value = "easy")]
+        difficulty: Level,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        #[arg(long)]
+        out: PathBuf,
+        /// Worker threads (0 = all cores); the output does not depend on it.
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
+    },
+    /// Build the HRM dataset (`extreme-1k-aug-1000` layout) into a directory.
+    BuildDataset {
+        /// Train CSV (Sudoku-Extreme layout); generated when absent.
+        #[arg(long, requires = "test")]
+        train: Option<PathBuf>,
+        /// Test CSV; generated when absent.
+        #[arg(long, requires = "train")]
+        test: Option<PathBuf>,
+        /// Random train puzzles to keep (all when absent).
+        #[arg(long)]
+        subsample: Option<usize>,
+        /// Augmentations per train puzzle (the original is kept too).
+        #[arg(long, default_value_t = 1000)]
+        aug: usize,
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Difficulty of generated puzzles (without --train/--test).
+        #[arg(long, value_enum, default_value = "extreme")]
+        generate_difficulty: Level,
+        #[arg(long, default_value_t = 1000)]
+        train_count: usize,
+        #[arg(long, default_value_t = 200)]
+        test_count: usize,
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Measure generation speed and single-thread solve speed.
+    Bench {
+        #[arg(long, default_value_t = 200)]
+        count: usize,
+        #[arg(long, value_enum, default_value = "extreme")]
+        difficulty: Level,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
+        /// Timed solves per puzzle (the best counts).
+        #[arg(long, default_value_t = 5)]
+        repetitions: usize,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
-pub fn execute(_cmd: Command) -> Result<i32> {
-    Err(not_yet("sudoku", "issue #3 (HRM on Sudoku)"))
+pub fn execute(cmd: Command) -> Result<i32> {
+    match cmd {
+        Command::Solve {
+            puzzles,
+            file,
+            json,
+        } => solve(puzzles, file.as_deref(), json),
+        Command::Generate {
+            count,
+            difficulty,
+            seed,
+            out,
+            threads,
+        } => {
+            let rows = generate_rows(difficulty.into(), count, seed, threads);
+            csvfile::write_file(&out, &rows)?;
+            eprintln!(
+                "wrote {count} {} puzzles to {}",
+                Difficulty::from(difficulty).name(),
+                out.display()
+            );
+            Ok(0)
+        }
+        Command::BuildDataset {
+            train,
+            test,
+            subsample,
+            aug,
+            out,
+            seed,
+            generate_difficulty,
+            train_count,
+            test_count,
+            threads,
+            json,
+        } => {
+            let inputs = Inputs {
+                train,
+                test,
+                difficulty: generate_difficulty.into(),
+                train_count,
+                test_count,
+                threads,
+            };
+            build_dataset(inputs, subsample, aug, &out, seed, json)
+        }
+        Command::Bench {
+            count,
+            difficulty,
+            seed,
+            threads,
+            repetitions,
+            json,
+        } => {
+            let report = bench::run(difficulty.into(), count, seed, threads, repetitions)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!(
+                    "generate {count} {}: {:.2} s on {} threads ({:.1} puzzles/s)\n\
+                     solve + uniqueness proof, 1 thread: mean {:.1} µs, hardest decile {:.1} µs, max {:.1} µs\n\
+                     rating: min {} p50 {} p90 {} max {} mean {:.1}",
+                    report.difficulty.name(),
+                    report.generate_wall_s,
+                    report.threads,
+                    report.generated_per_s,
+                    report.solve_us_mean,
+                    report.solve_us_hardest_decile,
+                    report.solve_us_max,
+                    report.ratings.min,
+                    report.ratings.p50,
+                    report.ratings.p90,
+                    report.ratings.max,
+                    report.ratings.mean,
+                );
+            }
+            Ok(0)
+        }
+    }
+}
+
+fn generate_rows(difficulty: Difficulty, count: usize, seed: u64, threads: usize) -> Vec<Row> {
+    let source = format!("envgen-{}-seed{seed}", difficulty.name());
+    generate(difficulty, count, seed, threads)
+        .into_iter()
+        .map(|g| Row {
+            source: source.clone(),
+            puzzle: g.puzzle,
+            solution: g.solution,
+            rating: g.rating,
+        })
+        .collect()
+}
+
+fn solve(args: Vec<String>, file: Option<&Path>, json: bool) -> Result<i32> {
+    let mut labelled: Vec<(String, String)> = args
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| (format!("puzzle {} ({p:?})", i + 1), p))
+        .collect();
+    if let Some(path) = file {
+        for (line, p) in csvfile::read_puzzle_lines(path)? {
+            labelled.push((format!("{}: line {line}", path.display()), p));
+        }
+    }
+    if labelled.is_empty() {
+        return Err(UserError::usage("no puzzles given")
+            .with_fix("pass 81-character puzzles as arguments or --file F.csv")
+            .into());
+    }
+    // Check every puzzle before solving any, so bad input always exits 2.
+    let mut grids: Vec<Grid> = Vec::with_capacity(labelled.len());
+    for (label, text) in &labelled {
+        let grid = parse_grid(text.trim()).map_err(|e| {
+            UserError::usage(format!("{label}: {e}")).with_fix(
+                "a puzzle is 81 characters, row by row: digits 1-9 and '.' or '0' for blanks, \
+                 with no digit twice in a row, column or box",
+            )
+        })?;
+        grids.push(grid);
+    }
+    let mut all_unique = true;
+    let mut results = Vec::with_capacity(grids.len());
+    for (grid, (label, _)) in grids.iter().zip(&labelled) {
+        let start = Instant::now();
+        let analysis = analyze(grid);
+        let micros = start.elapsed().as_secs_f64() * 1e6;
+        let (status, solution) = match &analysis.outcome {
+            Outcome::Unique(s) => ("unique", Some(to_line(s))),
+            Outcome::None => ("none", None),
+            Outcome::Multiple => ("multiple", None),
+        };
+        all_unique &= status == "unique";
+        if !json {
+            match &solution {
+                Some(s) => println!("{s}  rating {}  ({label})", analysis.guesses),
+                None if status == "none" => println!("no solution  ({label})"),
+                None => println!("multiple solutions  ({label})"),
+            }
+        }
+        results.push(json!({
+            "input": label,
+            "puzzle": to_line(grid),
+            "status": status,
+            "solution": solution,
+            "rating": analysis.guesses,
+            "micros": micros,
+        }));
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({ "puzzles": results }))?
+        );
+    }
+    Ok(if all_unique { 0 } else { 1 })
+}
+
+struct Inputs {
+    train: Option<PathBuf>,
+    test: Option<PathBuf>,
+    difficulty: Difficulty,
+    train_count: usize,
+    test_count: usize,
+    threads: usize,
+}
+
+fn build_dataset(
+    inputs: Inputs,
+    subsample: Option<usize>,
+    aug: usize,
+    out: &Path,
+    seed: u64,
+    json: bool,
+) -> Result<i32> {
+    let (train_path, test_path, generated) = match (inputs.train, inputs.test) {
+        (Some(train), Some(test)) => (train, test, None),
+        _ => {
+            // Train and test come from disjoint seed streams of one run.
+            let dir = dataset::source_dir(out);
+            let (train, test) = (dir.join("train.csv"), dir.join("test.csv"));
+            let d = inputs.difficulty;
+            eprintln!(
+                "generating {} train + {} test {} puzzles…",
+                inputs.train_count,
+                inputs.test_count,
+                d.name()
+            );
+            csvfile::write_file(
+                &train,
+                &generate_rows(d, inputs.train_count, seed, inputs.threads),
+            )?;
+            let test_seed = seed ^ 0x7e57_7e57_7e57_7e57;
+            csvfile::write_file(
+                &test,
+                &generate_rows(d, inputs.test_count, test_seed, inputs.threads),
+            )?;
+            let info = json!({
+                "difficulty": d.name(),
+                "min_rating": d.min_rating(),
+                "train_seed": seed,
+                "test_seed": test_seed,
+                "train_count": inputs.train_count,
+                "test_count": inputs.test_count,
+            });
+            (train, test, Some(info))
+        }
+    };
+    let train_rows = csvfile::read_file(&train_path)?;
+    let test_rows = csvfile::read_file(&test_path)?;
+    let options = BuildOptions {
+        subsample,
+        augmentations: aug,
+        seed,
+    };
+    let train_source = Source::of_file(&train_path, train_rows.len())?;
+    let test_source = Source::of_file(&test_path, test_rows.len())?;
+    let meta = dataset::build(
+        &train_rows,
+        &test_rows,
+        train_source,
+        test_source,
+        &options,
+        generated,
+        out,
+    )?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&meta)?);
+    } else {
+        println!(
+            "{}: train {} examples ({} groups × {}), test {} examples → {}",
+            meta.name,
+            meta.train.examples,
+            meta.train.groups,
+            meta.train.examples_per_group,
+            meta.test.examples,
+            out.display()
+        );
+    }
+    Ok(0)
 }
