@@ -37,12 +37,16 @@ struct Report<'a> {
     verdicts: &'a [Verdict],
 }
 
-/// Seam for the images module: facts about an image the local Docker daemon
-/// has (its `NVIDIA_REQUIRE_CUDA` / `CUDA_VERSION` env and envgen labels).
-/// Until that module lands this knows no local image, and such references
-/// are reported as `unknown-image`.
-pub fn local_image_facts(_reference: &str) -> Option<ImageFacts> {
-    None
+/// Facts about an envgen profile named by its name or default tag
+/// (`cpu`, `envgen/cuda12.8:0.1.0`), else about an image the local Docker
+/// daemon has (its `NVIDIA_REQUIRE_CUDA` / `CUDA_VERSION` env and envgen
+/// labels). A daemon that does not answer simply knows no image.
+pub fn local_image_facts(reference: &str) -> Option<ImageFacts> {
+    let profile = reference
+        .strip_prefix("envgen/")
+        .map(|rest| rest.split(':').next().unwrap_or(rest))
+        .unwrap_or(reference);
+    crate::image::profile_facts(profile).or_else(|| crate::image::local_image_facts(reference))
 }
 
 /// `--assume-driver` must look like a driver version ("535.261.03", "580.65").

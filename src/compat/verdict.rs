@@ -607,6 +607,16 @@ fn check_image(
     rules: &HashMap<&str, Result<RequireRule, String>>,
 ) -> Vec<Reason> {
     let mut reasons: Vec<Reason> = unknown_gpu(gpu).into_iter().collect();
+    if image.origin == "profile" && image.cuda.is_none() && image.require_cuda.is_none() {
+        // envgen's own CPU profile: nothing in it touches the GPU or driver.
+        reasons.push(reason(
+            "cpu-only",
+            Status::Ok,
+            format!("{} is an envgen CPU-backend image: it runs on any x86_64 host and does not use this GPU", image.reference),
+            "for GPU training use the cuda12.8 profile".to_string(),
+        ));
+        return reasons;
+    }
     let cuda = image.cuda.as_deref().and_then(Version::parse);
     let knows_nothing = cuda.is_none()
         && image.require_cuda.is_none()
