@@ -63,6 +63,7 @@ mod tests {
             n_embd: 16,
             block_size: 8,
             vocab_size: 40,
+            dropout: 0.0,
         }
     }
 

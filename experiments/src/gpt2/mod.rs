@@ -84,6 +84,7 @@ impl Experiment for Gpt2Experiment {
         overrides: &[String],
     ) -> anyhow::Result<ResolvedConfig> {
         let loaded = engine::load::<Gpt2Config>(text, origin, overrides)?;
+        loaded.science.model.validate(origin)?;
         Ok(ResolvedConfig {
             preset: None,
             science: registry::canonical(&loaded.science)?,
@@ -147,15 +148,20 @@ impl Gpt2Task {
         Ok(Self { config, data })
     }
 
+    /// A seed that depends on (train.seed, step, row) only.
+    fn mixed_seed(&self, step: u64, row: usize) -> u64 {
+        self.config
+            .train
+            .seed
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .wrapping_add(step.wrapping_mul(0xBF58_476D_1CE4_E5B9))
+            .wrapping_add((row as u64).wrapping_mul(0x94D0_49BB_1331_11EB))
+    }
+
     /// Row `row` of the global batch of `step`: a window start drawn from a
     /// generator seeded by (seed, step, row) only.
     fn window_start(&self, step: u64, row: usize) -> usize {
-        let seed = self.config.train.seed;
-        let mixed = seed
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            .wrapping_add(step.wrapping_mul(0xBF58_476D_1CE4_E5B9))
-            .wrapping_add((row as u64).wrapping_mul(0x94D0_49BB_1331_11EB));
-        let mut rng = StdRng::seed_from_u64(mixed);
+        let mut rng = StdRng::seed_from_u64(self.mixed_seed(step, row));
         rng.random_range(0..self.data.train.len() - self.config.model.block_size - 1)
     }
 
@@ -205,6 +211,12 @@ impl<B: AutodiffBackend> Task<B> for Gpt2Task {
         rows: Range<usize>,
         device: &B::Device,
     ) -> Tensor<B, 1> {
+        if self.config.model.dropout > 0.0 {
+            // Dropout masks come from the backend's generator: reseed it from
+            // (seed, step, first row) so a resumed run draws the same masks.
+            // Masks still depend on how the batch is split into micro-batches.
+            B::seed(device, self.mixed_seed(step, rows.start) ^ 0xD50_0D50);
+        }
         let starts: Vec<usize> = rows.map(|r| self.window_start(step, r)).collect();
         let (x, y) = self.batch::<B>(&self.data.train, &starts, device);
         model.loss(x, y)

@@ -10,7 +10,8 @@
 
 use burn::module::{Module, Param};
 use burn::nn::{
-    Embedding, EmbeddingConfig, Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig,
+    Dropout, DropoutConfig, Embedding, EmbeddingConfig, Initializer, LayerNorm, LayerNormConfig,
+    Linear, LinearConfig,
 };
 use burn::prelude::*;
 use burn::tensor::activation::log_softmax;
@@ -29,6 +30,16 @@ pub struct ModelConfig {
     /// Embedding rows; may exceed the tokenizer's vocabulary (GPT-2 pads
     /// 50,257 to 50,304, a multiple of 64, for speed).
     pub vocab_size: usize,
+    /// Dropout probability on the embeddings and on each residual branch
+    /// (nanoGPT's places, except attention weights: Burn's fused attention
+    /// has no dropout). 0 = off, and then left out of config.toml, so
+    /// configs without dropout hash as before.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dropout: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 impl ModelConfig {
@@ -39,6 +50,31 @@ impl ModelConfig {
     pub fn num_params(&self) -> usize {
         let d = self.n_embd;
         self.vocab_size * d + self.block_size * d + self.n_layer * (12 * d * d + 13 * d) + 2 * d
+    }
+
+    /// Reject values the model cannot be built with (a usage error naming the key).
+    pub fn validate(&self, origin: &str) -> Result<(), crate::error::UserError> {
+        let bad = |key: &str, value: String, fix: &str| {
+            Err(
+                crate::error::UserError::usage(format!("{origin}: model.{key} = {value}"))
+                    .with_fix(fix.to_string()),
+            )
+        };
+        if !(0.0..1.0).contains(&self.dropout) {
+            return bad(
+                "dropout",
+                self.dropout.to_string(),
+                "use a probability in [0, 1)",
+            );
+        }
+        if self.n_head == 0 || self.n_embd % self.n_head != 0 {
+            return bad(
+                "n_head",
+                self.n_head.to_string(),
+                "n_embd must be a multiple of n_head",
+            );
+        }
+        Ok(())
     }
 
     pub fn init<B: Backend>(&self, device: &B::Device) -> Gpt2<B> {
@@ -54,6 +90,7 @@ impl ModelConfig {
             layer
         };
         let layer_norm = || LayerNormConfig::new(d).with_epsilon(1e-5).init::<B>(device);
+        let dropout = DropoutConfig::new(self.dropout).init();
         let h = (0..self.n_layer)
             .map(|_| Block {
                 ln_1: layer_norm(),
@@ -67,6 +104,7 @@ impl ModelConfig {
                     c_fc: linear(d, 4 * d, 0.02),
                     c_proj: linear(4 * d, d, resid_std),
                 },
+                dropout: dropout.clone(),
             })
             .collect();
         Gpt2 {
@@ -78,6 +116,7 @@ impl ModelConfig {
                 .init(device),
             h,
             ln_f: layer_norm(),
+            dropout,
         }
     }
 }
@@ -88,6 +127,7 @@ pub struct Gpt2<B: Backend> {
     pub wpe: Embedding<B>,
     pub h: Vec<Block<B>>,
     pub ln_f: LayerNorm<B>,
+    pub dropout: Dropout,
 }
 
 #[derive(Module, Debug)]
@@ -96,6 +136,7 @@ pub struct Block<B: Backend> {
     pub attn: CausalSelfAttention<B>,
     pub ln_2: LayerNorm<B>,
     pub mlp: Mlp<B>,
+    pub dropout: Dropout,
 }
 
 #[derive(Module, Debug)]
@@ -121,20 +162,46 @@ pub fn gelu_tanh<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
 }
 
 impl<B: Backend> CausalSelfAttention<B> {
+    /// Causal self-attention, computed head-major without moving activations.
+    ///
+    /// The textbook form splits `c_attn(x)` into heads with a reshape and a
+    /// transpose and merges them back the same way. On Burn's CPU backend
+    /// each of those is an element-by-element copy of a [B, T, C] tensor,
+    /// forward and backward (≈ a quarter of a bench-cpu step in a perf
+    /// profile, docs/benchmarks.md). Instead the weights are viewed per head:
+    /// `x [B, 1, T, C] @ W_q [1, H, C, hd]` lands directly in the [B, H, T, hd]
+    /// layout attention wants (a broadcast, strided matmul: no copy), and the
+    /// output projection is `Σ_h y_h @ W_o,h`, the same sum the concatenated
+    /// matmul computes. Parameters keep Hugging Face's Conv1D layout.
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let [b, t, d] = x.dims();
-        let hd = d / self.n_head;
-        let qkv = self.c_attn.forward(x);
-        let heads = |i: usize| {
-            qkv.clone()
-                .slice([0..b, 0..t, i * d..(i + 1) * d])
-                .reshape([b, t, self.n_head, hd])
-                .swap_dims(1, 2)
+        let h = self.n_head;
+        let hd = d / h;
+        let x = x.reshape([b, 1, t, d]);
+        // [C, 3C] viewed as [C, 3, H, hd], then [3, H, C, hd]: views only.
+        let w_qkv = self
+            .c_attn
+            .weight
+            .val()
+            .reshape([d, 3, h, hd])
+            .permute([1, 2, 0, 3]);
+        let b_qkv = self
+            .c_attn
+            .bias
+            .as_ref()
+            .map(|bias| bias.val().reshape([3, h, 1, hd]));
+        let project = |i: usize| {
+            let w = w_qkv.clone().slice([i..i + 1]);
+            let out = x.clone().matmul(w);
+            match &b_qkv {
+                Some(bias) => out + bias.clone().slice([i..i + 1]),
+                None => out,
+            }
         };
         let y = attention(
-            heads(0),
-            heads(1),
-            heads(2),
+            project(0),
+            project(1),
+            project(2),
             None,
             None,
             AttentionModuleOptions {
@@ -143,15 +210,25 @@ impl<B: Backend> CausalSelfAttention<B> {
                 is_causal: true,
             },
         );
-        self.c_proj.forward(y.swap_dims(1, 2).reshape([b, t, d]))
+        // [C, C] viewed as [1, H, hd, C]; sum the per-head projections.
+        let w_proj = self.c_proj.weight.val().reshape([1, h, hd, d]);
+        let out = y.matmul(w_proj).sum_dim(1).reshape([b, t, d]);
+        match &self.c_proj.bias {
+            Some(bias) => out + bias.val().reshape([1, 1, d]),
+            None => out,
+        }
     }
 }
 
 impl<B: Backend> Block<B> {
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let x = x.clone() + self.attn.forward(self.ln_1.forward(x));
+        // Dropout is the identity outside autodiff (evaluation, sampling).
+        let x = x.clone()
+            + self
+                .dropout
+                .forward(self.attn.forward(self.ln_1.forward(x)));
         let hidden = gelu_tanh(self.mlp.c_fc.forward(self.ln_2.forward(x.clone())));
-        x + self.mlp.c_proj.forward(hidden)
+        x + self.dropout.forward(self.mlp.c_proj.forward(hidden))
     }
 }
 
@@ -161,7 +238,9 @@ impl<B: Backend> Gpt2<B> {
         let [b, t] = idx.dims();
         let device = idx.device();
         let positions = Tensor::<B, 1, Int>::arange(0..t as i64, &device).reshape([1, t]);
-        let mut x = self.wte.forward(idx) + self.wpe.forward(positions);
+        let mut x = self
+            .dropout
+            .forward(self.wte.forward(idx) + self.wpe.forward(positions));
         for block in &self.h {
             x = block.forward(x);
         }
@@ -198,6 +277,7 @@ mod tests {
             n_embd: 32,
             block_size: 16,
             vocab_size: 50,
+            dropout: 0.0,
         };
         let model = cfg.init::<Cpu>(&Default::default());
         assert_eq!(model.num_params(), cfg.num_params());
@@ -211,8 +291,45 @@ mod tests {
             n_embd: 768,
             block_size: 1024,
             vocab_size: 50304,
+            dropout: 0.0,
         };
         assert_eq!(cfg.num_params(), 124_475_904);
+    }
+
+    /// The head-major attention equals the textbook split/transpose/merge.
+    #[test]
+    fn head_major_attention_matches_the_textbook_form() {
+        let cfg = ModelConfig {
+            n_layer: 1,
+            n_head: 4,
+            n_embd: 32,
+            block_size: 8,
+            vocab_size: 16,
+            dropout: 0.0,
+        };
+        let device = Default::default();
+        <Cpu as Backend>::seed(&device, 7);
+        let model = cfg.init::<Cpu>(&device);
+        let attn = &model.h[0].attn;
+        let x = Tensor::<Cpu, 3>::random([2, 8, 32], burn::tensor::Distribution::Default, &device);
+        let [b, t, d] = x.dims();
+        let (h, hd) = (4, 8);
+        let qkv = attn.c_attn.forward(x.clone());
+        let heads = |i: usize| {
+            qkv.clone()
+                .slice([0..b, 0..t, i * d..(i + 1) * d])
+                .reshape([b, t, h, hd])
+                .swap_dims(1, 2)
+        };
+        let options = AttentionModuleOptions {
+            scale: None,
+            softcap: None,
+            is_causal: true,
+        };
+        let y = attention(heads(0), heads(1), heads(2), None, None, options);
+        let textbook = attn.c_proj.forward(y.swap_dims(1, 2).reshape([b, t, d]));
+        let diff: f32 = (attn.forward(x) - textbook).abs().max().into_scalar();
+        assert!(diff < 1e-5, "max difference {diff}");
     }
 
     #[test]
