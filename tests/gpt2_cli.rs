@@ -56,6 +56,19 @@ fn short_run(out: &Path, extra: &[&str]) -> Output {
     envgen().args(&args).output().expect("spawn envgen")
 }
 
+/// Resume an interrupted gpt2 run directory; its JSON document.
+fn resume(dir: &Path) -> Value {
+    json_of(&run_ok(&[
+        "run",
+        "gpt2",
+        "--backend",
+        "cpu",
+        "--json",
+        "--resume",
+        dir.to_str().unwrap(),
+    ]))
+}
+
 fn metric_bits(doc: &Value, key: &str) -> u64 {
     doc["summary"]["metrics"][key]
         .as_f64()
@@ -164,15 +177,7 @@ fn runs_are_bit_identical_and_resume_is_exact() {
     assert_eq!(stopped["summary"]["status"], "interrupted");
     assert_eq!(stopped["summary"]["steps_done"], 12);
     let dir = run_dir_of(&stopped);
-    let resumed = json_of(&run_ok(&[
-        "run",
-        "gpt2",
-        "--backend",
-        "cpu",
-        "--json",
-        "--resume",
-        dir.to_str().unwrap(),
-    ]));
+    let resumed = resume(&dir);
     assert_eq!(resumed["summary"]["status"], "completed");
     for key in ["final_train_loss", "final_val_loss", "initial_val_loss"] {
         assert_eq!(
@@ -221,15 +226,7 @@ fn dropout_is_active_repeatable_and_resumable() {
     let stopped = short_run(tmp.path(), &stop);
     assert_eq!(stopped.status.code(), Some(130));
     let dir = run_dir_of(&json_of(&stopped));
-    let resumed = json_of(&run_ok(&[
-        "run",
-        "gpt2",
-        "--backend",
-        "cpu",
-        "--json",
-        "--resume",
-        dir.to_str().unwrap(),
-    ]));
+    let resumed = resume(&dir);
     for key in ["final_train_loss", "final_val_loss"] {
         assert_eq!(
             metric_bits(&a, key),
