@@ -39,3 +39,15 @@ wait_until() {
   done
   return 1
 }
+
+# Stop the process a pidfile names (TERM, then wait up to 20 s) and remove the pidfile.
+stop_pidfile() {
+  local pidfile="$1" pid
+  [ -f "$pidfile" ] || return 0
+  pid="$(cat "$pidfile")"
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid"
+    wait_until 40 0.5 sh -c "! kill -0 $pid" || true
+  fi
+  rm -f "$pidfile"
+}

@@ -647,19 +647,26 @@ fn exports_a_docker_archive_an_apptainer_definition_and_a_charliecloud_image() {
     let dir = containers.path();
     let out = tempfile::tempdir().unwrap();
 
+    let export = |format: &str, out: &Path, adjust: fn(&mut Command)| {
+        envgen_image_with(
+            dir,
+            "export",
+            &[
+                "cpu",
+                "--tag",
+                "envgen-test/cpu:export",
+                "--format",
+                format,
+                "-o",
+                out.to_str().unwrap(),
+            ],
+            adjust,
+        )
+    };
+
     // docker-archive, loaded back under its tag: the same image.
     let archive = out.path().join("cpu.tar");
-    ok(envgen_image(
-        dir,
-        "export",
-        &[
-            "cpu",
-            "--tag",
-            "envgen-test/cpu:export",
-            "-o",
-            archive.to_str().unwrap(),
-        ],
-    ));
+    ok(export("docker-archive", &archive, |_| {}));
     ok(docker(&["rmi", "envgen-test/cpu:export"]));
     assert!(!image_exists("envgen-test/cpu:export"));
     let loaded = ok(docker(&["load", "-i", archive.to_str().unwrap()]));
@@ -675,19 +682,7 @@ fn exports_a_docker_archive_an_apptainer_definition_and_a_charliecloud_image() {
 
     // apptainer-def: a definition over the archive next to it.
     let def = out.path().join("cpu.def");
-    ok(envgen_image(
-        dir,
-        "export",
-        &[
-            "cpu",
-            "--tag",
-            "envgen-test/cpu:export",
-            "--format",
-            "apptainer-def",
-            "-o",
-            def.to_str().unwrap(),
-        ],
-    ));
+    ok(export("apptainer-def", &def, |_| {}));
     let def_text = std::fs::read_to_string(&def).unwrap();
     assert!(
         def_text.contains("Bootstrap: docker-archive\nFrom: cpu.tar\n"),
@@ -698,19 +693,7 @@ fn exports_a_docker_archive_an_apptainer_definition_and_a_charliecloud_image() {
 
     // charliecloud: a directory image through ch-convert, run with ch-run.
     let ch_dir = out.path().join("cpu-ch");
-    ok(envgen_image(
-        dir,
-        "export",
-        &[
-            "cpu",
-            "--tag",
-            "envgen-test/cpu:export",
-            "--format",
-            "charliecloud",
-            "-o",
-            ch_dir.to_str().unwrap(),
-        ],
-    ));
+    ok(export("charliecloud", &ch_dir, |_| {}));
     assert!(ch_dir.join("usr/local/bin/envgen").is_file());
     let ch_run = Command::new("ch-run")
         .env(
@@ -724,22 +707,9 @@ fn exports_a_docker_archive_an_apptainer_definition_and_a_charliecloud_image() {
     assert!(stdout(&ok(ch_run)).contains(&format!("envgen {}", env!("CARGO_PKG_VERSION"))));
 
     // Without ch-convert the message says what to install.
-    let refused = envgen_image_with(
-        dir,
-        "export",
-        &[
-            "cpu",
-            "--tag",
-            "envgen-test/cpu:export",
-            "--format",
-            "charliecloud",
-            "-o",
-            out.path().join("nope").to_str().unwrap(),
-        ],
-        |command| {
-            command.env("PATH", "/nonexistent");
-        },
-    );
+    let refused = export("charliecloud", &out.path().join("nope"), |command| {
+        command.env("PATH", "/nonexistent");
+    });
     assert_eq!(refused.status.code(), Some(3), "{}", text(&refused));
     assert!(
         text(&refused).contains("apt-get install charliecloud"),

@@ -50,17 +50,5 @@ docker_start() {
 }
 
 docker_stop() {
-  local state="$ENVGEN_TEST_STATE/docker"
-  [ -f "$state/dockerd.pid" ] || return 0
-  local pid
-  pid="$(cat "$state/dockerd.pid")"
-  if kill -0 "$pid" 2>/dev/null; then
-    kill -TERM "$pid"
-    local i
-    for i in $(seq 1 40); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.5
-    done
-  fi
-  rm -f "$state/dockerd.pid"
+  stop_pidfile "$ENVGEN_TEST_STATE/docker/dockerd.pid"
 }

@@ -38,10 +38,5 @@ YAML
 }
 
 registry_stop() {
-  local state="$ENVGEN_TEST_STATE/registry"
-  [ -f "$state/registry.pid" ] || return 0
-  local pid
-  pid="$(cat "$state/registry.pid")"
-  kill -0 "$pid" 2>/dev/null && kill -TERM "$pid"
-  rm -f "$state/registry.pid"
+  stop_pidfile "$ENVGEN_TEST_STATE/registry/registry.pid"
 }

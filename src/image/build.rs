@@ -228,6 +228,25 @@ async fn base_glibc(
     Ok(measured.or_else(|| elf::parse_glibc(&profile.base.glibc)))
 }
 
+/// A host-built binary needs a glibc at least as new as the one it linked
+/// against; refuse a base with an older one (a static binary needs none).
+pub fn check_glibc(
+    binary: &Path,
+    needed: Option<elf::GlibcVersion>,
+    base: &str,
+    have: Option<elf::GlibcVersion>,
+) -> Result<()> {
+    match (needed, have) {
+        (Some(needed), Some(have)) if needed > have => Err(UserError::usage(format!(
+            "{} needs glibc {}.{} but the base {base} has glibc {}.{}",
+            binary.display(), needed.0, needed.1, have.0, have.1
+        ))
+        .with_fix("build envgen on a system with an older glibc (or statically, e.g. --target x86_64-unknown-linux-musl) and pass it with --binary")
+        .into()),
+        _ => Ok(()),
+    }
+}
+
 /// Where the binary sits in the build context: a whole tree under
 /// `rootfs/`, copied with `COPY rootfs/ /` (see Dockerfile.hbs for why).
 pub const STAGED_BINARY: &str = "rootfs/usr/local/bin/envgen";
@@ -412,18 +431,9 @@ pub async fn build(containers: &Containers, request: &BuildRequest) -> Result<Bu
         .await
         .map_err(|message| base_missing(&base, &from, &message))?;
 
-    // A host-built binary needs a glibc at least as new as the one it linked against.
     let needed = elf::required_glibc(&std::fs::read(&binary)?)?;
-    if let (Some(needed), Some(have)) = (needed, base_glibc(&docker, &profile, &from).await?) {
-        if needed > have {
-            return Err(UserError::usage(format!(
-                "{} needs glibc {}.{} but the base {base} has glibc {}.{}",
-                binary.display(), needed.0, needed.1, have.0, have.1
-            ))
-            .with_fix("build envgen on a system with an older glibc (or statically, e.g. --target x86_64-unknown-linux-musl) and pass it with --binary")
-            .into());
-        }
-    }
+    let have = base_glibc(&docker, &profile, &from).await?;
+    check_glibc(&binary, needed, &base, have)?;
 
     if locked.is_some() && resolution.source == DigestSource::ImageId {
         // Pinned by local image ID: check it is still the same image.
@@ -639,4 +649,45 @@ pub async fn ensure_built(
     };
     let repo_digest = image.repo_digests.and_then(|d| d.into_iter().next());
     Ok((image.id.unwrap_or_default(), repo_digest))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_binary_needing_a_newer_glibc_than_the_base_is_refused() {
+        let binary = Path::new("envgen");
+        let err =
+            check_glibc(binary, Some((2, 39)), "debian:bookworm-slim", Some((2, 36))).unwrap_err();
+        assert_eq!(crate::error::exit_code_of(&err), 2);
+        let text = format!("{err:#}");
+        assert!(
+            text.contains("needs glibc 2.39") && text.contains("has glibc 2.36"),
+            "{text}"
+        );
+        assert!(check_glibc(binary, Some((2, 36)), "b", Some((2, 36))).is_ok());
+        assert!(check_glibc(binary, Some((2, 34)), "b", Some((2, 39))).is_ok());
+        assert!(
+            check_glibc(binary, None, "b", Some((2, 17))).is_ok(),
+            "static"
+        );
+    }
+
+    #[test]
+    fn build_log_collects_steps_intermediates_and_containers() {
+        let mut log = BuildLog::new(true);
+        for line in [
+            "Step 2/9 : RUN false",
+            " ---> Running in 0123456789ab",
+            " ---> fedcba987654",
+            "oops",
+        ] {
+            log.line(line);
+        }
+        assert_eq!(log.step, "Step 2/9 : RUN false");
+        assert_eq!(log.containers, ["0123456789ab"]);
+        assert_eq!(log.intermediates, ["fedcba987654"]);
+        assert!(log.step_output.ends_with("oops\n"));
+    }
 }
