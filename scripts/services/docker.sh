@@ -1,7 +1,8 @@
 # A private Docker daemon for the tests (sourced by scripts/test.sh).
 #
-# Own data root, exec root, pidfile and unix socket under $ENVGEN_TEST_STATE,
-# so a developer's own daemon (and its images) are never touched. The sandbox
+# Own data root and pidfile under $ENVGEN_TEST_STATE, own exec root and unix
+# socket under /tmp/envgen-dockerd-HASH, so a developer's own daemon (and its
+# images) are never touched. The sandbox
 # this runs in has no iptables and no bridge: containers get `--bridge=none`,
 # and envgen builds use host networking for RUN steps (apt can still reach the
 # mirror). The storage driver is overlay2 when the kernel allows it, else vfs.
@@ -11,8 +12,13 @@ docker_start() {
   # need debootstrap (they make their own base image) and charliecloud (export).
   apt_install docker.io debootstrap charliecloud curl
   local state="$ENVGEN_TEST_STATE/docker"
-  mkdir -p "$state/data" "$state/exec"
-  local sock="$state/docker.sock"
+  # The socket and exec root (containerd's sockets) live under a short /tmp
+  # path named after the state directory: unix socket paths are limited to
+  # 108 bytes, which a deep checkout path would exceed.
+  local run_dir
+  run_dir="/tmp/envgen-dockerd-$(printf '%s' "$state" | sha256sum | cut -c1-12)"
+  mkdir -p "$state/data" "$run_dir/exec"
+  local sock="$run_dir/docker.sock"
   if [ -S "$sock" ] && [ -f "$state/dockerd.pid" ] && kill -0 "$(cat "$state/dockerd.pid")" 2>/dev/null; then
     export DOCKER_HOST="unix://$sock" ENVGEN_TEST_DOCKER=1
     log "docker: reusing the private daemon at $DOCKER_HOST"
@@ -32,7 +38,7 @@ docker_start() {
   fi
   dockerd \
     --data-root "$state/data" \
-    --exec-root "$state/exec" \
+    --exec-root "$run_dir/exec" \
     --pidfile "$state/dockerd.pid" \
     --host "unix://$sock" \
     --storage-driver "$driver" \
