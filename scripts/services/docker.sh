@@ -7,16 +7,20 @@
 # and envgen builds use host networking for RUN steps (apt can still reach the
 # mirror). The storage driver is overlay2 when the kernel allows it, else vfs.
 
+# The socket and exec root (containerd's sockets) live under a short /tmp
+# path named after the state directory: unix socket paths are limited to
+# 108 bytes, which a deep checkout path would exceed.
+docker_run_dir() {
+  printf '/tmp/envgen-dockerd-%s' "$(printf '%s' "$ENVGEN_TEST_STATE/docker" | sha256sum | cut -c1-12)"
+}
+
 docker_start() {
   # docker.io for the daemon (and a CLI for debugging); the image tests also
   # need debootstrap (they make their own base image) and charliecloud (export).
   apt_install docker.io debootstrap charliecloud curl
   local state="$ENVGEN_TEST_STATE/docker"
-  # The socket and exec root (containerd's sockets) live under a short /tmp
-  # path named after the state directory: unix socket paths are limited to
-  # 108 bytes, which a deep checkout path would exceed.
   local run_dir
-  run_dir="/tmp/envgen-dockerd-$(printf '%s' "$state" | sha256sum | cut -c1-12)"
+  run_dir="$(docker_run_dir)"
   mkdir -p "$state/data" "$run_dir/exec"
   local sock="$run_dir/docker.sock"
   if [ -S "$sock" ] && [ -f "$state/dockerd.pid" ] && kill -0 "$(cat "$state/dockerd.pid")" 2>/dev/null; then
@@ -57,4 +61,6 @@ docker_start() {
 
 docker_stop() {
   stop_pidfile "$ENVGEN_TEST_STATE/docker/dockerd.pid"
+  # dockerd leaves its default network namespace mounted in the exec root.
+  umount "$(docker_run_dir)/exec/netns/default" 2>/dev/null || true
 }
