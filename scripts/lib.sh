@@ -27,3 +27,27 @@ require_rust() {
     exit 3
   fi
 }
+
+# Poll a command until it succeeds: wait_until TRIES INTERVAL_S CMD ARGS...
+# (returns 1 when it never did).
+wait_until() {
+  local tries="$1" interval="$2" i
+  shift 2
+  for ((i = 0; i < tries; i++)); do
+    "$@" >/dev/null 2>&1 && return 0
+    sleep "$interval"
+  done
+  return 1
+}
+
+# Stop the process a pidfile names (TERM, then wait up to 20 s) and remove the pidfile.
+stop_pidfile() {
+  local pidfile="$1" pid
+  [ -f "$pidfile" ] || return 0
+  pid="$(cat "$pidfile")"
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid"
+    wait_until 40 0.5 sh -c "! kill -0 $pid" || true
+  fi
+  rm -f "$pidfile"
+}
