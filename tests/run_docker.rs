@@ -1,0 +1,194 @@
+//! `envgen run --where docker` and `envgen rerun` against the private Docker
+//! daemon scripts/test.sh starts. The image is this build's envgen in a
+//! minimal root filesystem (imported through bollard); real training inside.
+
+mod run_common;
+
+use std::path::Path;
+
+use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveImageOptionsBuilder};
+use run_common::*;
+
+fn require_docker() {
+    assert!(
+        std::env::var_os("DOCKER_HOST").is_some(),
+        "these tests need the private Docker daemon: run ./scripts/test.sh (it starts dockerd and exports DOCKER_HOST)"
+    );
+}
+
+fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(future)
+}
+
+/// Import a root filesystem with this build's envgen as `envgen-test/run:TAG`;
+/// `marker` makes the layer (hence the image ID) differ between tags.
+fn import_image(tag: &str, marker: &str) -> String {
+    let root = tempfile::tempdir().unwrap();
+    minimal_rootfs(root.path());
+    std::fs::write(root.path().join("etc/envgen-test-marker"), marker).unwrap();
+    let tar_dir = tempfile::tempdir().unwrap();
+    let tarball = tar_dir.path().join("rootfs.tar");
+    let mut builder = tar::Builder::new(std::fs::File::create(&tarball).unwrap());
+    builder.follow_symlinks(false);
+    builder.append_dir_all(".", root.path()).unwrap();
+    builder.finish().unwrap();
+    block_on(async {
+        let docker = envgen::image::docker::connect().await.unwrap();
+        envgen::image::docker::import_rootfs(&docker, &tarball, "envgen-test/run", tag)
+            .await
+            .unwrap();
+    });
+    format!("envgen-test/run:{tag}")
+}
+
+/// Containers envgen started that still exist (it must remove every one).
+fn leftover_containers() -> Vec<String> {
+    block_on(async {
+        let docker = envgen::image::docker::connect().await.unwrap();
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&[("label", vec!["io.envgen.run"])].into())
+            .build();
+        docker
+            .list_containers(Some(options))
+            .await
+            .unwrap()
+            .into_iter()
+            .flat_map(|c| c.names.unwrap_or_default())
+            .collect()
+    })
+}
+
+fn image_id(reference: &str) -> String {
+    block_on(async {
+        let docker = envgen::image::docker::connect().await.unwrap();
+        docker.inspect_image(reference).await.unwrap().id.unwrap()
+    })
+}
+
+#[test]
+fn docker_run_trains_the_same_bits_as_native_and_rerun_reproduces_them() {
+    require_docker();
+    let image = import_image("same-bits", "same-bits");
+    let tmp = tempfile::tempdir().unwrap();
+    let native = short_run(tmp.path(), &["--where", "native"]);
+    assert_ok(&native, "native run");
+    let native = json_of(&native);
+    let docker = short_run(tmp.path(), &["--where", "docker", "--image", &image]);
+    assert_ok(&docker, "docker run");
+    let docker = json_of(&docker);
+    let dir = run_dir_of(&docker);
+    for key in ["final_train_loss", "final_val_loss"] {
+        assert_eq!(
+            loss_bits(&native["summary"], key),
+            loss_bits(&docker["summary"], key),
+            "{key}: the container must train exactly as the native run"
+        );
+    }
+    let manifest = read(&dir, "manifest.json");
+    let native_manifest = read(&run_dir_of(&native), "manifest.json");
+    assert_eq!(manifest["config_hash"], native_manifest["config_hash"]);
+    assert_eq!(manifest["where"], "docker");
+    assert_eq!(manifest["image"]["ref"], image);
+    assert_eq!(manifest["image"]["id"], image_id(&image));
+    assert!(manifest["image"]["digest"]
+        .as_str()
+        .unwrap()
+        .starts_with("sha256:"));
+    // The container's envgen recorded the host it saw and ran as non-root.
+    assert!(manifest["host"].is_object());
+    let owner =
+        std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(dir.join("summary.json")).unwrap());
+    assert_ne!(owner, 0, "the container must not run as root");
+    assert!(
+        leftover_containers().is_empty(),
+        "{:?}",
+        leftover_containers()
+    );
+
+    let rerun = envgen()
+        .args([
+            "rerun",
+            "--json",
+            "--out",
+            tmp.path().to_str().unwrap(),
+            dir.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_ok(&rerun, "rerun");
+    let rerun = json_of(&rerun);
+    let rerun_manifest = read(&run_dir_of(&rerun), "manifest.json");
+    assert_eq!(rerun_manifest["where"], "docker");
+    assert_eq!(rerun_manifest["image"]["id"], manifest["image"]["id"]);
+    assert_eq!(rerun_manifest["config_hash"], manifest["config_hash"]);
+    assert_eq!(
+        loss_bits(&rerun["summary"], "final_val_loss"),
+        loss_bits(&docker["summary"], "final_val_loss")
+    );
+}
+
+#[test]
+fn ctrl_c_stops_and_removes_the_container_and_the_run_resumes() {
+    require_docker();
+    let image = import_image("ctrl-c", "ctrl-c");
+    let tmp = tempfile::tempdir().unwrap();
+    let args = long_run_args(tmp.path(), &["--where", "docker", "--image", &image]);
+    let (dir, out) = interrupt_after_two_steps(&args, tmp.path());
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        leftover_containers().is_empty(),
+        "{:?}",
+        leftover_containers()
+    );
+    assert_interrupted_then_resume(&dir, 400);
+}
+
+#[test]
+fn rerun_refuses_when_the_image_is_gone() {
+    require_docker();
+    let image = import_image("gone", "gone");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = short_run(
+        tmp.path(),
+        &[
+            "--where",
+            "docker",
+            "--image",
+            &image,
+            "--set",
+            "train.steps=1",
+        ],
+    );
+    assert_ok(&out, "docker run");
+    let dir = run_dir_of(&json_of(&out));
+    block_on(async {
+        let docker = envgen::image::docker::connect().await.unwrap();
+        let options = RemoveImageOptionsBuilder::default().force(true).build();
+        docker
+            .remove_image(&image, Some(options), None)
+            .await
+            .unwrap();
+    });
+    let rerun = envgen()
+        .args(["rerun", "--out", tmp.path().to_str().unwrap()])
+        .arg(dir.join("manifest.json"))
+        .output()
+        .unwrap();
+    assert_eq!(rerun.status.code(), Some(3), "{rerun:?}");
+    let stderr = String::from_utf8_lossy(&rerun.stderr);
+    assert!(
+        stderr.contains("is gone from the Docker daemon"),
+        "{stderr}"
+    );
+    assert!(Path::new(&dir).join("summary.json").is_file());
+}
