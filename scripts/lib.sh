@@ -27,3 +27,15 @@ require_rust() {
     exit 3
   fi
 }
+
+# Poll a command until it succeeds: wait_until TRIES INTERVAL_S CMD ARGS...
+# (returns 1 when it never did).
+wait_until() {
+  local tries="$1" interval="$2" i
+  shift 2
+  for ((i = 0; i < tries; i++)); do
+    "$@" >/dev/null 2>&1 && return 0
+    sleep "$interval"
+  done
+  return 1
+}

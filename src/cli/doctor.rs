@@ -37,16 +37,20 @@ struct Report<'a> {
     verdicts: &'a [Verdict],
 }
 
-/// Facts about an envgen profile named by its name or default tag
-/// (`cpu`, `envgen/cuda12.8:0.1.0`), else about an image the local Docker
-/// daemon has (its `NVIDIA_REQUIRE_CUDA` / `CUDA_VERSION` env and envgen
-/// labels). A daemon that does not answer simply knows no image.
+/// Facts about an envgen profile named by its bare name (`cpu`), else about
+/// an image the local Docker daemon has (its `NVIDIA_REQUIRE_CUDA` /
+/// `CUDA_VERSION` env and envgen labels: a built `envgen/cuda12.8:0.1.0` is
+/// read from the daemon), else about the profile a default tag names. A
+/// daemon that does not answer simply knows no image.
 pub fn local_image_facts(reference: &str) -> Option<ImageFacts> {
+    if let Some(facts) = crate::image::profile_facts(reference) {
+        return Some(facts);
+    }
     let profile = reference
         .strip_prefix("envgen/")
-        .map(|rest| rest.split(':').next().unwrap_or(rest))
-        .unwrap_or(reference);
-    crate::image::profile_facts(profile).or_else(|| crate::image::local_image_facts(reference))
+        .map(|rest| rest.split(':').next().unwrap_or(rest));
+    crate::image::local_image_facts(reference)
+        .or_else(|| profile.and_then(crate::image::profile_facts))
 }
 
 /// `--assume-driver` must look like a driver version ("535.261.03", "580.65").

@@ -2,8 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::cli::run::EXIT_INTERRUPTED;
 use crate::error::{Result, UserError};
-use crate::image::build::{self, BuildRequest};
+use crate::image::build::{self, BuildRequest, LockCheck};
 use crate::image::docker;
 use crate::image::export::{self, Format};
 use crate::image::lock::{self, Lockfile, Resolution};
@@ -54,6 +55,9 @@ pub enum Command {
         /// Do not reuse cached layers.
         #[arg(long)]
         no_cache: bool,
+        /// Push the tag to its registry afterwards and print the RepoDigest.
+        #[arg(long)]
+        push: bool,
         /// Build events as JSON lines on stdout (the last one carries the result).
         #[arg(long)]
         json: bool,
@@ -125,6 +129,7 @@ pub fn execute(cmd: Command) -> Result<i32> {
             binary,
             unlocked,
             no_cache,
+            push,
             json,
             common,
         } => {
@@ -134,13 +139,33 @@ pub fn execute(cmd: Command) -> Result<i32> {
                 base,
                 tag,
                 binary,
-                unlocked,
+                lock: if unlocked {
+                    LockCheck::Skip
+                } else {
+                    LockCheck::Strict
+                },
                 no_cache,
+                push,
                 json,
             };
-            let outcome = docker::runtime()?.block_on(build::build(&containers, &request))?;
+            let outcome = match docker::runtime()?.block_on(build::build(&containers, &request)) {
+                Ok(outcome) => outcome,
+                Err(err) => match err.downcast_ref::<build::Interrupted>() {
+                    Some(interrupted) => {
+                        eprintln!("{interrupted}");
+                        return Ok(EXIT_INTERRUPTED);
+                    }
+                    None => return Err(err),
+                },
+            };
             if !json {
-                eprintln!("built {} ({})", outcome.tag, outcome.image_id);
+                eprintln!(
+                    "built {} from {} ({})",
+                    outcome.tag, outcome.from, outcome.image_id
+                );
+                if let Some(digest) = &outcome.repo_digest {
+                    eprintln!("pushed {digest}");
+                }
                 println!("{}", outcome.image_id);
             }
             Ok(0)
@@ -333,6 +358,23 @@ fn lock_cmd(
     let resolutions = resolve_all(&bases);
     let mut lockfile = Lockfile::read(&path)?;
     for ((profile, base), resolution) in profiles.iter().zip(&bases).zip(&resolutions) {
+        // A base that cannot be resolved here (no registry access) keeps the
+        // digest it was locked at, rather than losing its pin.
+        let kept = lockfile
+            .profiles
+            .get(&profile.name)
+            .filter(|old| {
+                resolution.digest.is_none() && old.base == *base && old.digest != lock::UNRESOLVED
+            })
+            .map(|old| old.resolution());
+        if kept.is_some() {
+            eprintln!(
+                "{}: {base} not resolvable now ({}); keeping the locked digest",
+                profile.name,
+                resolution.reason.as_deref().unwrap_or("")
+            );
+        }
+        let resolution = kept.as_ref().unwrap_or(resolution);
         let entry = lock::compute_entry(containers, profile, base, resolution, &binary_sha)?;
         match &resolution.digest {
             Some(digest) => eprintln!(

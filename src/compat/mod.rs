@@ -63,7 +63,9 @@ pub struct ImageFacts {
     /// Facts marked UNCONFIRMED in the sources, named so verdicts can say so.
     #[serde(default)]
     pub unconfirmed: Vec<String>,
-    /// "catalog", "profile" or "docker".
+    /// "catalog", "profile", "envgen-image" (a built envgen image in the
+    /// local daemon: its profile's facts, overridden by the image's env) or
+    /// "docker" (any other local image).
     pub origin: String,
 }
 

@@ -607,7 +607,8 @@ fn check_image(
     rules: &HashMap<&str, Result<RequireRule, String>>,
 ) -> Vec<Reason> {
     let mut reasons: Vec<Reason> = unknown_gpu(gpu).into_iter().collect();
-    if image.origin == "profile" && image.cuda.is_none() && image.require_cuda.is_none() {
+    let envgen_made = image.origin == "profile" || image.origin == "envgen-image";
+    if envgen_made && image.cuda.is_none() && image.require_cuda.is_none() {
         // envgen's own CPU profile: nothing in it touches the GPU or driver.
         reasons.push(reason(
             "cpu-only",

@@ -1,11 +1,16 @@
 //! `envgen image build`: lock check → glibc check → staged context →
-//! bollard build with streamed output → labelled image.
+//! bollard build with streamed output → labelled image (→ push).
+//!
+//! A failed or interrupted build leaves nothing behind: the classic builder
+//! keeps the image of every step that worked as cache, and a Ctrl-C leaves
+//! the running step's container; both are removed here, and the tag is only
+//! ever set by the daemon once the whole build succeeded.
 
 use std::collections::HashMap;
 use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 
-use bollard::query_parameters::BuildImageOptions;
+use bollard::query_parameters::{BuildImageOptions, PushImageOptions};
 use futures_util::StreamExt;
 use serde::Serialize;
 
@@ -18,6 +23,22 @@ use crate::error::{Result, UserError};
 
 /// What `io.envgen.config-schema` says: the schema of the science configs the image's envgen reads.
 pub const CONFIG_SCHEMA: &str = "1";
+/// The label carrying the sha256 of the envgen binary inside (before stripping).
+pub const BINARY_LABEL: &str = "io.envgen.binary-sha256";
+
+/// How strictly a build follows `containers/envgen.lock`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LockCheck {
+    /// The profile must be locked and match the lock entirely (`envgen image build`).
+    #[default]
+    Strict,
+    /// Base pin, rendered files and package pins must match; the binary may
+    /// differ (the launcher puts the running envgen in: see [`ensure_built`]).
+    /// An unlocked profile builds unpinned.
+    RecipeOnly,
+    /// Ignore the lock (`--unlocked`).
+    Skip,
+}
 
 /// Inputs of one build.
 #[derive(Debug, Clone, Default)]
@@ -26,8 +47,10 @@ pub struct BuildRequest {
     pub base: Option<String>,
     pub tag: Option<String>,
     pub binary: Option<PathBuf>,
-    pub unlocked: bool,
+    pub lock: LockCheck,
     pub no_cache: bool,
+    /// Push the tag to its registry after the build and report the RepoDigest.
+    pub push: bool,
     pub json: bool,
 }
 
@@ -38,10 +61,32 @@ pub struct BuildOutcome {
     pub image_id: String,
     pub tag: String,
     pub base: String,
+    /// `FROM` as built: `base@sha256:…` when the lock pins it.
+    pub from: String,
     pub labels: HashMap<String, String>,
-    /// diff_id of the last layer: the envgen binary.
+    /// diff_id of the envgen layer (the image's last layer).
     pub envgen_layer: Option<String>,
+    /// `repository@sha256:…` after a push.
+    pub repo_digest: Option<String>,
 }
+
+/// A build stopped by Ctrl-C (the CLI exits 130).
+#[derive(Debug)]
+pub struct Interrupted {
+    pub profile: String,
+}
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "building profile {} was interrupted: the build was stopped and nothing was tagged",
+            self.profile
+        )
+    }
+}
+
+impl std::error::Error for Interrupted {}
 
 /// The default tag of a profile's image.
 pub fn default_tag(profile: &str) -> String {
@@ -73,12 +118,19 @@ pub fn check_lock(
     profile: &Profile,
     base: &str,
     binary_sha: &str,
-) -> Result<LockEntry> {
+    policy: LockCheck,
+) -> Result<Option<LockEntry>> {
+    if policy == LockCheck::Skip {
+        return Ok(None);
+    }
     let path = containers
         .lock_path()
         .unwrap_or_else(|| PathBuf::from("containers/envgen.lock"));
     let lockfile = Lockfile::read(&path)?;
     let Some(locked) = lockfile.profiles.get(&profile.name) else {
+        if policy == LockCheck::RecipeOnly {
+            return Ok(None);
+        }
         return Err(UserError::usage(format!(
             "profile {} is not locked in {}",
             profile.name,
@@ -91,7 +143,10 @@ pub fn check_lock(
         .into());
     };
     let now = lock::compute_entry(containers, profile, base, &locked.resolution(), binary_sha)?;
-    let drifts = lock::compare(&profile.name, locked, &now);
+    let drifts: Vec<lock::Drift> = lock::compare(&profile.name, locked, &now)
+        .into_iter()
+        .filter(|d| policy == LockCheck::Strict || d.entry != "binary_sha256")
+        .collect();
     if !drifts.is_empty() {
         let names: Vec<String> = drifts
             .iter()
@@ -106,7 +161,7 @@ pub fn check_lock(
         .with_fix(format!("re-lock with `envgen image lock {}` after reviewing the change, or build with --unlocked", profile.name))
         .into());
     }
-    Ok(locked.clone())
+    Ok(Some(locked.clone()))
 }
 
 fn git(args: &[&str]) -> Option<String> {
@@ -133,7 +188,7 @@ pub fn created_timestamp() -> String {
         .unwrap_or_else(|| "1980-01-01T00:00:00Z".into())
 }
 
-pub fn labels(profile: &str, lock_sha: &str) -> HashMap<String, String> {
+pub fn labels(profile: &str, lock_sha: &str, binary_sha: &str) -> HashMap<String, String> {
     HashMap::from([
         (
             "org.opencontainers.image.source".into(),
@@ -154,38 +209,50 @@ pub fn labels(profile: &str, lock_sha: &str) -> HashMap<String, String> {
         ("io.envgen.profile".into(), profile.into()),
         ("io.envgen.lock-sha256".into(), lock_sha.into()),
         ("io.envgen.config-schema".into(), CONFIG_SCHEMA.into()),
+        (BINARY_LABEL.into(), binary_sha.into()),
     ])
 }
 
-/// The base's glibc: the profile's data for its own base, else asked from a throwaway container.
+/// The base's glibc, asked from a throwaway container of it (`ldd
+/// --version`); the profile's declared value when the base has no ldd.
 async fn base_glibc(
     docker: &bollard::Docker,
     profile: &Profile,
-    base: &str,
+    from: &str,
 ) -> Result<Option<elf::GlibcVersion>> {
-    if base == profile.base.reference {
-        return Ok(elf::parse_glibc(&profile.base.glibc));
-    }
-    let out = docker::run_once(docker, base, &["ldd", "--version"], None, Some(&[])).await?;
-    Ok(out.output.lines().next().and_then(elf::parse_glibc))
+    let out = docker::run_once(docker, from, &["ldd", "--version"], None, Some(&[])).await;
+    let measured = out
+        .ok()
+        .filter(|out| out.exit_code == 0)
+        .and_then(|out| out.output.lines().next().and_then(elf::parse_glibc));
+    Ok(measured.or_else(|| elf::parse_glibc(&profile.base.glibc)))
 }
 
-/// Stage the binary: a stripped copy when `strip` exists (smaller context and layer).
-fn stage_binary(binary: &Path, dest: &Path) -> Result<()> {
+/// Where the binary sits in the build context: a whole tree under
+/// `rootfs/`, copied with `COPY rootfs/ /` (see Dockerfile.hbs for why).
+pub const STAGED_BINARY: &str = "rootfs/usr/local/bin/envgen";
+
+/// Stage the binary: a copy without symbols and debug sections when `strip` exists
+/// (smaller context and layer; `strip` output is a pure function of its input).
+fn stage_binary(binary: &Path, staging: &Path) -> Result<()> {
+    let dest = staging.join(STAGED_BINARY);
+    if let Some(parent) = dest.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
     let stripped = which::which("strip").ok().is_some_and(|strip| {
         std::process::Command::new(strip)
-            .arg("--strip-debug")
+            .arg("--strip-all")
             .arg("-o")
-            .arg(dest)
+            .arg(&dest)
             .arg(binary)
             .status()
             .is_ok_and(|s| s.success())
     });
     if !stripped {
-        std::fs::copy(binary, dest)?;
+        std::fs::copy(binary, &dest)?;
     }
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dest, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(0o755))?;
     Ok(())
 }
 
@@ -211,6 +278,118 @@ fn emit(json: bool, event: serde_json::Value) {
     }
 }
 
+/// What the daemon's build stream told us, line by line: the current step
+/// and its output (shown when it fails), and the IDs of the intermediate
+/// images and containers it made (removed when the build does not finish).
+struct BuildLog {
+    json: bool,
+    bar: indicatif::ProgressBar,
+    step: String,
+    step_output: String,
+    intermediates: Vec<String>,
+    containers: Vec<String>,
+    failure: Option<String>,
+}
+
+/// A short hex ID as the classic builder prints it ("---> 3f2a9c1b0d4e").
+fn short_id(text: &str) -> Option<&str> {
+    let text = text.trim();
+    (text.len() >= 12 && text.chars().all(|c| c.is_ascii_hexdigit())).then_some(text)
+}
+
+impl BuildLog {
+    fn new(json: bool) -> BuildLog {
+        BuildLog {
+            json,
+            bar: progress(json),
+            step: String::new(),
+            step_output: String::new(),
+            intermediates: Vec::new(),
+            containers: Vec::new(),
+            failure: None,
+        }
+    }
+
+    fn line(&mut self, line: &str) {
+        if let Some(rest) = line.strip_prefix("Step ") {
+            // "Step 3/9 : RUN …"
+            if let Some((n, total)) = rest.split_once(' ').and_then(|(c, _)| c.split_once('/')) {
+                self.bar.set_length(total.parse().unwrap_or(1));
+                self.bar.set_position(n.parse().unwrap_or(0));
+            }
+            self.step = line.to_string();
+            self.step_output.clear();
+            self.bar.set_message(line.to_string());
+            emit(
+                self.json,
+                serde_json::json!({"event": "step", "step": line}),
+            );
+        } else if let Some(rest) = line.trim().strip_prefix("---> ") {
+            if let Some(id) = rest.strip_prefix("Running in ").and_then(short_id) {
+                self.containers.push(id.to_string());
+            } else if let Some(id) = short_id(rest) {
+                self.intermediates.push(id.to_string());
+            }
+        }
+        if line.trim().is_empty() {
+            return;
+        }
+        self.step_output.push_str(line);
+        self.step_output.push('\n');
+        if self.json {
+            emit(true, serde_json::json!({"event": "output", "line": line}));
+        } else {
+            self.bar.suspend(|| eprintln!("{line}"));
+        }
+    }
+
+    fn absorb(
+        &mut self,
+        item: std::result::Result<bollard::models::BuildInfo, bollard::errors::Error>,
+    ) {
+        match item {
+            Ok(info) => {
+                if let Some(text) = info.stream {
+                    text.lines().for_each(|line| self.line(line));
+                }
+                if let Some(detail) = info.error_detail {
+                    self.failure = detail.message.or(Some("the build failed".into()));
+                }
+            }
+            Err(bollard::errors::Error::DockerStreamError { error }) => self.failure = Some(error),
+            Err(other) => self.failure = Some(other.to_string()),
+        }
+    }
+
+    /// Remove what this build made and did not finish: its step containers
+    /// and the images of its steps that are new since `images_before`.
+    async fn clean_up(&self, docker: &bollard::Docker, images_before: &[String]) -> Result<()> {
+        docker::remove_containers(docker, &self.containers).await;
+        let (images_after, _) = docker::snapshot(docker).await?;
+        let new: Vec<String> = images_after
+            .into_iter()
+            .filter(|id| !images_before.contains(id))
+            .filter(|id| {
+                let id = id.trim_start_matches("sha256:");
+                self.intermediates.iter().any(|short| id.starts_with(short))
+            })
+            .collect();
+        docker::remove_images(docker, &new).await;
+        Ok(())
+    }
+}
+
+/// The error for a base that is neither in the daemon nor pullable.
+fn base_missing(base: &str, from: &str, message: &str) -> anyhow::Error {
+    UserError::environment(format!(
+        "the base image {from} is not in the Docker daemon and could not be pulled: {message}"
+    ))
+    .with_fix(format!(
+        "make the base available to the daemon first (`docker pull {from}`, or `docker load` an archive of {base} on a machine without registry access), then build again"
+    ))
+    .into()
+}
+
 /// Build a profile (see the module docs).
 pub async fn build(containers: &Containers, request: &BuildRequest) -> Result<BuildOutcome> {
     let profile = containers.profile(&request.profile)?;
@@ -220,16 +399,22 @@ pub async fn build(containers: &Containers, request: &BuildRequest) -> Result<Bu
         .unwrap_or_else(|| profile.base.reference.clone());
     let binary = binary_path(request.binary.as_deref())?;
     let binary_sha = binary_sha256(&binary)?;
-    let locked = if request.unlocked {
-        None
-    } else {
-        Some(check_lock(containers, &profile, &base, &binary_sha)?)
-    };
+    let locked = check_lock(containers, &profile, &base, &binary_sha, request.lock)?;
     let docker = docker::connect().await?;
+    let resolution = match &locked {
+        Some(entry) => entry.resolution(),
+        None => docker::resolve(&docker, &base).await,
+    };
+    let from = render::from_reference(&base, resolution.pinnable());
+    // The daemon must have the base (pulled by digest when pinned): fail
+    // here, fast and with the fix, rather than in the build's first step.
+    docker::ensure_present(&docker, &from)
+        .await
+        .map_err(|message| base_missing(&base, &from, &message))?;
 
     // A host-built binary needs a glibc at least as new as the one it linked against.
     let needed = elf::required_glibc(&std::fs::read(&binary)?)?;
-    if let (Some(needed), Some(have)) = (needed, base_glibc(&docker, &profile, &base).await?) {
+    if let (Some(needed), Some(have)) = (needed, base_glibc(&docker, &profile, &from).await?) {
         if needed > have {
             return Err(UserError::usage(format!(
                 "{} needs glibc {}.{} but the base {base} has glibc {}.{}",
@@ -240,14 +425,10 @@ pub async fn build(containers: &Containers, request: &BuildRequest) -> Result<Bu
         }
     }
 
-    let resolution = match &locked {
-        Some(entry) => entry.resolution(),
-        None => docker::resolve(&docker, &base).await,
-    };
-    if resolution.source == DigestSource::ImageId {
+    if locked.is_some() && resolution.source == DigestSource::ImageId {
         // Pinned by local image ID: check it is still the same image.
         let now = docker.inspect_image(&base).await.ok().and_then(|i| i.id);
-        if locked.is_some() && now != resolution.digest {
+        if now != resolution.digest {
             return Err(UserError::usage(format!(
                 "base {base} is now image {} but the lock has {}",
                 now.unwrap_or_else(|| "(absent)".into()),
@@ -266,7 +447,7 @@ pub async fn build(containers: &Containers, request: &BuildRequest) -> Result<Bu
         std::fs::write(staging.path().join(name), text)?;
     }
     std::fs::write(staging.path().join(".dockerignore"), DOCKERIGNORE)?;
-    stage_binary(&binary, &staging.path().join("envgen"))?;
+    stage_binary(&binary, staging.path())?;
     let context = super::context::pack(staging.path())?;
 
     let tag = request
@@ -277,11 +458,12 @@ pub async fn build(containers: &Containers, request: &BuildRequest) -> Result<Bu
         .as_ref()
         .map(LockEntry::sha256)
         .unwrap_or_else(|| "unlocked".into());
-    let labels = labels(&profile.name, &lock_sha);
+    let labels = labels(&profile.name, &lock_sha, &binary_sha);
     let options = BuildImageOptions {
         dockerfile: render::DOCKERFILE.into(),
         t: Some(tag.clone()),
-        // Never pull: bases come from the local daemon (pinned by digest when known).
+        // Never force a pull: a base the daemon has is used as is (pinned by
+        // digest when the lock knows one); a missing one is pulled by the daemon.
         pull: None,
         rm: true,
         forcerm: true,
@@ -292,92 +474,57 @@ pub async fn build(containers: &Containers, request: &BuildRequest) -> Result<Bu
         ..Default::default()
     };
     let (images_before, _) = docker::snapshot(&docker).await?;
-    let bar = progress(request.json);
     emit(
         request.json,
-        serde_json::json!({"event": "start", "profile": profile.name, "base": base, "tag": tag, "context_bytes": context.len()}),
+        serde_json::json!({"event": "start", "profile": profile.name, "base": base, "from": from, "tag": tag, "context_bytes": context.len()}),
     );
-    let mut stream = docker.build_image(options, None, Some(bollard::body_full(context.into())));
-    let mut step_output = String::new();
-    let mut step = String::new();
-    let mut intermediates = Vec::new();
-    let mut image_id = None;
-    let mut failure = None;
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(info) => {
-                if let Some(text) = info.stream {
-                    for line in text.lines() {
-                        if let Some(rest) = line.strip_prefix("Step ") {
-                            // "Step 3/9 : RUN …"
-                            if let Some((counts, _)) = rest.split_once(' ') {
-                                if let Some((n, total)) = counts.split_once('/') {
-                                    bar.set_length(total.parse().unwrap_or(1));
-                                    bar.set_position(n.parse().unwrap_or(0));
-                                }
-                            }
-                            step = line.to_string();
-                            step_output.clear();
-                            bar.set_message(line.to_string());
-                            emit(
-                                request.json,
-                                serde_json::json!({"event": "step", "step": line}),
-                            );
-                        } else if let Some(id) = line.trim().strip_prefix("---> ") {
-                            if id.len() >= 12 && id.chars().all(|c| c.is_ascii_hexdigit()) {
-                                intermediates.push(id.to_string());
-                            }
-                        }
-                        if !line.trim().is_empty() {
-                            step_output.push_str(line);
-                            step_output.push('\n');
-                            if request.json {
-                                emit(true, serde_json::json!({"event": "output", "line": line}));
-                            } else {
-                                bar.suspend(|| eprintln!("{line}"));
-                            }
-                        }
+    let mut log = BuildLog::new(request.json);
+    let mut interrupted = false;
+    {
+        let mut stream =
+            docker.build_image(options, None, Some(bollard::body_full(context.into())));
+        let ctrl_c = tokio::signal::ctrl_c();
+        tokio::pin!(ctrl_c);
+        loop {
+            tokio::select! {
+                item = stream.next() => match item {
+                    Some(item) => {
+                        log.absorb(item);
+                        if log.failure.is_some() { break; }
                     }
-                }
-                if let Some(detail) = info.error_detail {
-                    failure = detail.message.or(Some("the build failed".into()));
-                }
-                if let Some(aux) = info.aux {
-                    image_id = aux.id;
-                }
-            }
-            Err(err) => {
-                failure = Some(match err {
-                    bollard::errors::Error::DockerStreamError { error } => error,
-                    other => other.to_string(),
-                });
-                break;
+                    None => break,
+                },
+                _ = &mut ctrl_c => { interrupted = true; break; }
             }
         }
+        // Dropping the stream closes the connection: the daemon cancels the build.
     }
-    bar.finish_and_clear();
-    if let Some(message) = failure {
-        // The classic builder keeps the layers of the steps that worked as
-        // cache; a failed build leaves nothing behind.
-        let (images_after, _) = docker::snapshot(&docker).await?;
-        let new: Vec<String> = images_after
-            .into_iter()
-            .filter(|id| !images_before.contains(id))
-            .filter(|id| {
-                intermediates
-                    .iter()
-                    .any(|short| id.trim_start_matches("sha256:").starts_with(short))
-            })
-            .collect();
-        docker::remove_images(&docker, &new).await;
+    log.bar.finish_and_clear();
+    if interrupted {
+        // Give the daemon a moment to notice the closed connection and stop
+        // the step, then remove whatever the build left.
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        log.clean_up(&docker, &images_before).await?;
         emit(
             request.json,
-            serde_json::json!({"event": "failed", "step": step, "message": message}),
+            serde_json::json!({"event": "interrupted", "step": log.step}),
+        );
+        return Err(Interrupted {
+            profile: profile.name.clone(),
+        }
+        .into());
+    }
+    if let Some(message) = log.failure.clone() {
+        log.clean_up(&docker, &images_before).await?;
+        emit(
+            request.json,
+            serde_json::json!({"event": "failed", "step": log.step, "message": message}),
         );
         return Err(UserError::failed(format!(
-            "building profile {} failed at {step}\n{}{message}",
+            "building profile {} failed at {}\n{}{message}",
             profile.name,
-            step_output.lines().map(|l| format!("    {l}\n")).collect::<String>()
+            log.step,
+            log.step_output.lines().map(|l| format!("    {l}\n")).collect::<String>()
         ))
         .with_fix("fix the failing step in the profile or template (the output above is the step's own), then re-lock")
         .into());
@@ -387,22 +534,109 @@ pub async fn build(containers: &Containers, request: &BuildRequest) -> Result<Bu
             "the build finished but {tag} is not inspectable: {err}"
         ))
     })?;
-    let image_id = inspect.id.clone().or(image_id).unwrap_or_default();
+    let image_id = inspect.id.clone().unwrap_or_default();
     let envgen_layer = inspect
         .root_fs
         .and_then(|r| r.layers)
         .and_then(|l| l.last().cloned());
+    let repo_digest = if request.push {
+        Some(push(&docker, &tag, request.json).await?)
+    } else {
+        None
+    };
     let outcome = BuildOutcome {
         profile: profile.name.clone(),
         image_id,
         tag,
         base,
+        from,
         labels,
         envgen_layer,
+        repo_digest,
     };
     emit(
         request.json,
         serde_json::json!({"event": "done", "result": outcome}),
     );
     Ok(outcome)
+}
+
+/// Push `tag` to its registry; the RepoDigest (`repository@sha256:…`) the daemon records.
+pub async fn push(docker: &bollard::Docker, tag: &str, json: bool) -> Result<String> {
+    let repository = docker::repository_of(tag);
+    let tag_part = tag
+        .strip_prefix(repository)
+        .and_then(|rest| rest.strip_prefix(':'))
+        .unwrap_or("latest");
+    let options = PushImageOptions {
+        tag: Some(tag_part.to_string()),
+        ..Default::default()
+    };
+    let mut stream = docker.push_image(repository, Some(options), None);
+    while let Some(item) = stream.next().await {
+        let info = item.map_err(|err| {
+            UserError::environment(format!("pushing {tag} failed: {err}"))
+                .with_fix("check that the registry in the tag is reachable and accepts pushes (docker login for one that needs auth)")
+        })?;
+        if let Some(status) = info.status {
+            emit(json, serde_json::json!({"event": "push", "status": status}));
+        }
+    }
+    let inspect = docker
+        .inspect_image(tag)
+        .await
+        .map_err(|err| UserError::failed(format!("{tag} vanished after the push: {err}")))?;
+    inspect
+        .repo_digests
+        .unwrap_or_default()
+        .into_iter()
+        .find(|d| {
+            d.split_once('@')
+                .is_some_and(|(repo, _)| repo == repository)
+        })
+        .ok_or_else(|| {
+            UserError::failed(format!(
+                "pushed {tag} but the daemon recorded no RepoDigest for {repository}"
+            ))
+            .into()
+        })
+}
+
+/// The image a launcher runs a profile in: the profile's default tag when
+/// it already holds `binary` (default: the running envgen; checked through
+/// the `io.envgen.binary-sha256` label), else built now — from the lock's
+/// pinned base and recipes when the profile is locked
+/// ([`LockCheck::RecipeOnly`]), unpinned otherwise.
+/// Returns (image ID, RepoDigest when the image has one).
+pub async fn ensure_built(
+    containers: &Containers,
+    profile: &str,
+    binary: Option<&Path>,
+) -> Result<(String, Option<String>)> {
+    let binary = binary_path(binary)?;
+    let binary_sha = binary_sha256(&binary)?;
+    let tag = default_tag(profile);
+    let docker = docker::connect().await?;
+    let current = docker.inspect_image(&tag).await.ok().filter(|image| {
+        let labels = image.config.as_ref().and_then(|c| c.labels.as_ref());
+        labels.and_then(|l| l.get(BINARY_LABEL)) == Some(&binary_sha)
+    });
+    let image = match current {
+        Some(image) => image,
+        None => {
+            let request = BuildRequest {
+                profile: profile.to_string(),
+                binary: Some(binary),
+                lock: LockCheck::RecipeOnly,
+                ..Default::default()
+            };
+            build(containers, &request).await?;
+            docker
+                .inspect_image(&tag)
+                .await
+                .map_err(docker::unreachable)?
+        }
+    };
+    let repo_digest = image.repo_digests.and_then(|d| d.into_iter().next());
+    Ok((image.id.unwrap_or_default(), repo_digest))
 }

@@ -60,6 +60,14 @@ pub fn repository_of(reference: &str) -> &str {
     }
 }
 
+/// A repository name as Docker shows it: Docker Hub's `docker.io/` and
+/// `library/` prefixes dropped ("docker.io/library/debian" → "debian"), so
+/// that a RepoDigest from another registry never counts as the base's.
+fn familiar(repository: &str) -> &str {
+    let name = repository.strip_prefix("docker.io/").unwrap_or(repository);
+    name.strip_prefix("library/").unwrap_or(name)
+}
+
 /// Whether a reference names a registry host explicitly ("host:port/…", "a.b/…", "localhost/…").
 fn names_registry(reference: &str) -> bool {
     match reference.split_once('/') {
@@ -68,12 +76,30 @@ fn names_registry(reference: &str) -> bool {
     }
 }
 
+/// How long a registry gets to answer a digest lookup.
+const REGISTRY_TIMEOUT_S: u64 = 15;
+
 /// Resolve a base reference to a digest: the registry first (when the
 /// reference names one and it answers), then the local daemon's RepoDigest,
 /// then its image ID; else unresolved with the reason.
 pub async fn resolve(docker: &Docker, reference: &str) -> Resolution {
     let mut reasons = Vec::new();
-    match docker.inspect_registry_image(reference, None).await {
+    // Without internet a registry lookup may hang on connect instead of
+    // failing on DNS: bound it, and fall back to what the daemon has.
+    let registry = tokio::time::timeout(
+        std::time::Duration::from_secs(REGISTRY_TIMEOUT_S),
+        docker.inspect_registry_image(reference, None),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        Err(bollard::errors::Error::IOError {
+            err: std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {REGISTRY_TIMEOUT_S} s"),
+            ),
+        })
+    });
+    match registry {
         Ok(inspect) if inspect.descriptor.digest.is_some() => {
             return Resolution {
                 digest: inspect.descriptor.digest,
@@ -103,8 +129,7 @@ pub async fn resolve(docker: &Docker, reference: &str) -> Resolution {
                 .into_iter()
                 .find_map(|d| {
                     let (repo, digest) = d.split_once('@')?;
-                    (repo == repository || repo.ends_with(&format!("/{repository}")))
-                        .then(|| digest.to_string())
+                    (familiar(repo) == familiar(repository)).then(|| digest.to_string())
                 });
             if let Some(digest) = repo_digest {
                 return Resolution {
@@ -169,6 +194,18 @@ pub async fn remove_images(docker: &Docker, ids: &[String]) {
             ..Default::default()
         };
         let _ = docker.remove_image(id, Some(options), None).await;
+    }
+}
+
+/// Force-remove containers by (short) ID, ignoring ones already gone.
+pub async fn remove_containers(docker: &Docker, ids: &[String]) {
+    for id in ids {
+        let options = RemoveContainerOptions {
+            force: true,
+            v: true,
+            ..Default::default()
+        };
+        let _ = docker.remove_container(id, Some(options)).await;
     }
 }
 
@@ -238,6 +275,33 @@ pub async fn run_once(
         )
         .await;
     result.map_err(|err| UserError::failed(format!("running {cmd:?} in {image}: {err}")).into())
+}
+
+/// Make `reference` (`repo:tag`, `repo@sha256:…` or `repo:tag@sha256:…`)
+/// present in the daemon: nothing when it is there, else pull it (the
+/// digest, when given, is what is pulled). The error carries the registry's answer.
+pub async fn ensure_present(docker: &Docker, reference: &str) -> std::result::Result<(), String> {
+    if docker.inspect_image(reference).await.is_ok() {
+        return Ok(());
+    }
+    let repository = repository_of(reference);
+    let tag = match reference.split_once('@') {
+        Some((_, digest)) => digest,
+        None => reference
+            .strip_prefix(repository)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .unwrap_or("latest"),
+    };
+    let options = CreateImageOptions {
+        from_image: Some(repository.to_string()),
+        tag: Some(tag.to_string()),
+        ..Default::default()
+    };
+    let mut stream = docker.create_image(Some(options), None, None);
+    while let Some(item) = stream.next().await {
+        item.map_err(|err| short(&err.to_string()))?;
+    }
+    Ok(())
 }
 
 /// Import a root filesystem tarball as an image (`docker import`), via the
@@ -355,5 +419,7 @@ mod tests {
         );
         assert_eq!(repository_of("a/b:c@sha256:00"), "a/b");
         assert!(names_registry("127.0.0.1:5055/x") && !names_registry("nvidia/cuda:1"));
+        assert_eq!(familiar("docker.io/library/debian"), "debian");
+        assert_ne!(familiar("127.0.0.1:5055/envgen-test/debian"), "debian");
     }
 }

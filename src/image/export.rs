@@ -117,7 +117,9 @@ pub async fn export(
             let flat = scratch.path().join("rootfs.tar");
             docker::flatten_image(&docker, image, &flat).await?;
             let output = std::process::Command::new(ch_convert.unwrap_or_default())
-                .args(["-i", "tar"])
+                // Both formats explicit: a destination path without a
+                // known suffix would otherwise be taken as a ch-image name.
+                .args(["-i", "tar", "-o", "dir"])
                 .arg(&flat)
                 .arg(out)
                 .output()?;

@@ -3,7 +3,7 @@
 //! built through the Docker Engine API, exported for HPC.
 //!
 //! Surface used elsewhere: [`local_image_facts`] and [`profile_facts`] (doctor),
-//! [`build::default_tag`] (run --where docker).
+//! [`ensure_built`] and [`build::default_tag`] (run --where docker).
 
 pub mod build;
 pub mod context;
@@ -14,6 +14,7 @@ pub mod lock;
 pub mod profile;
 pub mod render;
 
+pub use build::ensure_built;
 pub use profile::{Containers, Profile};
 
 use crate::compat::ImageFacts;
@@ -55,12 +56,17 @@ pub async fn local_image_facts_async(reference: &str) -> Option<ImageFacts> {
     let env = docker::env_map(config.env);
     let labels = config.labels.unwrap_or_default();
     // An envgen image: start from its profile's facts, the image's env wins.
-    let mut facts = labels
+    let profile = labels
         .get("io.envgen.profile")
-        .and_then(|name| profile_facts(name))
-        .unwrap_or_default();
+        .and_then(|name| profile_facts(name));
+    let origin = if profile.is_some() {
+        "envgen-image"
+    } else {
+        "docker"
+    };
+    let mut facts = profile.unwrap_or_default();
     facts.reference = reference.to_string();
-    facts.origin = "docker".into();
+    facts.origin = origin.into();
     let pick = |key: &str| env.get(key).filter(|v| !v.is_empty()).cloned();
     facts.require_cuda = pick("NVIDIA_REQUIRE_CUDA").or(facts.require_cuda);
     facts.cuda = pick("CUDA_VERSION").or(facts.cuda);

@@ -4,7 +4,7 @@
 # treats 127.0.0.0/8 as an insecure registry by default, so plain HTTP works.
 
 registry_start() {
-  command -v docker-registry >/dev/null 2>&1 || apt_install docker-registry
+  apt_install docker-registry curl
   local state="$ENVGEN_TEST_STATE/registry"
   local port="${ENVGEN_TEST_REGISTRY_PORT:-5055}"
   mkdir -p "$state/storage"
@@ -27,15 +27,11 @@ http:
 YAML
   docker-registry serve "$state/config.yml" >"$state/registry.log" 2>&1 &
   echo $! >"$state/registry.pid"
-  local i
-  for i in $(seq 1 40); do
-    if curl -fsS "http://127.0.0.1:$port/v2/" >/dev/null 2>&1; then
-      export ENVGEN_TEST_REGISTRY="127.0.0.1:$port"
-      log "registry: up at $ENVGEN_TEST_REGISTRY"
-      return 0
-    fi
-    sleep 0.25
-  done
+  if wait_until 40 0.25 curl -fsS "http://127.0.0.1:$port/v2/"; then
+    export ENVGEN_TEST_REGISTRY="127.0.0.1:$port"
+    log "registry: up at $ENVGEN_TEST_REGISTRY"
+    return 0
+  fi
   log "registry: no answer on 127.0.0.1:$port; last log lines:"
   tail -n 20 "$state/registry.log" >&2 || true
   return 3

@@ -7,12 +7,14 @@
 # mirror). The storage driver is overlay2 when the kernel allows it, else vfs.
 
 docker_start() {
-  command -v dockerd >/dev/null 2>&1 || apt_install docker.io
+  # docker.io for the daemon (and a CLI for debugging); the image tests also
+  # need debootstrap (they make their own base image) and charliecloud (export).
+  apt_install docker.io debootstrap charliecloud curl
   local state="$ENVGEN_TEST_STATE/docker"
   mkdir -p "$state/data" "$state/exec"
   local sock="$state/docker.sock"
   if [ -S "$sock" ] && [ -f "$state/dockerd.pid" ] && kill -0 "$(cat "$state/dockerd.pid")" 2>/dev/null; then
-    export DOCKER_HOST="unix://$sock"
+    export DOCKER_HOST="unix://$sock" ENVGEN_TEST_DOCKER=1
     log "docker: reusing the private daemon at $DOCKER_HOST"
     return 0
   fi
@@ -37,14 +39,11 @@ docker_start() {
     --iptables=false --ip-masq=false --bridge=none \
     >"$state/dockerd.log" 2>&1 &
   export DOCKER_HOST="unix://$sock"
-  local i
-  for i in $(seq 1 60); do
-    if [ -S "$sock" ] && curl -fsS --unix-socket "$sock" http://localhost/_ping >/dev/null 2>&1; then
-      log "docker: private daemon up at $DOCKER_HOST (storage driver $driver)"
-      return 0
-    fi
-    sleep 0.5
-  done
+  if wait_until 60 0.5 curl -fsS --unix-socket "$sock" http://localhost/_ping; then
+    export ENVGEN_TEST_DOCKER=1
+    log "docker: private daemon up at $DOCKER_HOST (storage driver $driver)"
+    return 0
+  fi
   log "docker: dockerd did not answer within 30 s; last log lines:"
   tail -n 20 "$state/dockerd.log" >&2 || true
   return 3
