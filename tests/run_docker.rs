@@ -2,6 +2,7 @@
 //! daemon scripts/test.sh starts. The image is this build's envgen in a
 //! minimal root filesystem (imported through bollard); real training inside.
 
+mod docker_base;
 mod run_common;
 
 use std::path::Path;
@@ -191,4 +192,32 @@ fn rerun_refuses_when_the_image_is_gone() {
         "{stderr}"
     );
     assert!(Path::new(&dir).join("summary.json").is_file());
+}
+
+#[test]
+fn without_image_the_cpu_profile_image_is_built_on_demand() {
+    require_docker();
+    docker_base::ensure_base_image();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = short_run(tmp.path(), &["--where", "docker", "--set", "train.steps=2"]);
+    assert_ok(&out, "docker run with the cpu profile image");
+    let doc = json_of(&out);
+    assert_eq!(doc["summary"]["status"], "completed");
+    let manifest = read(&run_dir_of(&doc), "manifest.json");
+    let tag = format!("envgen/cpu:{}", env!("CARGO_PKG_VERSION"));
+    assert_eq!(manifest["image"]["ref"], tag);
+    assert_eq!(manifest["image"]["id"], image_id(&tag));
+    // The profile image carries this very binary (the images work's label).
+    let labels = block_on(async {
+        let docker = envgen::image::docker::connect().await.unwrap();
+        docker
+            .inspect_image(&tag)
+            .await
+            .unwrap()
+            .config
+            .unwrap()
+            .labels
+            .unwrap()
+    });
+    assert_eq!(labels["io.envgen.profile"], "cpu");
 }

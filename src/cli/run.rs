@@ -865,7 +865,7 @@ fn run_docker(args: &Args, experiment: &dyn Experiment, decision: &Decision) -> 
     let runtime = crate::image::docker::runtime()?;
     let stop =
         install_stop_handler("interrupted: stopping the container (the run checkpoints first)");
-    let image = docker_image(args, &gpus)?;
+    let image = docker_image(&runtime, args, &gpus)?;
     let facts = crate::image::profile_facts(&image.profile);
     docker_job::check_verdict(&host, &image.reference, facts)?;
     let (runs, _) = launched_runs(args, experiment, decision, None)?;
@@ -895,27 +895,39 @@ fn run_docker(args: &Args, experiment: &dyn Experiment, decision: &Decision) -> 
     Ok(crate::launch::exit_code(&outcomes))
 }
 
-/// The image a Docker run uses: --image, else the profile image for the backend.
+/// The image a Docker run uses: --image, else the profile image for the
+/// backend (`cpu`, `cuda12.8`), built now if the daemon lacks one holding
+/// this very envgen binary.
 struct DockerImage {
     reference: String,
     profile: String,
 }
 
-fn docker_image(args: &Args, gpus: &GpuRequest) -> Result<DockerImage> {
+fn docker_image(
+    runtime: &tokio::runtime::Runtime,
+    args: &Args,
+    gpus: &GpuRequest,
+) -> Result<DockerImage> {
     let profile = if *gpus == GpuRequest::None {
         "cpu"
     } else {
         "cuda12.8"
     };
-    match &args.launch.image {
-        Some(reference) => Ok(DockerImage {
-            reference: reference.clone(),
-            profile: profile.into(),
-        }),
-        None => Err(UserError::usage(format!(
-            "--where docker needs an image: pass --image TAG (or ENVGEN_RUN_IMAGE), e.g. one built with `envgen image build {profile}`"
-        ))
-        .with_fix(format!("envgen image build {profile} && envgen run … --where docker --image envgen/{profile}:{}", env!("CARGO_PKG_VERSION")))
-        .into()),
-    }
+    let reference = match &args.launch.image {
+        Some(reference) => reference.clone(),
+        None => {
+            let containers = crate::image::Containers::locate(None)?;
+            eprintln!("envgen: docker: using the {profile} profile image (built now if missing)");
+            runtime.block_on(crate::image::build::ensure_built(
+                &containers,
+                profile,
+                None,
+            ))?;
+            crate::image::build::default_tag(profile)
+        }
+    };
+    Ok(DockerImage {
+        reference,
+        profile: profile.into(),
+    })
 }
