@@ -221,3 +221,56 @@ fn without_image_the_cpu_profile_image_is_built_on_demand() {
     });
     assert_eq!(labels["io.envgen.profile"], "cpu");
 }
+
+/// `--where auto` without a Slurm cluster (SLURM_CONF names none) picks the
+/// Docker daemon, and with neither, runs natively — saying why each time.
+#[test]
+fn auto_falls_back_to_docker_then_native_and_says_why() {
+    require_docker();
+    let image = import_image("auto", "auto");
+    let tmp = tempfile::tempdir().unwrap();
+    let auto_run = |docker_host: &str| {
+        let mut args = vec!["run", "gpt2"];
+        args.extend(SHORT);
+        let out_dir = tmp.path().to_str().unwrap();
+        args.extend([
+            "--set",
+            "train.steps=2",
+            "--where",
+            "auto",
+            "--image",
+            &image,
+            "--out",
+            out_dir,
+        ]);
+        let out = envgen()
+            .args(&args)
+            .env("SLURM_CONF", tmp.path().join("no-cluster.conf"))
+            .env("DOCKER_HOST", docker_host)
+            .output()
+            .unwrap();
+        assert_ok(&out, "--where auto");
+        let manifest = read(&run_dir_of(&json_of(&out)), "manifest.json");
+        (String::from_utf8_lossy(&out.stderr).into_owned(), manifest)
+    };
+    let (stderr, manifest) = auto_run(&std::env::var("DOCKER_HOST").unwrap());
+    assert!(
+        stderr.contains("--where auto: docker (no Slurm ("),
+        "{stderr}"
+    );
+    assert_eq!(manifest["where"], "docker");
+    assert!(manifest["where_reason"]
+        .as_str()
+        .unwrap()
+        .contains("a Docker daemon answers"));
+    let (stderr, manifest) = auto_run("unix:///nonexistent/docker.sock");
+    assert!(
+        stderr.contains("--where auto: native (no Slurm ("),
+        "{stderr}"
+    );
+    assert_eq!(manifest["where"], "native");
+    assert!(manifest["where_reason"]
+        .as_str()
+        .unwrap()
+        .contains("no Docker daemon"));
+}
