@@ -2,6 +2,7 @@
 //! `rerun` against the real one-node Slurm cluster that scripts/test.sh
 //! starts (munge + slurmctld + slurmd). Real tiny-gpt2 training in the jobs.
 
+mod docker_base;
 mod run_common;
 
 use std::path::{Path, PathBuf};
@@ -252,4 +253,60 @@ fn which_ch_run() -> bool {
         .env("USER", "envgen")
         .output()
         .is_ok_and(|o| o.status.success())
+}
+
+/// The real `cpu` profile image (built on demand from this binary, exported
+/// for charliecloud with `envgen image export`) in a Slurm job. Needs the
+/// private Docker daemon too (scripts/test.sh starts both).
+#[test]
+fn slurm_job_runs_inside_the_exported_cpu_profile_image() {
+    require_cluster();
+    assert!(
+        std::env::var_os("DOCKER_HOST").is_some(),
+        "this test also needs the private Docker daemon: run ./scripts/test.sh"
+    );
+    docker_base::ensure_base_image();
+    let binary = Path::new(env!("CARGO_BIN_EXE_envgen"));
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let containers = envgen::image::Containers::locate(None).unwrap();
+            envgen::image::build::ensure_built(&containers, "cpu", Some(binary))
+                .await
+                .unwrap();
+        });
+    let images = tempfile::tempdir().unwrap();
+    let image = images.path().join("envgen-cpu");
+    let export = envgen()
+        .args(["image", "export", "cpu", "--format", "charliecloud", "-o"])
+        .arg(&image)
+        .output()
+        .unwrap();
+    assert_ok(&export, "image export cpu --format charliecloud");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = short_run(
+        tmp.path(),
+        &[
+            "--where",
+            "slurm",
+            "--container",
+            "charliecloud",
+            "--image",
+            image.to_str().unwrap(),
+        ],
+    );
+    assert_ok(&out, "run in the exported cpu image");
+    let doc = json_of(&out);
+    assert_eq!(doc["summary"]["status"], "completed");
+    // The job side probed inside the container: no container runtimes
+    // there (this host has docker and ch-run).
+    let manifest = read(&run_dir_of(&doc), "manifest.json");
+    assert!(
+        manifest["host"].get("container_runtimes").is_none(),
+        "{}",
+        manifest["host"]
+    );
+    assert!(manifest["host"]["os"].as_str().is_some());
 }
