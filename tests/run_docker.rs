@@ -274,3 +274,87 @@ fn auto_falls_back_to_docker_then_native_and_says_why() {
         .unwrap()
         .contains("no Docker daemon"));
 }
+
+/// Provenance of data: a text file read natively and inside the container
+/// (mounted read-only at the same path) is hashed into both manifests.
+#[test]
+fn data_files_are_mounted_read_only_and_hashed_into_the_manifest() {
+    require_docker();
+    use sha2::Digest as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    let image = import_image("data", "data");
+    let data = tempfile::tempdir().unwrap();
+    // The container runs as uid 1000 when the tests run as root: let it read.
+    std::fs::set_permissions(data.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let file = data.path().join("corpus.txt");
+    let text: String = (0..400)
+        .map(|i| format!("line {i}: the quick brown fox jumps over the lazy dog.\n"))
+        .collect();
+    std::fs::write(&file, &text).unwrap();
+    let sha = hex::encode(sha2::Sha256::digest(text.as_bytes()));
+    let source = format!("data.path={}", file.display());
+    let tmp = tempfile::tempdir().unwrap();
+    let mut manifests = Vec::new();
+    let mut losses = Vec::new();
+    for place in [
+        &["--where", "native"][..],
+        &["--where", "docker", "--image", &image],
+    ] {
+        let mut extra = vec![
+            "--set",
+            "data.source=text",
+            "--set",
+            &source,
+            "--set",
+            "train.steps=2",
+        ];
+        extra.extend(place);
+        let out = short_run(tmp.path(), &extra);
+        assert_ok(&out, &format!("{place:?} run on a text file"));
+        let doc = json_of(&out);
+        losses.push(loss_bits(&doc["summary"], "final_train_loss"));
+        manifests.push(read(&run_dir_of(&doc), "manifest.json"));
+    }
+    for manifest in &manifests {
+        let files = manifest["data_files"].as_array().expect("data_files");
+        assert!(!files.is_empty(), "{manifest}");
+        assert!(
+            files.iter().all(|f| f["sha256"] == sha.as_str()),
+            "{files:?}"
+        );
+    }
+    assert_eq!(losses[0], losses[1]);
+}
+
+/// `docker kill` from elsewhere mid-run: envgen reports the run interrupted
+/// (exit 130), removes the container, and the run resumes from its checkpoint.
+#[test]
+fn docker_kill_leaves_an_interrupted_resumable_run_and_no_container() {
+    require_docker();
+    let image = import_image("kill", "kill");
+    let tmp = tempfile::tempdir().unwrap();
+    let args = long_run_args(tmp.path(), &["--where", "docker", "--image", &image]);
+    let (dir, out) = stop_after_two_steps(&args, tmp.path(), |_| {
+        let names = leftover_containers();
+        assert_eq!(names.len(), 1, "{names:?}");
+        block_on(async {
+            let docker = envgen::image::docker::connect().await.unwrap();
+            docker
+                .kill_container(names[0].trim_start_matches('/'), None)
+                .await
+                .unwrap();
+        });
+    });
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        leftover_containers().is_empty(),
+        "{:?}",
+        leftover_containers()
+    );
+    assert_interrupted_then_resume(&dir, 400);
+}
