@@ -308,18 +308,52 @@ fn decide_where(args: &Args) -> Result<Decision> {
     })
 }
 
+/// Where and on what a new run is set up: the place, the host whose
+/// hardware picks the profile, and the backend/device recorded for it.
+struct Setup<'a> {
+    decision: &'a Decision,
+    host: &'a Host,
+    backend: &'a str,
+    device: &'a str,
+}
+
+/// The directory of a new run: a fresh one under --out, or one made
+/// beforehand (a sweep's `<base>-sN`).
+enum NewDir<'a> {
+    Fresh(&'a Path),
+    Made(PathBuf),
+}
+
+impl NewDir<'_> {
+    fn create(self, run_id: &str) -> Result<(String, PathBuf)> {
+        match self {
+            NewDir::Fresh(out) => rundir::create_run_dir(out, run_id),
+            NewDir::Made(dir) => {
+                let id = dir
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                Ok((id, dir))
+            }
+        }
+    }
+}
+
 /// A new run directory with config.toml and manifest.json, for a run here
 /// or launched elsewhere. `extra` are overrides added to --set (a sweep value).
 fn create_run(
     args: &Args,
     experiment: &dyn Experiment,
-    decision: &Decision,
-    host: &Host,
-    backend_name: &str,
-    device: &str,
+    setup: &Setup,
     extra: &[String],
-    dir_for: impl FnOnce(&str) -> Result<(String, PathBuf)>,
+    new_dir: NewDir,
 ) -> Result<(PathBuf, toml::Value, Profile)> {
+    let Setup {
+        decision,
+        host,
+        backend: backend_name,
+        device,
+    } = *setup;
     let loaded = match &args.from_run {
         Some(source) => config_of_run(experiment, source)?.0,
         None => {
@@ -350,7 +384,7 @@ fn create_run(
         device: device.into(),
     };
     let id = rundir::new_run_id(experiment.name(), loaded.preset.as_deref(), &hash);
-    let (run_id, dir) = dir_for(&id)?;
+    let (run_id, dir) = new_dir.create(&id)?;
     std::fs::write(dir.join("config.toml"), loaded.canonical_toml()?)?;
     let mut environment = manifest_environment(decision, host);
     if decision.place != Place::Native {
@@ -456,16 +490,14 @@ fn run_here(args: &Args, experiment: &dyn Experiment, decision: &Decision) -> Re
             (dir.clone(), loaded.science, profile, resume)
         }
         None => {
-            let (dir, science, profile) = create_run(
-                args,
-                experiment,
+            let setup = Setup {
                 decision,
-                &host,
-                resolved.name(),
-                resolved.device(),
-                &[],
-                |id| rundir::create_run_dir(&args.out, id),
-            )?;
+                host: &host,
+                backend: resolved.name(),
+                device: resolved.device(),
+            };
+            let (dir, science, profile) =
+                create_run(args, experiment, &setup, &[], NewDir::Fresh(&args.out))?;
             (dir, science, profile, false)
         }
     };
@@ -604,28 +636,17 @@ fn launched_runs(
     // The submitting host's choice is provisional: the launched envgen
     // chooses again on the machine it runs on.
     let backend_name = format!("{:?}", args.backend).to_lowercase();
-    let create =
-        |extra: &[String], dir_for: Box<dyn FnOnce(&str) -> Result<(String, PathBuf)> + '_>| {
-            create_run(
-                args,
-                experiment,
-                decision,
-                &host,
-                &backend_name,
-                "-",
-                extra,
-                dir_for,
-            )
-            .map(|(dir, _, _)| dir)
-        };
+    let setup = Setup {
+        decision,
+        host: &host,
+        backend: &backend_name,
+        device: "-",
+    };
+    let create = |extra: &[String], new_dir: NewDir| {
+        create_run(args, experiment, &setup, extra, new_dir).map(|(dir, _, _)| dir)
+    };
     match sweep {
-        None => Ok((
-            vec![create(
-                &[],
-                Box::new(|id| rundir::create_run_dir(&args.out, id)),
-            )?],
-            None,
-        )),
+        None => Ok((vec![create(&[], NewDir::Fresh(&args.out))?], None)),
         Some(sweep) => {
             // The base name comes from the first value's config.
             let first = vec![format!("{}={}", sweep.key, sweep.values[0])];
@@ -645,17 +666,7 @@ fn launched_runs(
             let (base, dirs) = slurm_job::create_sweep_dirs(&args.out, &base, sweep.values.len())?;
             for (index, (value, dir)) in sweep.values.iter().zip(&dirs).enumerate() {
                 let extra = [format!("{}={value}", sweep.key)];
-                let dir = dir.clone();
-                create(
-                    &extra,
-                    Box::new(move |_| {
-                        let id = dir
-                            .file_name()
-                            .map(|n| n.to_string_lossy().into_owned())
-                            .unwrap_or_default();
-                        Ok((id, dir))
-                    }),
-                )?;
+                create(&extra, NewDir::Made(dir.clone()))?;
                 slurm_job::update_manifest(&dirs[index], |env| {
                     env.insert("sweep".into(), json!({ "key": sweep.key, "value": value, "index": index, "of": sweep.values.len() }));
                 })?;
