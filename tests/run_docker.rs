@@ -46,13 +46,18 @@ fn import_image(tag: &str, marker: &str) -> String {
     format!("envgen-test/run:{tag}")
 }
 
-/// Containers envgen started that still exist (it must remove every one).
-fn leftover_containers() -> Vec<String> {
+/// Containers envgen started for the run in `dir` that still exist (it must
+/// remove every one). Other tests' runs go on in parallel: filter by run.
+fn leftover_containers(dir: &Path) -> Vec<String> {
+    let label = format!(
+        "io.envgen.run=envgen-{}",
+        dir.file_name().unwrap().to_string_lossy()
+    );
     block_on(async {
         let docker = envgen::image::docker::connect().await.unwrap();
         let options = ListContainersOptionsBuilder::default()
             .all(true)
-            .filters(&[("label", vec!["io.envgen.run"])].into())
+            .filters(&[("label", vec![label.as_str()])].into())
             .build();
         docker
             .list_containers(Some(options))
@@ -106,23 +111,12 @@ fn docker_run_trains_the_same_bits_as_native_and_rerun_reproduces_them() {
         std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(dir.join("summary.json")).unwrap());
     assert_ne!(owner, 0, "the container must not run as root");
     assert!(
-        leftover_containers().is_empty(),
+        leftover_containers(&dir).is_empty(),
         "{:?}",
-        leftover_containers()
+        leftover_containers(&dir)
     );
 
-    let rerun = envgen()
-        .args([
-            "rerun",
-            "--json",
-            "--out",
-            tmp.path().to_str().unwrap(),
-            dir.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert_ok(&rerun, "rerun");
-    let rerun = json_of(&rerun);
+    let rerun = rerun_json(tmp.path(), &dir);
     let rerun_manifest = read(&run_dir_of(&rerun), "manifest.json");
     assert_eq!(rerun_manifest["where"], "docker");
     assert_eq!(rerun_manifest["image"]["id"], manifest["image"]["id"]);
@@ -133,6 +127,17 @@ fn docker_run_trains_the_same_bits_as_native_and_rerun_reproduces_them() {
     );
 }
 
+/// envgen exited 130, removed its container, and the run resumes.
+fn interrupted_without_container(dir: &Path, out: &std::process::Output) {
+    assert_exit_130(out);
+    assert!(
+        leftover_containers(&dir).is_empty(),
+        "{:?}",
+        leftover_containers(&dir)
+    );
+    assert_interrupted_then_resume(dir, 400);
+}
+
 #[test]
 fn ctrl_c_stops_and_removes_the_container_and_the_run_resumes() {
     require_docker();
@@ -140,18 +145,7 @@ fn ctrl_c_stops_and_removes_the_container_and_the_run_resumes() {
     let tmp = tempfile::tempdir().unwrap();
     let args = long_run_args(tmp.path(), &["--where", "docker", "--image", &image]);
     let (dir, out) = interrupt_after_two_steps(&args, tmp.path());
-    assert_eq!(
-        out.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        leftover_containers().is_empty(),
-        "{:?}",
-        leftover_containers()
-    );
-    assert_interrupted_then_resume(&dir, 400);
+    interrupted_without_container(&dir, &out);
 }
 
 #[test]
@@ -334,8 +328,8 @@ fn docker_kill_leaves_an_interrupted_resumable_run_and_no_container() {
     let image = import_image("kill", "kill");
     let tmp = tempfile::tempdir().unwrap();
     let args = long_run_args(tmp.path(), &["--where", "docker", "--image", &image]);
-    let (dir, out) = stop_after_two_steps(&args, tmp.path(), |_| {
-        let names = leftover_containers();
+    let (dir, out) = stop_after_two_steps(&args, tmp.path(), |_, dir| {
+        let names = leftover_containers(dir);
         assert_eq!(names.len(), 1, "{names:?}");
         block_on(async {
             let docker = envgen::image::docker::connect().await.unwrap();
@@ -345,16 +339,5 @@ fn docker_kill_leaves_an_interrupted_resumable_run_and_no_container() {
                 .unwrap();
         });
     });
-    assert_eq!(
-        out.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        leftover_containers().is_empty(),
-        "{:?}",
-        leftover_containers()
-    );
-    assert_interrupted_then_resume(&dir, 400);
+    interrupted_without_container(&dir, &out);
 }

@@ -94,18 +94,7 @@ fn auto_picks_slurm_and_the_job_trains_the_same_bits_as_a_native_run() {
     assert!(!differs("profile.micro_batch"), "{compare}");
 
     // rerun: same where, same config, the same loss bits.
-    let rerun = envgen()
-        .args([
-            "rerun",
-            "--json",
-            "--out",
-            tmp.path().to_str().unwrap(),
-            dir.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert_ok(&rerun, "rerun");
-    let rerun = json_of(&rerun);
+    let rerun = rerun_json(tmp.path(), &dir);
     let rerun_manifest = read(&run_dir_of(&rerun), "manifest.json");
     assert_eq!(rerun_manifest["where"], "slurm");
     assert_eq!(rerun_manifest["config_hash"], manifest["config_hash"]);
@@ -203,12 +192,7 @@ fn ctrl_c_while_following_cancels_the_job_and_exits_130() {
     let tmp = tempfile::tempdir().unwrap();
     let args = long_run_args(tmp.path(), &["--where", "slurm"]);
     let (dir, out) = interrupt_after_two_steps(&args, tmp.path());
-    assert_eq!(
-        out.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit_130(&out);
     assert_interrupted_and_resumable(&dir);
 }
 
@@ -225,18 +209,7 @@ fn slurm_job_runs_envgen_inside_charliecloud() {
     minimal_rootfs(&image);
     let native = short_run(tmp.path(), &["--where", "native"]);
     assert_ok(&native, "native run");
-    let out = short_run(
-        tmp.path(),
-        &[
-            "--where",
-            "slurm",
-            "--container",
-            "charliecloud",
-            "--image",
-            image.to_str().unwrap(),
-        ],
-    );
-    assert_ok(&out, "charliecloud run");
+    let out = charliecloud_run(tmp.path(), &image);
     let doc = json_of(&out);
     let dir = run_dir_of(&doc);
     let script = std::fs::read_to_string(dir.join("job.sbatch")).unwrap();
@@ -245,6 +218,22 @@ fn slurm_job_runs_envgen_inside_charliecloud() {
         loss_bits(&doc["summary"], "final_val_loss"),
         loss_bits(&json_of(&native)["summary"], "final_val_loss")
     );
+}
+
+/// A short run as a Slurm job inside the charliecloud image directory `image`.
+fn charliecloud_run(out: &Path, image: &Path) -> std::process::Output {
+    let image = image.to_str().unwrap();
+    let flags = [
+        "--where",
+        "slurm",
+        "--container",
+        "charliecloud",
+        "--image",
+        image,
+    ];
+    let run = short_run(out, &flags);
+    assert_ok(&run, "charliecloud run");
+    run
 }
 
 fn which_ch_run() -> bool {
@@ -290,18 +279,7 @@ fn slurm_job_runs_inside_the_exported_cpu_profile_image() {
         .unwrap();
     assert_ok(&export, "image export cpu --format charliecloud");
     let tmp = tempfile::tempdir().unwrap();
-    let out = short_run(
-        tmp.path(),
-        &[
-            "--where",
-            "slurm",
-            "--container",
-            "charliecloud",
-            "--image",
-            image.to_str().unwrap(),
-        ],
-    );
-    assert_ok(&out, "run in the exported cpu image");
+    let out = charliecloud_run(tmp.path(), &image);
     let doc = json_of(&out);
     assert_eq!(doc["summary"]["status"], "completed");
     // The job side probed inside the container: no ch-run there (this

@@ -161,7 +161,7 @@ pub fn assert_interrupted_then_resume(dir: &Path, steps: u64) {
 /// Spawn `envgen ARGS`, wait until its (only) run directory in `out` logged
 /// step 2, send SIGINT; returns the run directory and the process output.
 pub fn interrupt_after_two_steps(args: &[String], out: &Path) -> (PathBuf, Output) {
-    stop_after_two_steps(args, out, |pid| {
+    stop_after_two_steps(args, out, |pid, _| {
         let kill = Command::new("kill")
             .args(["-INT", &pid.to_string()])
             .status()
@@ -170,11 +170,11 @@ pub fn interrupt_after_two_steps(args: &[String], out: &Path) -> (PathBuf, Outpu
     })
 }
 
-/// Like [`interrupt_after_two_steps`], stopping the run with `stop(pid)`.
+/// Like [`interrupt_after_two_steps`], stopping the run with `stop(pid, run_dir)`.
 pub fn stop_after_two_steps(
     args: &[String],
     out: &Path,
-    stop: impl FnOnce(u32),
+    stop: impl FnOnce(u32, &Path),
 ) -> (PathBuf, Output) {
     let child = envgen()
         .args(args)
@@ -200,7 +200,7 @@ pub fn stop_after_two_steps(
         std::thread::sleep(Duration::from_millis(100));
     };
     wait_for_step(&dir, 2, Duration::from_secs(120));
-    stop(child.id());
+    stop(child.id(), &dir);
     (dir, child.wait_with_output().unwrap())
 }
 
@@ -221,4 +221,24 @@ pub fn long_run_args(out: &Path, extra: &[&str]) -> Vec<String> {
     args.extend(["--out".to_string(), out.display().to_string()]);
     args.extend(extra.iter().map(|s| s.to_string()));
     args
+}
+
+pub fn assert_exit_130(out: &Output) {
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `envgen rerun --json --out OUT DIR`, which must succeed.
+pub fn rerun_json(out: &Path, dir: &Path) -> Value {
+    let rerun = envgen()
+        .args(["rerun", "--json", "--out", out.to_str().unwrap()])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert_ok(&rerun, "rerun");
+    json_of(&rerun)
 }
