@@ -341,3 +341,16 @@ fn docker_kill_leaves_an_interrupted_resumable_run_and_no_container() {
     });
     interrupted_without_container(&dir, &out);
 }
+
+#[test]
+fn detach_is_for_slurm_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = short_run(tmp.path(), &["--where", "docker", "--detach"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--detach is for Slurm"));
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        0,
+        "no run directory"
+    );
+}

@@ -214,6 +214,12 @@ fn slurm_job_runs_envgen_inside_charliecloud() {
     let dir = run_dir_of(&doc);
     let script = std::fs::read_to_string(dir.join("job.sbatch")).unwrap();
     assert!(script.contains("srun ch-run -b "), "{script}");
+    let manifest = read(&dir, "manifest.json");
+    assert_eq!(manifest["image"]["runtime"], "charliecloud");
+    assert!(manifest["image"]["digest"]
+        .as_str()
+        .unwrap()
+        .starts_with("sha256:"));
     assert_eq!(
         loss_bits(&doc["summary"], "final_val_loss"),
         loss_bits(&json_of(&native)["summary"], "final_val_loss")

@@ -740,6 +740,13 @@ fn run_slurm(
         runtime,
         data_dirs: data,
     };
+    if let Some(image) = slurm_job::image_provenance(&submission.runtime)? {
+        for run in &runs {
+            slurm_job::update_manifest(run, |env| {
+                env.insert("image".into(), image.clone());
+            })?;
+        }
+    }
     let job_id = slurm_job::submit(&submission)?;
     eprintln!(
         "envgen: submitted Slurm job {job_id} ({} run{}): {}",
@@ -795,7 +802,7 @@ fn slurm_runtime(launch: &LaunchArgs) -> Result<Runtime> {
         Container::None => Runtime::Native,
         Container::Charliecloud => {
             let dir = PathBuf::from(image()?);
-            if !dir.join("usr/local/bin/envgen").is_file() && !dir.join("bin/envgen").is_file() {
+            if !dir.join("usr/local/bin/envgen").is_file() {
                 return Err(UserError::usage(format!(
                     "--image {}: not a charliecloud image directory with envgen in it",
                     dir.display()
@@ -830,7 +837,11 @@ fn slurm_resources(args: &Args) -> Result<slurm_job::Resources> {
         account: l.account.clone(),
         time: l.time.clone(),
         nodes: l.nodes,
-        gpus_per_node: l.gpus_per_node.or(defaults.gpus_per_node),
+        // `--backend cuda` needs a GPU in the allocation even without a profile.
+        gpus_per_node: l
+            .gpus_per_node
+            .or(defaults.gpus_per_node)
+            .or((args.backend == Backend::Cuda).then_some(1)),
         cpus_per_task: l.cpus_per_task.or(defaults.cpus_per_task),
         mem: l.mem.clone().or(defaults.mem),
     })
@@ -871,6 +882,13 @@ fn docker_gpus(args: &Args, host: &Host) -> Result<GpuRequest> {
 /// `--where docker`: doctor's verdict first, the image (built on demand),
 /// then the run directory, then the container, followed to its end.
 fn run_docker(args: &Args, experiment: &dyn Experiment, decision: &Decision) -> Result<i32> {
+    if args.detach {
+        return Err(UserError::usage(
+            "--detach is for Slurm jobs: a Docker run is followed until it ends",
+        )
+        .with_fix("drop --detach (Ctrl-C stops the container and keeps the run resumable), or use --where slurm")
+        .into());
+    }
     let host = crate::probe::probe_host();
     let gpus = docker_gpus(args, &host)?;
     let runtime = crate::image::docker::runtime()?;

@@ -191,6 +191,29 @@ pub fn submit(sub: &Submission) -> Result<String> {
     Ok(job_id)
 }
 
+/// The manifest's `image` for a containerized job. A charliecloud image
+/// directory has no registry digest: its `digest` is the sha256 of the envgen
+/// binary in it (what decides the science); a SIF or a pyxis reference is
+/// recorded as given (hashing a multi-GB SIF on every submit costs minutes).
+pub fn image_provenance(runtime: &Runtime) -> Result<Option<Value>> {
+    Ok(match runtime {
+        Runtime::Native => None,
+        Runtime::Charliecloud { image_dir } => {
+            let binary = image_dir.join("usr/local/bin/envgen");
+            let bytes = std::fs::read(&binary)
+                .map_err(|e| anyhow::anyhow!("reading {}: {e}", binary.display()))?;
+            Some(json!({
+                "ref": image_dir,
+                "runtime": "charliecloud",
+                "digest": format!("sha256:{}", crate::image::lock::sha256_hex(&bytes)),
+                "digest_of": "usr/local/bin/envgen",
+            }))
+        }
+        Runtime::Apptainer { sif } => Some(json!({ "ref": sif, "runtime": "apptainer" })),
+        Runtime::Pyxis { image } => Some(json!({ "ref": image, "runtime": "pyxis" })),
+    })
+}
+
 /// Change the environment part of a run's manifest in place.
 pub fn update_manifest(dir: &Path, change: impl FnOnce(&mut Map<String, Value>)) -> Result<()> {
     let path = dir.join("manifest.json");
