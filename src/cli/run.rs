@@ -58,7 +58,7 @@ pub struct Args {
     /// --sweep train.seed=1,2,3 (needs --where slurm).
     #[arg(long, value_name = "KEY=V1,V2,…")]
     pub sweep: Option<String>,
-    /// Submit (Slurm) or start (Docker) and return without following.
+    /// Slurm: submit the job (or array) and return without following it.
     #[arg(long)]
     pub detach: bool,
     #[command(flatten)]
