@@ -747,6 +747,10 @@ fn run_slurm(
             })?;
         }
     }
+    // Installed before submitting: a Ctrl-C during sbatch still cancels the
+    // job (the follow loop looks at the flag first).
+    let stop =
+        install_stop_handler("interrupted: cancelling the Slurm job (the run checkpoints first)");
     let job_id = slurm_job::submit(&submission)?;
     eprintln!(
         "envgen: submitted Slurm job {job_id} ({} run{}): {}",
@@ -757,12 +761,11 @@ fn run_slurm(
             .collect::<Vec<_>>()
             .join(", ")
     );
-    if args.detach {
+    // A Ctrl-C during submission goes on to follow, which cancels at once.
+    if args.detach && !stop.load(Ordering::SeqCst) {
         detached(args, &job_id, &runs)?;
         return Ok(0);
     }
-    let stop =
-        install_stop_handler("interrupted: cancelling the Slurm job (the run checkpoints first)");
     let outcomes = slurm_job::follow(&job_id, &runs, &stop)?;
     for outcome in &outcomes {
         record_data_files(&outcome.run_dir, &outcome.summary)?;
