@@ -49,6 +49,19 @@ pub struct Profile {
     /// "experiment/preset" → micro-batch (sequences per forward pass).
     #[serde(default)]
     pub micro_batch: BTreeMap<String, usize>,
+    /// Defaults for `envgen run --where slurm --profile NAME` (flags win).
+    #[serde(default)]
+    pub slurm: Option<SlurmDefaults>,
+}
+
+/// What a Slurm job for this hardware asks for by default.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmDefaults {
+    pub gpus_per_node: Option<u32>,
+    pub cpus_per_task: Option<u32>,
+    /// Memory per node as sbatch takes it, e.g. "64G".
+    pub mem: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

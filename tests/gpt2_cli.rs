@@ -351,12 +351,20 @@ fn config_errors_exit_2_naming_the_key() {
             assert!(err.contains(needle), "{extra:?}: `{needle}` not in {err}");
         }
     }
+    // A sweep is a Slurm job array: asked of a native run, a usage error.
     let out = envgen()
-        .args(["run", "gpt2", "--where", "slurm"])
+        .args([
+            "run",
+            "gpt2",
+            "--where",
+            "native",
+            "--sweep",
+            "train.seed=1,2",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("#5"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--where slurm"));
 }
 
 #[test]

@@ -10,7 +10,7 @@
 //! One test at a time talks to the daemon (the `DAEMON` lock): builds on two
 //! cores gain nothing from overlapping, and the leftover checks stay exact.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 use envgen::image::lock::{DigestSource, LockEntry, Lockfile};
 use serde_json::Value;
 
-const BASE: &str = "debian:bookworm-slim";
+mod docker_base;
+
+use docker_base::{ok, run, text, BASE};
 const ENVGEN: &str = env!("CARGO_BIN_EXE_envgen");
 
 static DAEMON: Mutex<bool> = Mutex::new(false);
@@ -33,7 +35,7 @@ fn daemon() -> MutexGuard<'static, bool> {
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     if !*guard {
-        ensure_base_image();
+        docker_base::ensure_base_image();
         *guard = true;
     }
     guard
@@ -45,95 +47,14 @@ fn registry() -> String {
     )
 }
 
-fn state_dir() -> PathBuf {
-    let dir = std::env::var_os("ENVGEN_TEST_STATE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".envgen-test"));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn run(program: &str, args: &[&str]) -> Output {
-    Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|err| panic!("{program} {args:?}: {err}"))
-}
-
 /// The docker CLI, for the tests' own checks and fixtures (envgen itself
 /// talks to the Engine API through bollard only).
 fn docker(args: &[&str]) -> Output {
     run("docker", args)
 }
 
-fn text(output: &Output) -> String {
-    format!(
-        "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
-fn ok(output: Output) -> Output {
-    assert!(output.status.success(), "{}", text(&output));
-    output
-}
-
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).trim().to_string()
-}
-
-/// `debian:bookworm-slim` in the test daemon: a minbase debootstrap of
-/// Debian 12, imported (glibc 2.36, like the real slim image).
-fn ensure_base_image() {
-    if docker(&["image", "inspect", BASE]).status.success() {
-        return;
-    }
-    let tarball = state_dir().join("bookworm-minbase.tar");
-    if !tarball.exists() {
-        let rootfs = state_dir().join("bookworm-rootfs");
-        let _ = std::fs::remove_dir_all(&rootfs);
-        let rootfs_arg = rootfs.to_str().unwrap();
-        ok(run(
-            "debootstrap",
-            &[
-                "--variant=minbase",
-                "bookworm",
-                rootfs_arg,
-                "http://deb.debian.org/debian",
-            ],
-        ));
-        // What debian:bookworm-slim leaves out too: package caches and lists.
-        for dir in ["var/cache/apt/archives", "var/lib/apt/lists"] {
-            let _ = run(
-                "find",
-                &[rootfs.join(dir).to_str().unwrap(), "-type", "f", "-delete"],
-            );
-        }
-        let partial = tarball.with_extension("partial");
-        ok(run(
-            "tar",
-            &[
-                "--numeric-owner",
-                "--sort=name",
-                "-C",
-                rootfs_arg,
-                "-cf",
-                partial.to_str().unwrap(),
-                ".",
-            ],
-        ));
-        std::fs::rename(&partial, &tarball).unwrap();
-        std::fs::remove_dir_all(&rootfs).unwrap();
-    }
-    let runtime = envgen::image::docker::runtime().unwrap();
-    runtime.block_on(async {
-        let docker = envgen::image::docker::connect().await.unwrap();
-        envgen::image::docker::import_rootfs(&docker, &tarball, "debian", "bookworm-slim")
-            .await
-            .unwrap();
-    });
 }
 
 /// A private copy of the repository's profiles and templates (no lock), so

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use envgen::launch::slurm::{self, JobSpec, Runtime, Sweep};
+use envgen::launch::slurm::{self, JobSpec, Runtime};
 
 fn require_cluster() {
     assert!(
@@ -31,7 +31,7 @@ fn job(dir: &Path, name: &str, command: &[&str]) -> JobSpec {
         binds: vec![],
         env: BTreeMap::from([("ENVGEN_TEST_MARK".to_string(), "it's here".to_string())]),
         command: command.iter().map(|s| s.to_string()).collect(),
-        sweep: None,
+        array_tasks: vec![],
     }
 }
 
@@ -74,7 +74,7 @@ fn runs_envgen_natively_and_collects_its_output() {
 }
 
 #[test]
-fn a_sweep_runs_as_a_job_array_with_one_value_per_task() {
+fn array_tasks_run_with_their_own_arguments() {
     require_cluster();
     let dir = tempfile::tempdir().unwrap();
     let mut spec = job(
@@ -87,7 +87,10 @@ fn a_sweep_runs_as_a_job_array_with_one_value_per_task() {
             "sh",
         ],
     );
-    spec.sweep = Some(Sweep::parse("train.seed=7,8").unwrap());
+    spec.array_tasks = vec![
+        vec!["--set".into(), "train.seed=7".into()],
+        vec!["--set".into(), "train.seed=8".into()],
+    ];
     let id = submit(dir.path(), &spec);
     let state = slurm::wait(&id, Duration::from_secs(120)).unwrap();
     assert_eq!(state.tasks.len(), 2, "{state:?}");

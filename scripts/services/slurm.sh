@@ -4,9 +4,12 @@
 # Exports SLURM_CONF (every Slurm client reads it) and ENVGEN_TEST_SLURM=1.
 
 slurm_start() {
-  apt_install slurm-wlm munge
+  # charliecloud-runtime: jobs that run envgen inside ch-run (tests/run_slurm.rs).
+  apt_install slurm-wlm munge charliecloud-runtime
   local dir="$ENVGEN_TEST_STATE/slurm"
   local node cpus mem
+  # Ports of our own (override to run two test clusters on one machine).
+  local port="${ENVGEN_SLURM_PORT:-16817}"
   node="$(hostname -s)"
   cpus="$(nproc)"
   # Leave headroom: slurmd refuses a node whose RealMemory exceeds what it sees.
@@ -31,8 +34,8 @@ ClusterName=envgen-test
 SlurmctldHost=$node
 SlurmUser=root
 SlurmdUser=root
-SlurmctldPort=16817
-SlurmdPort=16818
+SlurmctldPort=$port
+SlurmdPort=$((port + 1))
 AuthType=auth/munge
 AuthInfo=socket=$dir/munge/munge.sock
 CredType=cred/munge

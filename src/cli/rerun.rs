@@ -1,8 +1,17 @@
-//! `envgen rerun MANIFEST_OR_RUN_DIR`
+//! `envgen rerun MANIFEST_OR_RUN_DIR`: a new run with the same science
+//! config (config.toml, so the same config_hash), the same `where` and its
+//! launch flags, and — for a containerized run — the very image it ran in,
+//! by ID. An image that is gone is refused: rebuilding it would give
+//! another digest, so it would not be the same run.
 
 use std::path::PathBuf;
 
-use crate::error::{not_yet, Result};
+use clap::Parser as _;
+use envgen_experiments::engine::{rundir, Manifest};
+use serde_json::Value;
+
+use crate::error::{Result, UserError};
+use crate::runs::store::RunDir;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -10,8 +19,101 @@ pub struct Args {
     pub source: PathBuf,
     #[arg(long, value_name = "DIR", default_value = "runs")]
     pub out: PathBuf,
+    /// Do not follow a Slurm job (or a container) after starting it.
+    #[arg(long)]
+    pub detach: bool,
+    #[arg(long)]
+    pub json: bool,
 }
 
-pub fn execute(_args: Args) -> Result<i32> {
-    Err(not_yet("rerun", "issue #5 (run anywhere)"))
+/// `envgen run` as a rerun of `args.source`: the argv it amounts to.
+pub fn run_argv(args: &Args, manifest: &Manifest, dir: &std::path::Path) -> Result<Vec<String>> {
+    let location = manifest
+        .environment
+        .get("where")
+        .and_then(Value::as_str)
+        .unwrap_or("native")
+        .to_string();
+    let mut argv = vec![
+        "run".to_string(),
+        manifest.experiment.clone(),
+        "--from-run".into(),
+        dir.display().to_string(),
+        "--where".into(),
+        location,
+        "--backend".into(),
+        manifest.profile.backend.clone(),
+        "--out".into(),
+        args.out.display().to_string(),
+    ];
+    let launch: Vec<String> = manifest
+        .environment
+        .get("launch_args")
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
+        .unwrap_or_default();
+    // The image goes by the ID it ran as, not by its (movable) tag.
+    let image_id = manifest
+        .environment
+        .get("image")
+        .and_then(|i| i.get("id"))
+        .and_then(Value::as_str);
+    let mut words = launch.into_iter();
+    while let Some(word) = words.next() {
+        if word == "--image" && image_id.is_some() {
+            words.next();
+            continue;
+        }
+        argv.push(word);
+    }
+    if let Some(id) = image_id {
+        argv.extend(["--image".to_string(), id.to_string()]);
+    }
+    if args.detach {
+        argv.push("--detach".into());
+    }
+    if args.json {
+        argv.push("--json".into());
+    }
+    Ok(argv)
+}
+
+/// Refuse when the run's image is no longer in the daemon (exit 3).
+fn require_image(manifest: &Manifest) -> Result<()> {
+    let Some(image) = manifest.environment.get("image").filter(|i| !i.is_null()) else {
+        return Ok(());
+    };
+    let id = image.get("id").and_then(Value::as_str).unwrap_or_default();
+    let reference = image.get("ref").and_then(Value::as_str).unwrap_or(id);
+    let runtime = crate::image::docker::runtime()?;
+    runtime.block_on(async {
+        let docker = crate::launch::docker::connect().await?;
+        if docker.inspect_image(id).await.is_ok() {
+            return Ok(());
+        }
+        Err(UserError::environment(format!(
+            "the run's image {reference} ({id}) is gone from the Docker daemon: a rebuild would have another digest, so this would not be the same run"
+        ))
+        .with_fix("restore the image (`docker load` from an `envgen image export` archive, or pull it by digest), or start a fresh run with `envgen run`")
+        .into())
+    })
+}
+
+pub fn execute(args: Args) -> Result<i32> {
+    let run = RunDir::open(&args.source)?;
+    let manifest: Manifest = rundir::read_json(&run.path.join("manifest.json"))?;
+    require_image(&manifest)?;
+    let argv = run_argv(&args, &manifest, &run.path)?;
+    eprintln!(
+        "envgen: rerun of {}: envgen {}",
+        run.path.display(),
+        argv.join(" ")
+    );
+    let cli = crate::cli::Cli::try_parse_from(std::iter::once("envgen".to_string()).chain(argv))
+        .map_err(|e| {
+            UserError::usage(format!(
+                "{}: its manifest's launch flags do not parse: {e}",
+                run.path.display()
+            ))
+        })?;
+    crate::cli::dispatch(cli)
 }

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use envgen_experiments::engine::{rundir, Manifest, Summary};
 use serde_json::{json, Value};
 
-use crate::error::{not_yet, Result};
+use crate::error::{Result, UserError};
+use crate::launch::slurm_job;
 use crate::runs::{self, store::RunDir};
 
 #[derive(Debug, clap::Subcommand)]
@@ -47,7 +48,7 @@ pub fn execute(cmd: Command) -> Result<i32> {
         Command::Show { run, json } => show(&run, json),
         Command::Compare { runs, json } => compare(&runs, json),
         Command::Report { runs, out } => report(&runs, out),
-        Command::Cancel { .. } => Err(not_yet("runs cancel", "issue #5 (run anywhere)")),
+        Command::Cancel { run } => cancel(&run),
     }
 }
 
@@ -56,6 +57,12 @@ fn explain(dir: &Path) -> Result<Value> {
     let manifest: Manifest = rundir::read_json(&dir.join("manifest.json"))?;
     // A run still going (or killed hard) has no summary yet.
     let summary: Option<Summary> = rundir::read_json(&dir.join("summary.json")).ok();
+    // A Slurm run without a summary yet: ask Slurm where its job is.
+    let job = if summary.is_none() {
+        slurm_job::live_state(&manifest)
+    } else {
+        manifest.environment.get("slurm").cloned()
+    };
     Ok(json!({
         "run_dir": dir,
         "run_id": manifest.run_id,
@@ -64,6 +71,9 @@ fn explain(dir: &Path) -> Result<Value> {
         "status": summary.as_ref().map_or(json!("running"), |s| json!(s.status)),
         "config_hash": manifest.config_hash,
         "profile": manifest.profile,
+        "where": manifest.environment.get("where"),
+        "image": manifest.environment.get("image"),
+        "slurm_job": job,
         "started_at": manifest.started_at,
         "finished_at": manifest.finished_at,
         "steps_done": summary.as_ref().map(|s| s.steps_done),
@@ -142,6 +152,21 @@ fn show(dir: &Path, as_json: bool) -> Result<i32> {
     println!("status      {}", run["status"].as_str().unwrap_or(""));
     println!("config_hash {}", run["config_hash"].as_str().unwrap_or(""));
     println!("profile     {}", run["profile"]);
+    println!("where       {}", run["where"].as_str().unwrap_or("-"));
+    if let Some(job) = run["slurm_job"].as_object() {
+        println!(
+            "slurm job   {} {}",
+            job.get("job").and_then(Value::as_str).unwrap_or("-"),
+            job.get("state").and_then(Value::as_str).unwrap_or("-")
+        );
+    }
+    if let Some(image) = run["image"].as_object() {
+        println!(
+            "image       {} {}",
+            image.get("ref").and_then(Value::as_str).unwrap_or("-"),
+            image.get("digest").and_then(Value::as_str).unwrap_or("-")
+        );
+    }
     println!(
         "started     {}  finished {}",
         run["started_at"].as_str().unwrap_or("-"),
@@ -152,5 +177,35 @@ fn show(dir: &Path, as_json: bool) -> Result<i32> {
             println!("  {k:<32} {v}");
         }
     }
+    Ok(0)
+}
+
+/// `runs cancel RUN`: scancel a Slurm run's job and mark the run interrupted
+/// (resumable with `envgen run EXP --resume RUN`).
+fn cancel(dir: &Path) -> Result<i32> {
+    let dir = RunDir::open(dir)?.path;
+    let manifest: Manifest = rundir::read_json(&dir.join("manifest.json"))?;
+    if let Ok(summary) = rundir::read_json::<Summary>(&dir.join("summary.json")) {
+        return Err(UserError::usage(format!(
+            "{} already ended ({})",
+            dir.display(),
+            serde_json::to_value(summary.status)?
+                .as_str()
+                .unwrap_or("?")
+        ))
+        .with_fix("only a pending or running run can be cancelled")
+        .into());
+    }
+    let outcome = slurm_job::cancel(&dir, &manifest)?;
+    println!(
+        "{}: {} after {} steps; resume with `envgen run {} --resume {}`",
+        dir.display(),
+        serde_json::to_value(outcome.summary.status)?
+            .as_str()
+            .unwrap_or("?"),
+        outcome.summary.steps_done,
+        manifest.experiment,
+        dir.display()
+    );
     Ok(0)
 }

@@ -20,6 +20,9 @@ use crate::error::{Result, UserError};
 /// whole program: `image::docker::connect`, exit 3 with the fix when unreachable).
 pub use crate::image::docker::connect;
 
+/// The envgen binary inside an image.
+pub const IMAGE_ENVGEN: &str = "/usr/local/bin/envgen";
+
 /// Which GPUs the container gets.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum GpuRequest {
@@ -126,11 +129,16 @@ fn create_body(spec: &ContainerSpec) -> Result<ContainerCreateBody> {
         .collect();
     Ok(ContainerCreateBody {
         image: Some(spec.image.clone()),
+        // Where every envgen profile image installs it (containers/templates).
+        entrypoint: Some(vec![IMAGE_ENVGEN.to_string()]),
         cmd: Some(spec.args.clone()),
         env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
         user: Some(spec.user.clone()),
         labels: Some([("io.envgen.run".to_string(), spec.name.clone())].into()),
+        // Training reads only its mounts: no network (the test daemon has no bridge either).
+        network_disabled: Some(true),
         host_config: Some(HostConfig {
+            network_mode: Some("none".into()),
             binds: Some(binds),
             device_requests: device_requests(&spec.gpus, spec.cdi),
             // Forward signals to envgen and reap children: envgen is PID 1 otherwise.
@@ -270,6 +278,7 @@ mod tests {
         let host = body.host_config.unwrap();
         assert_eq!(host.binds.unwrap(), ["/runs:/runs:rw", "/data:/data:ro"]);
         assert_eq!(host.privileged, Some(false));
+        assert_eq!(host.network_mode.as_deref(), Some("none"));
         let request = &host.device_requests.unwrap()[0];
         assert_eq!(request.count, Some(2));
         assert_eq!(request.capabilities, Some(vec![vec!["gpu".to_string()]]));

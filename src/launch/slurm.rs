@@ -82,7 +82,10 @@ pub struct JobSpec {
     pub binds: Vec<PathBuf>,
     pub env: BTreeMap<String, String>,
     pub command: Vec<String>,
-    pub sweep: Option<Sweep>,
+    /// A job array: task N appends `array_tasks[N]` to `command` (e.g. a
+    /// sweep's `--set train.seed=2`, or the run directory of task N).
+    /// Empty: a single job.
+    pub array_tasks: Vec<Vec<String>>,
 }
 
 /// Quote one word for bash: no word of a user-supplied argv is ever
@@ -97,14 +100,22 @@ fn quote_path(path: &Path) -> String {
     quote(&path.to_string_lossy())
 }
 
+/// Render the script for `spec` into `path` (which the script names for re-submission).
+pub fn write_script(spec: &JobSpec, path: &Path) -> Result<()> {
+    let text = render_with_path(spec, &path.display().to_string())?;
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
 /// Render the sbatch script for `spec`.
 pub fn render(spec: &JobSpec) -> Result<String> {
+    render_with_path(spec, "SCRIPT")
+}
+
+fn render_with_path(spec: &JobSpec, script_path: &str) -> Result<String> {
     let mut command: Vec<String> = spec.command.iter().map(|w| quote(w)).collect();
-    if let Some(sweep) = &spec.sweep {
-        // The key was validated by `Sweep::parse`; the value comes from the
-        // script's own array, so only `${sweep_value}` stays unquoted.
-        command.push("--set".into());
-        command.push(format!("\"{}=${{sweep_value}}\"", sweep.key));
+    if !spec.array_tasks.is_empty() {
+        // Each task's words were quoted when the `case` arm was rendered.
+        command.push("\"${task_args[@]}\"".into());
     }
     let runtime = match &spec.runtime {
         Runtime::Native => serde_json::json!({ "native": true }),
@@ -139,7 +150,7 @@ pub fn render(spec: &JobSpec) -> Result<String> {
     }
     let context = TemplateContext {
         envgen_version: env!("CARGO_PKG_VERSION"),
-        script_path: String::new(),
+        script_path: quote(script_path),
         job_name: sanitize_job_name(&spec.job_name),
         output: quote_path(&spec.output),
         nodes: spec.nodes.max(1),
@@ -149,23 +160,18 @@ pub fn render(spec: &JobSpec) -> Result<String> {
         time: spec.time.clone(),
         mem: spec.mem.clone(),
         gpus_per_node: spec.gpus_per_node.filter(|&g| g > 0),
-        array: spec
-            .sweep
-            .as_ref()
-            .map(|s| format!("0-{}", s.values.len() - 1)),
+        array: (!spec.array_tasks.is_empty()).then(|| format!("0-{}", spec.array_tasks.len() - 1)),
         workdir: quote_path(&spec.workdir),
         env: spec
             .env
             .iter()
             .map(|(k, v)| (k.clone(), quote(v)))
             .collect(),
-        sweep_values: spec.sweep.as_ref().map(|s| {
-            s.values
-                .iter()
-                .map(|v| quote(v))
-                .collect::<Vec<_>>()
-                .join(" ")
-        }),
+        array_tasks: spec
+            .array_tasks
+            .iter()
+            .map(|words| words.iter().map(|w| quote(w)).collect::<Vec<_>>().join(" "))
+            .collect(),
         runtime,
         command: command.join(" "),
     };
@@ -194,7 +200,8 @@ struct TemplateContext {
     array: Option<String>,
     workdir: String,
     env: BTreeMap<String, String>,
-    sweep_values: Option<String>,
+    /// Per array task: its extra words, already quoted.
+    array_tasks: Vec<String>,
     runtime: serde_json::Value,
     command: String,
 }
@@ -390,7 +397,7 @@ mod tests {
                 "--set".into(),
                 "data.path=$(reboot)".into(),
             ],
-            sweep: None,
+            array_tasks: vec![],
         }
     }
 
@@ -408,13 +415,20 @@ mod tests {
     }
 
     #[test]
-    fn sweep_becomes_a_job_array_with_one_value_per_task() {
+    fn array_tasks_become_a_job_array_with_quoted_arguments_per_task() {
         let mut spec = spec();
-        spec.sweep = Some(Sweep::parse("train.seed=1,2,3").unwrap());
+        spec.array_tasks = ["1", "2", "3; reboot"]
+            .iter()
+            .map(|v| vec!["--set".to_string(), format!("train.seed={v}")])
+            .collect();
         let script = render(&spec).unwrap();
         assert!(script.contains("#SBATCH --array=0-2"));
-        assert!(script.contains("sweep_values=(1 2 3)"));
-        assert!(script.contains("--set \"train.seed=${sweep_value}\""));
+        assert!(
+            script.contains("  0) task_args=(--set 'train.seed=1') ;;"),
+            "{script}"
+        );
+        assert!(script.contains("  2) task_args=(--set 'train.seed=3; reboot') ;;"));
+        assert!(script.contains("'data.path=$(reboot)' \"${task_args[@]}\""));
     }
 
     #[test]

@@ -15,6 +15,7 @@ const ENVIRONMENT_SECTIONS: &[&str] = &[
     "profile",
     "where",
     "image",
+    "data_files",
     "host",
     "envgen_version",
     "git_revision",

@@ -2,5 +2,6 @@
 //! CONTRACT.md) and answering questions across them: compare, report.
 
 pub mod compare;
+pub mod gpu_sampler;
 pub mod report;
 pub mod store;

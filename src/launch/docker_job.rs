@@ -1,0 +1,238 @@
+//! A run in a Docker container: the submitting envgen has created the run
+//! directory; the image's envgen trains into it (`run EXP --launched
+//! --resume RUN_DIR`), with the run directory bind-mounted read-write at
+//! the same path and the data read-only. Doctor's verdict for the image is
+//! checked first; the image's ID and digest go into the manifest.
+
+use std::future::Future;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use bollard::Docker;
+use envgen_experiments::engine::{rundir, Status, Summary};
+use serde_json::json;
+
+use super::docker::{run_container, ContainerSpec, GpuRequest, Mount};
+use super::slurm_job::update_manifest;
+use super::{mark_ended, RunOutcome};
+use crate::compat::verdict::{evaluate, CheckRequest, Status as VerdictStatus};
+use crate::compat::{ImageFacts, KnowledgeBase};
+use crate::error::{Result, UserError};
+use crate::host::Host;
+
+/// The uid:gid containers run as when envgen itself runs as root: the
+/// profiles' `envgen` user (containers/profiles/*.toml `[user] uid`).
+const CONTAINER_USER_WHEN_ROOT: u32 = 1000;
+
+#[derive(Debug, Clone)]
+pub struct DockerRun {
+    pub experiment: String,
+    pub run_dir: PathBuf,
+    /// The image reference to run (a tag, or an image ID for reruns).
+    pub image: String,
+    pub job_args: Vec<String>,
+    /// Host directories with the run's data, mounted read-only.
+    pub data_dirs: Vec<PathBuf>,
+    pub gpus: GpuRequest,
+    pub cdi: bool,
+}
+
+/// The image as the daemon has it: (image ID, RepoDigest if pushed/pulled).
+pub async fn inspect(docker: &Docker, reference: &str) -> Result<(String, Option<String>)> {
+    let image = docker.inspect_image(reference).await.map_err(|e| {
+        UserError::environment(format!(
+            "image {reference} is not in the Docker daemon ({e})"
+        ))
+        .with_fix("build it with `envgen image build cpu` or pass --image with a local tag")
+    })?;
+    let id = image.id.unwrap_or_default();
+    Ok((id, image.repo_digests.and_then(|d| d.into_iter().next())))
+}
+
+/// Refuse an image doctor says fails on this host, with doctor's reasons.
+pub fn check_verdict(host: &Host, reference: &str, facts: Option<ImageFacts>) -> Result<()> {
+    let kb = KnowledgeBase::embedded();
+    let facts = kb
+        .image(reference)
+        .or(facts)
+        .or_else(|| crate::cli::doctor::local_image_facts(reference));
+    let Some(facts) = facts else {
+        // Nothing known about the image: doctor would say `unknown-image`
+        // (a warning); the container's own envgen reports what it finds.
+        return Ok(());
+    };
+    let verdicts = evaluate(kb, host, &CheckRequest::only_images(vec![facts]));
+    let failures: Vec<String> = verdicts
+        .iter()
+        .filter(|v| v.status == VerdictStatus::Fail)
+        .flat_map(|v| {
+            v.reasons
+                .iter()
+                .filter(|r| r.status == VerdictStatus::Fail)
+                .map(|r| format!("{}: {} (fix: {})", r.code, r.message, r.fix))
+        })
+        .collect();
+    if failures.is_empty() {
+        return Ok(());
+    }
+    Err(UserError::environment(format!(
+        "doctor says image {reference} will not run on this host:\n  {}",
+        failures.join("\n  ")
+    ))
+    .with_fix(format!(
+        "see `envgen doctor --image {reference}`; pick another profile or backend"
+    ))
+    .into())
+}
+
+/// The user the container runs as: ours when we are not root, else the
+/// image's unprivileged user (the run directory is handed to it first).
+fn container_user(run_dir: &Path) -> Result<String> {
+    let meta = std::fs::metadata(run_dir)?;
+    if meta.uid() != 0 {
+        return Ok(format!("{}:{}", meta.uid(), meta.gid()));
+    }
+    let id = CONTAINER_USER_WHEN_ROOT;
+    for entry in walkdir::WalkDir::new(run_dir) {
+        let entry = entry.map_err(anyhow::Error::from)?;
+        std::os::unix::fs::chown(entry.path(), Some(id), Some(id))?;
+    }
+    Ok(format!("{id}:{id}"))
+}
+
+/// A container name from the run id (Docker allows [a-zA-Z0-9][a-zA-Z0-9_.-]).
+fn container_name(run_dir: &Path) -> String {
+    let id: String = run_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "_.-".contains(c) {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    format!("envgen-{id}")
+}
+
+/// Run in a container until it exits, or until `interrupt` resolves (then
+/// SIGTERM: envgen checkpoints and stops; the container is removed either way).
+pub async fn run(
+    docker: &Docker,
+    job: &DockerRun,
+    interrupt: impl Future<Output = ()>,
+) -> Result<RunOutcome> {
+    let run_dir = std::path::absolute(&job.run_dir)?;
+    let (image_id, repo_digest) = inspect(docker, &job.image).await?;
+    update_manifest(&run_dir, |env| {
+        env.insert(
+            "image".into(),
+            json!({
+                "ref": job.image,
+                "id": image_id,
+                // The content digest: the registry's when the image has one,
+                // else the image ID (what a local daemon can check).
+                "digest": repo_digest.as_deref().and_then(|d| d.split_once('@')).map(|(_, d)| d.to_string()).unwrap_or_else(|| image_id.clone()),
+                "repo_digest": repo_digest,
+            }),
+        );
+    })?;
+    let mut args = vec![
+        "run".to_string(),
+        job.experiment.clone(),
+        "--launched".into(),
+    ];
+    args.extend(job.job_args.iter().cloned());
+    args.extend(["--resume".to_string(), run_dir.display().to_string()]);
+    let mut mounts = vec![Mount {
+        host: run_dir.clone(),
+        container: run_dir.display().to_string(),
+        read_only: false,
+    }];
+    for data in &job.data_dirs {
+        mounts.push(Mount {
+            host: data.clone(),
+            container: data.display().to_string(),
+            read_only: true,
+        });
+    }
+    let spec = ContainerSpec {
+        name: container_name(&run_dir),
+        // Run exactly the image inspected above, even if the tag moves meanwhile.
+        image: image_id.clone(),
+        args,
+        mounts,
+        env: vec![(
+            "ENVGEN_LOG".into(),
+            std::env::var("ENVGEN_LOG").unwrap_or_default(),
+        )],
+        user: container_user(&run_dir)?,
+        gpus: job.gpus.clone(),
+        cdi: job.cdi,
+    };
+    update_manifest(&run_dir, |env| {
+        env.insert("docker".into(), json!({ "container": spec.name }));
+    })?;
+    eprintln!(
+        "envgen: docker: running {} as {} in container {}",
+        job.image, spec.user, spec.name
+    );
+    let outcome = run_container(docker, &spec, interrupt).await?;
+    let summary: Option<Summary> = rundir::read_json(&run_dir.join("summary.json")).ok();
+    let summary = match summary {
+        Some(s) if s.status != Status::Running => s,
+        // Ctrl-C here, or `docker stop`/`docker kill` from outside (128+2/9/15).
+        _ if outcome.interrupted || matches!(outcome.exit_code, 130 | 137 | 143) => mark_ended(
+            &run_dir,
+            Status::Interrupted,
+            "the container was stopped before the run wrote its summary",
+        )?,
+        _ => mark_ended(
+            &run_dir,
+            Status::Failed,
+            &format!(
+                "the container exited with status {} without a summary",
+                outcome.exit_code
+            ),
+        )?,
+    };
+    Ok(RunOutcome { run_dir, summary })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_image_doctor_fails_is_refused_with_doctors_reasons() {
+        let kb = KnowledgeBase::embedded();
+        // RTX 5070 Ti on driver 535: a consumer GPU cannot use forward compatibility for CUDA 12.8.
+        let old = kb
+            .assumed_host(&["RTX 5070 Ti".to_string()], Some("535.261.03"))
+            .unwrap();
+        let facts = crate::image::profile_facts("cuda12.8").expect("cuda12.8 profile");
+        let err = check_verdict(&old, &facts.reference.clone(), Some(facts.clone())).unwrap_err();
+        assert_eq!(crate::error::exit_code_of(&err), 3);
+        let text = format!("{err:#}");
+        assert!(text.contains("forward-compat-unsupported"), "{text}");
+        // A new enough driver passes.
+        let new = kb
+            .assumed_host(&["RTX 5070 Ti".to_string()], Some("580.65.06"))
+            .unwrap();
+        check_verdict(&new, &facts.reference.clone(), Some(facts)).unwrap();
+        // The CPU image runs anywhere.
+        let cpu = crate::image::profile_facts("cpu").unwrap();
+        check_verdict(&old, &cpu.reference.clone(), Some(cpu)).unwrap();
+    }
+
+    #[test]
+    fn container_names_keep_to_dockers_alphabet() {
+        assert_eq!(
+            container_name(Path::new("/runs/gpt2-tiny-20261123-0801-ab12 x")),
+            "envgen-gpt2-tiny-20261123-0801-ab12-x"
+        );
+    }
+}

@@ -1,0 +1,407 @@
+//! A run (or a sweep of runs) as one Slurm job: the submitting envgen has
+//! already created the run directories (config.toml + manifest.json); the
+//! job runs the same envgen (natively, or the image's envgen in a container)
+//! with `run EXP --launched --resume RUN_DIR`, which trains into that
+//! directory. Here: write the script, submit it, follow it, collect what it
+//! left, cancel it.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use envgen_experiments::engine::{rundir, Manifest, Status, Summary};
+use serde_json::{json, Map, Value};
+
+use super::slurm::{self, JobSpec, JobState, Runtime};
+use super::{mark_ended, RunOutcome};
+use crate::error::{Result, UserError};
+
+/// Where the job's output goes inside each run directory.
+pub const JOB_OUTPUT: &str = "slurm.out";
+/// The rendered script, kept in each run directory.
+pub const JOB_SCRIPT: &str = "job.sbatch";
+
+/// Resources and runtime of the job (flags, then the hardware profile's
+/// `[slurm]` defaults; Slurm's own defaults for anything left unset).
+#[derive(Debug, Clone, Default)]
+pub struct Resources {
+    pub partition: Option<String>,
+    pub account: Option<String>,
+    pub time: Option<String>,
+    pub nodes: Option<u32>,
+    pub gpus_per_node: Option<u32>,
+    pub cpus_per_task: Option<u32>,
+    pub mem: Option<String>,
+}
+
+/// What to submit: the run directories (one per array task; one = a plain
+/// job) and the arguments every task's envgen gets.
+#[derive(Debug, Clone)]
+pub struct Submission {
+    pub experiment: String,
+    pub runs: Vec<PathBuf>,
+    /// Hardware flags forwarded to the job (`--backend cpu`, `--profile a30`…).
+    pub job_args: Vec<String>,
+    /// `sbatch --output` (may hold `%a` for arrays); defaults to the run
+    /// directory's slurm.out for a single run.
+    pub output: PathBuf,
+    pub resources: Resources,
+    pub runtime: Runtime,
+    /// Host directories the job reads (data files), for container binds.
+    pub data_dirs: Vec<PathBuf>,
+}
+
+/// The directory names of a sweep: `<base>-s0`, `<base>-s1`… so that sbatch
+/// can name each task's output with `%a`. Picks a `base` none of them exist
+/// for and creates them all.
+pub fn create_sweep_dirs(out: &Path, base: &str, n: usize) -> Result<(String, Vec<PathBuf>)> {
+    std::fs::create_dir_all(out).map_err(|e| {
+        UserError::environment(format!("cannot create {}: {e}", out.display()))
+            .with_fix("pass a writable directory with --out")
+    })?;
+    for attempt in 1..1000 {
+        let candidate = if attempt == 1 {
+            base.to_string()
+        } else {
+            format!("{base}-{attempt}")
+        };
+        let dirs: Vec<PathBuf> = (0..n)
+            .map(|i| out.join(format!("{candidate}-s{i}")))
+            .collect();
+        if dirs.iter().any(|d| d.exists()) {
+            continue;
+        }
+        for dir in &dirs {
+            std::fs::create_dir(dir).map_err(|e| {
+                UserError::environment(format!("cannot create {}: {e}", dir.display()))
+            })?;
+        }
+        return Ok((candidate, dirs));
+    }
+    Err(UserError::environment(format!("no free sweep name under {}", out.display())).into())
+}
+
+/// `sbatch --output` for the runs of a sweep made by [`create_sweep_dirs`].
+pub fn sweep_output(out: &Path, base: &str) -> PathBuf {
+    out.join(format!("{base}-s%a")).join(JOB_OUTPUT)
+}
+
+/// The envgen the job runs: this very binary when native (the cluster's
+/// shared filesystem makes it visible on the node), the image's otherwise.
+fn job_envgen(runtime: &Runtime) -> Result<String> {
+    Ok(match runtime {
+        Runtime::Native => std::env::current_exe()?.display().to_string(),
+        _ => "envgen".into(),
+    })
+}
+
+fn absolute(path: &Path) -> Result<PathBuf> {
+    Ok(std::path::absolute(path)?)
+}
+
+/// Write the script into every run directory and submit it; records the
+/// job in each manifest. Returns the job ID.
+pub fn submit(sub: &Submission) -> Result<String> {
+    let runs: Vec<PathBuf> = sub
+        .runs
+        .iter()
+        .map(|r| absolute(r))
+        .collect::<Result<_>>()?;
+    let first = runs
+        .first()
+        .ok_or_else(|| anyhow::anyhow!("nothing to submit"))?;
+    let mut command = vec![
+        job_envgen(&sub.runtime)?,
+        "run".to_string(),
+        sub.experiment.clone(),
+        "--launched".into(),
+    ];
+    command.extend(sub.job_args.iter().cloned());
+    let resume = |dir: &Path| vec!["--resume".to_string(), dir.display().to_string()];
+    let array_tasks: Vec<Vec<String>> = if runs.len() > 1 {
+        runs.iter().map(|r| resume(r)).collect()
+    } else {
+        command.extend(resume(first));
+        Vec::new()
+    };
+    // Containers see the run directories' parents and the data at the same paths.
+    let mut binds: Vec<PathBuf> = runs
+        .iter()
+        .filter_map(|r| r.parent().map(Path::to_path_buf))
+        .chain(sub.data_dirs.iter().cloned())
+        .collect();
+    binds.sort();
+    binds.dedup();
+    let r = &sub.resources;
+    let spec = JobSpec {
+        job_name: format!("envgen-{}", sub.experiment),
+        workdir: first.clone(),
+        output: absolute(&sub.output)?,
+        partition: r.partition.clone(),
+        account: r.account.clone(),
+        time: r.time.clone(),
+        nodes: r.nodes.unwrap_or(1),
+        cpus_per_task: r.cpus_per_task.unwrap_or(1),
+        mem: r.mem.clone(),
+        gpus_per_node: r.gpus_per_node,
+        runtime: sub.runtime.clone(),
+        binds,
+        env: BTreeMap::new(),
+        command,
+        array_tasks,
+    };
+    for run in &runs {
+        slurm::write_script(&spec, &run.join(JOB_SCRIPT))?;
+    }
+    let job_id = slurm::submit(&first.join(JOB_SCRIPT))?;
+    for (index, run) in runs.iter().enumerate() {
+        let task = if runs.len() > 1 {
+            format!("{job_id}_{index}")
+        } else {
+            job_id.clone()
+        };
+        update_manifest(run, |env| {
+            let previous = env
+                .get("slurm")
+                .and_then(|s| s.get("job"))
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            let mut earlier: Vec<Value> = env
+                .get("slurm")
+                .and_then(|s| s.get("earlier_jobs"))
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            earlier.extend(previous.map(Value::from));
+            env.insert(
+                "slurm".into(),
+                json!({
+                    "job_id": job_id,
+                    "job": task,
+                    "script": JOB_SCRIPT,
+                    "output": JOB_OUTPUT,
+                    "state": "PENDING",
+                    "earlier_jobs": earlier,
+                }),
+            );
+        })?;
+    }
+    Ok(job_id)
+}
+
+/// The manifest's `image` for a containerized job. A charliecloud image
+/// directory has no registry digest: its `digest` is the sha256 of the envgen
+/// binary in it (what decides the science); a SIF or a pyxis reference is
+/// recorded as given (hashing a multi-GB SIF on every submit costs minutes).
+pub fn image_provenance(runtime: &Runtime) -> Result<Option<Value>> {
+    Ok(match runtime {
+        Runtime::Native => None,
+        Runtime::Charliecloud { image_dir } => {
+            let binary = image_dir.join("usr/local/bin/envgen");
+            let bytes = std::fs::read(&binary)
+                .map_err(|e| anyhow::anyhow!("reading {}: {e}", binary.display()))?;
+            Some(json!({
+                "ref": image_dir,
+                "runtime": "charliecloud",
+                "digest": format!("sha256:{}", crate::image::lock::sha256_hex(&bytes)),
+                "digest_of": "usr/local/bin/envgen",
+            }))
+        }
+        Runtime::Apptainer { sif } => Some(json!({ "ref": sif, "runtime": "apptainer" })),
+        Runtime::Pyxis { image } => Some(json!({ "ref": image, "runtime": "pyxis" })),
+    })
+}
+
+/// Change the environment part of a run's manifest in place.
+pub fn update_manifest(dir: &Path, change: impl FnOnce(&mut Map<String, Value>)) -> Result<()> {
+    let path = dir.join("manifest.json");
+    let mut manifest: Manifest = rundir::read_json(&path)?;
+    change(&mut manifest.environment);
+    rundir::write_json(&path, &manifest)
+}
+
+/// The Slurm job (or array task) a run was submitted as, from its manifest.
+pub fn job_of(manifest: &Manifest) -> Option<String> {
+    manifest
+        .environment
+        .get("slurm")?
+        .get("job")?
+        .as_str()
+        .map(str::to_owned)
+}
+
+/// Streams what the job writes to each run's slurm.out onto our stderr.
+struct OutputTail {
+    files: Vec<(String, PathBuf, u64)>,
+}
+
+impl OutputTail {
+    fn new(runs: &[PathBuf]) -> Self {
+        let files = runs
+            .iter()
+            .enumerate()
+            .map(|(i, dir)| {
+                let label = if runs.len() > 1 {
+                    format!("[task {i}] ")
+                } else {
+                    String::new()
+                };
+                (label, dir.join(JOB_OUTPUT), 0)
+            })
+            .collect();
+        OutputTail { files }
+    }
+
+    fn pump(&mut self) {
+        let mut stderr = std::io::stderr().lock();
+        for (label, path, offset) in &mut self.files {
+            let Ok(mut file) = std::fs::File::open(&*path) else {
+                continue;
+            };
+            if file.seek(SeekFrom::Start(*offset)).is_err() {
+                continue;
+            }
+            let mut text = String::new();
+            if file.read_to_string(&mut text).is_err() {
+                continue;
+            }
+            // Only whole lines: the rest comes with the next pump.
+            let Some(end) = text.rfind('\n') else {
+                continue;
+            };
+            for line in text[..=end].lines() {
+                let _ = writeln!(stderr, "{label}{line}");
+            }
+            *offset += end as u64 + 1;
+        }
+    }
+}
+
+/// Follow the job until every task ended (streaming its output), or until
+/// `stop` is set (Ctrl-C): then `scancel` and wait for it to end. Either way
+/// each run directory ends with a summary (the job's, or one written here
+/// from the job state) and the final state in its manifest.
+pub fn follow(job_id: &str, runs: &[PathBuf], stop: &AtomicBool) -> Result<Vec<RunOutcome>> {
+    let mut tail = OutputTail::new(runs);
+    let mut last_states: Vec<(String, String)> = Vec::new();
+    let mut cancelled = false;
+    let mut cancel_started: Option<Instant> = None;
+    loop {
+        let state = slurm::state(job_id)?;
+        if state.tasks != last_states {
+            let words: Vec<String> = state
+                .tasks
+                .iter()
+                .map(|(id, s)| format!("{id} {s}"))
+                .collect();
+            eprintln!("envgen: slurm job {}", words.join(", "));
+            last_states = state.tasks.clone();
+        }
+        tail.pump();
+        if state.finished() {
+            break;
+        }
+        if stop.load(Ordering::SeqCst) && !cancelled {
+            eprintln!("envgen: interrupted: scancel {job_id} (the run checkpoints and stops)");
+            slurm::cancel(job_id)?;
+            cancelled = true;
+            cancel_started = Some(Instant::now());
+        }
+        if cancel_started.is_some_and(|t| t.elapsed() > Duration::from_secs(120)) {
+            return Err(UserError::environment(format!(
+                "Slurm job {job_id} did not end within 120 s of scancel"
+            ))
+            .into());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // The last lines may land after the state flips.
+    std::thread::sleep(Duration::from_millis(300));
+    tail.pump();
+    let state = slurm::state(job_id)?;
+    runs.iter()
+        .enumerate()
+        .map(|(i, dir)| collect(dir, &task_state(&state, job_id, i, runs.len())))
+        .collect()
+}
+
+/// The state of array task `index` (or of the plain job).
+fn task_state(state: &JobState, job_id: &str, index: usize, tasks: usize) -> String {
+    let wanted = if tasks > 1 {
+        format!("{job_id}_{index}")
+    } else {
+        job_id.to_string()
+    };
+    state
+        .tasks
+        .iter()
+        .find(|(id, _)| *id == wanted)
+        .or(state.tasks.first().filter(|_| tasks == 1))
+        .map(|(_, s)| s.clone())
+        .unwrap_or_else(|| "UNKNOWN".into())
+}
+
+/// Record the job's final state; when the job left no summary (cancelled
+/// before training, killed, node failure), write one from that state.
+pub fn collect(dir: &Path, job_state: &str) -> Result<RunOutcome> {
+    update_manifest(dir, |env| {
+        if let Some(slurm) = env.get_mut("slurm").and_then(Value::as_object_mut) {
+            slurm.insert("state".into(), json!(job_state));
+        }
+    })?;
+    let summary: Option<Summary> = rundir::read_json(&dir.join("summary.json")).ok();
+    let summary = match summary {
+        Some(s) if s.status != Status::Running => s,
+        _ => {
+            let status = match job_state {
+                "CANCELLED" | "TIMEOUT" | "PREEMPTED" | "DEADLINE" => Status::Interrupted,
+                _ => Status::Failed,
+            };
+            let why = format!(
+                "Slurm job ended {job_state} before the run wrote its summary; see {JOB_OUTPUT}"
+            );
+            mark_ended(dir, status, &why)?
+        }
+    };
+    Ok(RunOutcome {
+        run_dir: dir.to_path_buf(),
+        summary,
+    })
+}
+
+/// `envgen runs cancel RUN` for a Slurm run: scancel its job (or array
+/// task), wait until it ended, collect.
+pub fn cancel(dir: &Path, manifest: &Manifest) -> Result<RunOutcome> {
+    let job = job_of(manifest).ok_or_else(|| {
+        UserError::usage(format!(
+            "{} was not submitted to Slurm (its manifest has no slurm job)",
+            dir.display()
+        ))
+        .with_fix("stop a native run with Ctrl-C, a Docker run with Ctrl-C or `docker stop`")
+    })?;
+    slurm::cancel(&job)?;
+    let state = slurm::wait(&job, Duration::from_secs(120))?;
+    let final_state = state
+        .tasks
+        .first()
+        .map(|(_, s)| s.clone())
+        .unwrap_or_else(|| "CANCELLED".into());
+    collect(dir, &final_state)
+}
+
+/// The live state for `runs show`: the manifest's job, asked of Slurm
+/// (falls back to the last state recorded when Slurm does not answer).
+pub fn live_state(manifest: &Manifest) -> Option<Value> {
+    let slurm = manifest.environment.get("slurm")?;
+    let job = slurm.get("job")?.as_str()?;
+    let recorded = slurm.get("state").cloned().unwrap_or(Value::Null);
+    let live = slurm::state(job)
+        .ok()
+        .and_then(|s| s.tasks.first().map(|(_, st)| st.clone()));
+    Some(json!({
+        "job": job,
+        "state": live.map_or(recorded, Value::from),
+    }))
+}

@@ -1,0 +1,356 @@
+//! `envgen run --where docker` and `envgen rerun` against the private Docker
+//! daemon scripts/test.sh starts. The image is this build's envgen in a
+//! minimal root filesystem (imported through bollard); real training inside.
+
+mod docker_base;
+mod run_common;
+
+use std::path::Path;
+
+use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveImageOptionsBuilder};
+use run_common::*;
+
+fn require_docker() {
+    assert!(
+        std::env::var_os("DOCKER_HOST").is_some(),
+        "these tests need the private Docker daemon: run ./scripts/test.sh (it starts dockerd and exports DOCKER_HOST)"
+    );
+}
+
+fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(future)
+}
+
+/// Import a root filesystem with this build's envgen as `envgen-test/run:TAG`;
+/// `marker` makes the layer (hence the image ID) differ between tags.
+fn import_image(tag: &str, marker: &str) -> String {
+    let root = tempfile::tempdir().unwrap();
+    minimal_rootfs(root.path());
+    std::fs::write(root.path().join("etc/envgen-test-marker"), marker).unwrap();
+    let tar_dir = tempfile::tempdir().unwrap();
+    let tarball = tar_dir.path().join("rootfs.tar");
+    let mut builder = tar::Builder::new(std::fs::File::create(&tarball).unwrap());
+    builder.follow_symlinks(false);
+    builder.append_dir_all(".", root.path()).unwrap();
+    builder.finish().unwrap();
+    block_on(async {
+        let docker = envgen::image::docker::connect().await.unwrap();
+        envgen::image::docker::import_rootfs(&docker, &tarball, "envgen-test/run", tag)
+            .await
+            .unwrap();
+    });
+    format!("envgen-test/run:{tag}")
+}
+
+/// Containers envgen started for the run in `dir` that still exist (it must
+/// remove every one). Other tests' runs go on in parallel: filter by run.
+fn leftover_containers(dir: &Path) -> Vec<String> {
+    let label = format!(
+        "io.envgen.run=envgen-{}",
+        dir.file_name().unwrap().to_string_lossy()
+    );
+    block_on(async {
+        let docker = envgen::image::docker::connect().await.unwrap();
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&[("label", vec![label.as_str()])].into())
+            .build();
+        docker
+            .list_containers(Some(options))
+            .await
+            .unwrap()
+            .into_iter()
+            .flat_map(|c| c.names.unwrap_or_default())
+            .collect()
+    })
+}
+
+fn image_id(reference: &str) -> String {
+    block_on(async {
+        let docker = envgen::image::docker::connect().await.unwrap();
+        docker.inspect_image(reference).await.unwrap().id.unwrap()
+    })
+}
+
+#[test]
+fn docker_run_trains_the_same_bits_as_native_and_rerun_reproduces_them() {
+    require_docker();
+    let image = import_image("same-bits", "same-bits");
+    let tmp = tempfile::tempdir().unwrap();
+    let native = short_run(tmp.path(), &["--where", "native"]);
+    assert_ok(&native, "native run");
+    let native = json_of(&native);
+    let docker = short_run(tmp.path(), &["--where", "docker", "--image", &image]);
+    assert_ok(&docker, "docker run");
+    let docker = json_of(&docker);
+    let dir = run_dir_of(&docker);
+    for key in ["final_train_loss", "final_val_loss"] {
+        assert_eq!(
+            loss_bits(&native["summary"], key),
+            loss_bits(&docker["summary"], key),
+            "{key}: the container must train exactly as the native run"
+        );
+    }
+    let manifest = read(&dir, "manifest.json");
+    let native_manifest = read(&run_dir_of(&native), "manifest.json");
+    assert_eq!(manifest["config_hash"], native_manifest["config_hash"]);
+    assert_eq!(manifest["where"], "docker");
+    assert_eq!(manifest["image"]["ref"], image);
+    assert_eq!(manifest["image"]["id"], image_id(&image));
+    assert!(manifest["image"]["digest"]
+        .as_str()
+        .unwrap()
+        .starts_with("sha256:"));
+    // The container's envgen recorded the host it saw and ran as non-root.
+    assert!(manifest["host"].is_object());
+    let owner =
+        std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(dir.join("summary.json")).unwrap());
+    assert_ne!(owner, 0, "the container must not run as root");
+    assert!(
+        leftover_containers(&dir).is_empty(),
+        "{:?}",
+        leftover_containers(&dir)
+    );
+
+    let rerun = rerun_json(tmp.path(), &dir);
+    let rerun_manifest = read(&run_dir_of(&rerun), "manifest.json");
+    assert_eq!(rerun_manifest["where"], "docker");
+    assert_eq!(rerun_manifest["image"]["id"], manifest["image"]["id"]);
+    assert_eq!(rerun_manifest["config_hash"], manifest["config_hash"]);
+    assert_eq!(
+        loss_bits(&rerun["summary"], "final_val_loss"),
+        loss_bits(&docker["summary"], "final_val_loss")
+    );
+}
+
+/// envgen exited 130, removed its container, and the run resumes.
+fn interrupted_without_container(dir: &Path, out: &std::process::Output) {
+    assert_exit_130(out);
+    assert!(
+        leftover_containers(&dir).is_empty(),
+        "{:?}",
+        leftover_containers(&dir)
+    );
+    assert_interrupted_then_resume(dir, 400);
+}
+
+#[test]
+fn ctrl_c_stops_and_removes_the_container_and_the_run_resumes() {
+    require_docker();
+    let image = import_image("ctrl-c", "ctrl-c");
+    let tmp = tempfile::tempdir().unwrap();
+    let args = long_run_args(tmp.path(), &["--where", "docker", "--image", &image]);
+    let (dir, out) = interrupt_after_two_steps(&args, tmp.path());
+    interrupted_without_container(&dir, &out);
+}
+
+#[test]
+fn rerun_refuses_when_the_image_is_gone() {
+    require_docker();
+    let image = import_image("gone", "gone");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = short_run(
+        tmp.path(),
+        &[
+            "--where",
+            "docker",
+            "--image",
+            &image,
+            "--set",
+            "train.steps=1",
+        ],
+    );
+    assert_ok(&out, "docker run");
+    let dir = run_dir_of(&json_of(&out));
+    block_on(async {
+        let docker = envgen::image::docker::connect().await.unwrap();
+        let options = RemoveImageOptionsBuilder::default().force(true).build();
+        docker
+            .remove_image(&image, Some(options), None)
+            .await
+            .unwrap();
+    });
+    let rerun = envgen()
+        .args(["rerun", "--out", tmp.path().to_str().unwrap()])
+        .arg(dir.join("manifest.json"))
+        .output()
+        .unwrap();
+    assert_eq!(rerun.status.code(), Some(3), "{rerun:?}");
+    let stderr = String::from_utf8_lossy(&rerun.stderr);
+    assert!(
+        stderr.contains("is gone from the Docker daemon"),
+        "{stderr}"
+    );
+    assert!(Path::new(&dir).join("summary.json").is_file());
+}
+
+#[test]
+fn without_image_the_cpu_profile_image_is_built_on_demand() {
+    require_docker();
+    docker_base::ensure_base_image();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = short_run(tmp.path(), &["--where", "docker", "--set", "train.steps=2"]);
+    assert_ok(&out, "docker run with the cpu profile image");
+    let doc = json_of(&out);
+    assert_eq!(doc["summary"]["status"], "completed");
+    let manifest = read(&run_dir_of(&doc), "manifest.json");
+    let tag = format!("envgen/cpu:{}", env!("CARGO_PKG_VERSION"));
+    assert_eq!(manifest["image"]["ref"], tag);
+    assert_eq!(manifest["image"]["id"], image_id(&tag));
+    // The profile image carries this very binary (the images work's label).
+    let labels = block_on(async {
+        let docker = envgen::image::docker::connect().await.unwrap();
+        docker
+            .inspect_image(&tag)
+            .await
+            .unwrap()
+            .config
+            .unwrap()
+            .labels
+            .unwrap()
+    });
+    assert_eq!(labels["io.envgen.profile"], "cpu");
+}
+
+/// `--where auto` without a Slurm cluster (SLURM_CONF names none) picks the
+/// Docker daemon, and with neither, runs natively — saying why each time.
+#[test]
+fn auto_falls_back_to_docker_then_native_and_says_why() {
+    require_docker();
+    let image = import_image("auto", "auto");
+    let tmp = tempfile::tempdir().unwrap();
+    let auto_run = |docker_host: &str| {
+        let mut args = vec!["run", "gpt2"];
+        args.extend(SHORT);
+        let out_dir = tmp.path().to_str().unwrap();
+        args.extend([
+            "--set",
+            "train.steps=2",
+            "--where",
+            "auto",
+            "--image",
+            &image,
+            "--out",
+            out_dir,
+        ]);
+        let out = envgen()
+            .args(&args)
+            .env("SLURM_CONF", tmp.path().join("no-cluster.conf"))
+            .env("DOCKER_HOST", docker_host)
+            .output()
+            .unwrap();
+        assert_ok(&out, "--where auto");
+        let manifest = read(&run_dir_of(&json_of(&out)), "manifest.json");
+        (String::from_utf8_lossy(&out.stderr).into_owned(), manifest)
+    };
+    let (stderr, manifest) = auto_run(&std::env::var("DOCKER_HOST").unwrap());
+    assert!(
+        stderr.contains("--where auto: docker (no Slurm ("),
+        "{stderr}"
+    );
+    assert_eq!(manifest["where"], "docker");
+    assert!(manifest["where_reason"]
+        .as_str()
+        .unwrap()
+        .contains("a Docker daemon answers"));
+    let (stderr, manifest) = auto_run("unix:///nonexistent/docker.sock");
+    assert!(
+        stderr.contains("--where auto: native (no Slurm ("),
+        "{stderr}"
+    );
+    assert_eq!(manifest["where"], "native");
+    assert!(manifest["where_reason"]
+        .as_str()
+        .unwrap()
+        .contains("no Docker daemon"));
+}
+
+/// Provenance of data: a text file read natively and inside the container
+/// (mounted read-only at the same path) is hashed into both manifests.
+#[test]
+fn data_files_are_mounted_read_only_and_hashed_into_the_manifest() {
+    require_docker();
+    use sha2::Digest as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    let image = import_image("data", "data");
+    let data = tempfile::tempdir().unwrap();
+    // The container runs as uid 1000 when the tests run as root: let it read.
+    std::fs::set_permissions(data.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let file = data.path().join("corpus.txt");
+    let text: String = (0..400)
+        .map(|i| format!("line {i}: the quick brown fox jumps over the lazy dog.\n"))
+        .collect();
+    std::fs::write(&file, &text).unwrap();
+    let sha = hex::encode(sha2::Sha256::digest(text.as_bytes()));
+    let source = format!("data.path={}", file.display());
+    let tmp = tempfile::tempdir().unwrap();
+    let mut manifests = Vec::new();
+    let mut losses = Vec::new();
+    for place in [
+        &["--where", "native"][..],
+        &["--where", "docker", "--image", &image],
+    ] {
+        let mut extra = vec![
+            "--set",
+            "data.source=text",
+            "--set",
+            &source,
+            "--set",
+            "train.steps=2",
+        ];
+        extra.extend(place);
+        let out = short_run(tmp.path(), &extra);
+        assert_ok(&out, &format!("{place:?} run on a text file"));
+        let doc = json_of(&out);
+        losses.push(loss_bits(&doc["summary"], "final_train_loss"));
+        manifests.push(read(&run_dir_of(&doc), "manifest.json"));
+    }
+    for manifest in &manifests {
+        let files = manifest["data_files"].as_array().expect("data_files");
+        assert!(!files.is_empty(), "{manifest}");
+        assert!(
+            files.iter().all(|f| f["sha256"] == sha.as_str()),
+            "{files:?}"
+        );
+    }
+    assert_eq!(losses[0], losses[1]);
+}
+
+/// `docker kill` from elsewhere mid-run: envgen reports the run interrupted
+/// (exit 130), removes the container, and the run resumes from its checkpoint.
+#[test]
+fn docker_kill_leaves_an_interrupted_resumable_run_and_no_container() {
+    require_docker();
+    let image = import_image("kill", "kill");
+    let tmp = tempfile::tempdir().unwrap();
+    let args = long_run_args(tmp.path(), &["--where", "docker", "--image", &image]);
+    let (dir, out) = stop_after_two_steps(&args, tmp.path(), |_, dir| {
+        let names = leftover_containers(dir);
+        assert_eq!(names.len(), 1, "{names:?}");
+        block_on(async {
+            let docker = envgen::image::docker::connect().await.unwrap();
+            docker
+                .kill_container(names[0].trim_start_matches('/'), None)
+                .await
+                .unwrap();
+        });
+    });
+    interrupted_without_container(&dir, &out);
+}
+
+#[test]
+fn detach_is_for_slurm_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = short_run(tmp.path(), &["--where", "docker", "--detach"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--detach is for Slurm"));
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        0,
+        "no run directory"
+    );
+}
