@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use super::act::{act_eval, ActState, PuzzleBatch};
-use super::config::{HrmDataConfig, HrmPreset};
+use super::config::{HrmDataConfig, HrmPreset, BUILTIN_PRESETS};
 use super::loss::{blank_cell_hits, sequence_correct_count};
 use super::model::{parameter_count, Carry, HrmModel};
 use super::sudoku::dataset::{self, BuildOptions, Recipe, Split, SudokuDataset};
@@ -35,14 +35,77 @@ use crate::engine::rundir::{finish_run, read_json, write_json, MetricsLog, Statu
 use crate::engine::safetensors_io;
 use crate::engine::train::{inner_device_of, progress_bar, RunControl};
 use crate::error::UserError;
+use crate::registry::{self, Experiment, ResolvedConfig};
 
 pub const EXPERIMENT: &str = "hrm-sudoku";
 pub const DEFAULT_PRESET: &str = "tiny";
 
+/// `envgen run hrm-sudoku` in the experiment registry.
+pub struct HrmExperiment;
+pub static HRM: HrmExperiment = HrmExperiment;
+
+impl Experiment for HrmExperiment {
+    fn name(&self) -> &'static str {
+        EXPERIMENT
+    }
+    fn description(&self) -> &'static str {
+        "HRM (Hierarchical Reasoning Model) on Sudoku: tiny CPU run up to the Sudoku-Extreme-1k paper setup"
+    }
+    fn presets(&self) -> &'static [(&'static str, &'static str)] {
+        BUILTIN_PRESETS
+    }
+    fn default_preset(&self) -> &'static str {
+        DEFAULT_PRESET
+    }
+    fn resolve(
+        &self,
+        text: &str,
+        origin: &str,
+        overrides: &[String],
+    ) -> anyhow::Result<ResolvedConfig> {
+        let loaded = resolve(text, origin, overrides)?;
+        Ok(ResolvedConfig {
+            preset: None,
+            science: registry::canonical(&loaded.science)?,
+            batch_size: loaded.science.train.global_batch_size,
+            hardware: loaded.hardware,
+            parameters: Some(parameters(&loaded.science) as u64),
+        })
+    }
+    fn run(
+        &self,
+        science: &toml::Value,
+        control: &RunControl,
+        backend: crate::backend::Resolved,
+    ) -> anyhow::Result<Summary> {
+        let preset: HrmPreset = registry::typed(science, "config.toml")?;
+        preset.validate("config.toml")?;
+        run(&preset, control, backend)
+    }
+    fn summary_line(&self, summary: &Summary) -> String {
+        let m = &summary.metrics;
+        format!(
+            "{:?} after {} steps in {:.1} s: held-out blank-cell accuracy {} (initial {}), exact {}, mean ACT steps {}, {} steps/s",
+            summary.status,
+            summary.steps_done,
+            summary.wall_s,
+            registry::fmt_metric(m.get("cell_accuracy")),
+            registry::fmt_metric(m.get("initial_cell_accuracy")),
+            registry::fmt_metric(m.get("exact_accuracy")),
+            registry::fmt_metric(m.get("mean_act_steps")),
+            registry::fmt_metric(m.get("steps_per_s")),
+        )
+    }
+}
+
 /// Parse a preset or config file, apply `--set` overrides and validate.
-pub fn resolve(text: &str, origin: &str, overrides: &[String]) -> anyhow::Result<HrmPreset> {
+pub fn resolve(
+    text: &str,
+    origin: &str,
+    overrides: &[String],
+) -> anyhow::Result<crate::engine::Loaded<HrmPreset>> {
     let loaded = crate::engine::load::<HrmPreset>(text, origin, overrides)?;
-    let preset = loaded.science;
+    let preset = &loaded.science;
     preset.validate(origin)?;
     let data = &preset.data;
     for (key, path) in [
@@ -58,7 +121,7 @@ pub fn resolve(text: &str, origin: &str, overrides: &[String]) -> anyhow::Result
             }
         }
     }
-    Ok(preset)
+    Ok(loaded)
 }
 
 /// Trainable parameters (what `experiments describe` reports).
