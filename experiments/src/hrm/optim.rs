@@ -22,10 +22,10 @@ use burn::module::{Module, ModuleMapper, Param, ParamId};
 use burn::optim::{GradientsParams, LearningRate, SimpleOptimizer};
 use burn::record::Record;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::Tensor;
 
 use super::model::HrmModel;
-use crate::engine::params;
+use crate::engine::optim::{moments_from_named, moments_to_named, Moments};
 use crate::engine::safetensors_io::NamedTensors;
 
 /// Adam-atan2 hyper-parameters.
@@ -123,7 +123,7 @@ impl<B: Backend> SimpleOptimizer<B> for SignSgd {
 pub struct HrmOptimizer<B: Backend> {
     network: AdamAtan2,
     puzzle: SignSgd,
-    moments: HashMap<ParamId, (Tensor<B, 1>, Tensor<B, 1>)>,
+    moments: Moments<B>,
 }
 
 impl<B: Backend> HrmOptimizer<B> {
@@ -164,24 +164,7 @@ impl<B: Backend> HrmOptimizer<B> {
     where
         AB: AutodiffBackend<InnerBackend = B>,
     {
-        let mut out = Vec::new();
-        for param in params::collect::<AB, HrmModel<AB>>(model, false) {
-            if let Some((m, v)) = self.moments.get(&param.id) {
-                for (prefix, tensor) in [("m", m), ("v", v)] {
-                    let values: Vec<f32> = tensor
-                        .to_data()
-                        .convert::<f32>()
-                        .to_vec()
-                        .unwrap_or_default();
-                    out.push((
-                        format!("{prefix}.{}", param.name),
-                        vec![values.len()],
-                        values,
-                    ));
-                }
-            }
-        }
-        out
+        moments_to_named::<AB, HrmModel<AB>>(model, &self.moments)
     }
 
     /// Restore moments written by [`HrmOptimizer::state_tensors`].
@@ -189,19 +172,7 @@ impl<B: Backend> HrmOptimizer<B> {
     where
         AB: AutodiffBackend<InnerBackend = B>,
     {
-        self.moments.clear();
-        for (name, id) in params::ids_by_name::<AB, HrmModel<AB>>(model) {
-            let (Some((_, m)), Some((_, v))) = (
-                state.get(&format!("m.{name}")),
-                state.get(&format!("v.{name}")),
-            ) else {
-                continue;
-            };
-            let load = |values: &Vec<f32>| {
-                Tensor::<B, 1>::from_data(TensorData::new(values.clone(), [values.len()]), device)
-            };
-            self.moments.insert(id, (load(m), load(v)));
-        }
+        self.moments = moments_from_named::<AB, HrmModel<AB>>(model, state, device);
     }
 }
 
