@@ -71,7 +71,7 @@ pub trait Experiment: Sync {
 }
 
 /// Every experiment in this build, in the order `experiments list` shows.
-static ALL: &[&dyn Experiment] = &[&crate::gpt2::GPT2];
+static ALL: &[&dyn Experiment] = &[&crate::gpt2::GPT2, &crate::hrm::run::HRM];
 
 pub fn all() -> &'static [&'static dyn Experiment] {
     ALL

@@ -3,9 +3,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use envgen_experiments::hrm::sudoku::csvfile::{self, Row};
-use envgen_experiments::hrm::sudoku::dataset::{self, BuildOptions, Source};
-use envgen_experiments::hrm::sudoku::generate::{generate, Difficulty};
+use envgen_experiments::hrm::sudoku::csvfile;
+use envgen_experiments::hrm::sudoku::dataset::{self, BuildOptions};
+use envgen_experiments::hrm::sudoku::generate::Difficulty;
 use envgen_experiments::hrm::sudoku::{analyze, bench, parse_grid, to_line, Grid, Outcome};
 use serde_json::json;
 
@@ -80,6 +80,9 @@ pub enum Command {
         train_count: usize,
         #[arg(long, default_value_t = 200)]
         test_count: usize,
+        /// Solution cells given back to each generated puzzle (easier set).
+        #[arg(long, default_value_t = 0)]
+        extra_clues: usize,
         #[arg(long, default_value_t = 0)]
         threads: usize,
         #[arg(long)]
@@ -117,7 +120,7 @@ pub fn execute(cmd: Command) -> Result<i32> {
             out,
             threads,
         } => {
-            let rows = generate_rows(difficulty.into(), count, seed, threads);
+            let rows = dataset::generate_rows(difficulty.into(), count, 0, seed, threads);
             csvfile::write_file(&out, &rows)?;
             eprintln!(
                 "wrote {count} {} puzzles to {}",
@@ -136,6 +139,7 @@ pub fn execute(cmd: Command) -> Result<i32> {
             generate_difficulty,
             train_count,
             test_count,
+            extra_clues,
             threads,
             json,
         } => {
@@ -145,6 +149,7 @@ pub fn execute(cmd: Command) -> Result<i32> {
                 difficulty: generate_difficulty.into(),
                 train_count,
                 test_count,
+                extra_clues,
                 threads,
             };
             build_dataset(inputs, subsample, aug, &out, seed, json)
@@ -182,19 +187,6 @@ pub fn execute(cmd: Command) -> Result<i32> {
             Ok(0)
         }
     }
-}
-
-fn generate_rows(difficulty: Difficulty, count: usize, seed: u64, threads: usize) -> Vec<Row> {
-    let source = format!("envgen-{}-seed{seed}", difficulty.name());
-    generate(difficulty, count, seed, threads)
-        .into_iter()
-        .map(|g| Row {
-            source: source.clone(),
-            puzzle: g.puzzle,
-            solution: g.solution,
-            rating: g.rating,
-        })
-        .collect()
 }
 
 fn solve(args: Vec<String>, file: Option<&Path>, json: bool) -> Result<i32> {
@@ -267,6 +259,7 @@ struct Inputs {
     difficulty: Difficulty,
     train_count: usize,
     test_count: usize,
+    extra_clues: usize,
     threads: usize,
 }
 
@@ -278,57 +271,29 @@ fn build_dataset(
     seed: u64,
     json: bool,
 ) -> Result<i32> {
-    let (train_path, test_path, generated) = match (inputs.train, inputs.test) {
-        (Some(train), Some(test)) => (train, test, None),
-        _ => {
-            // Train and test come from disjoint seed streams of one run.
-            let dir = dataset::source_dir(out);
-            let (train, test) = (dir.join("train.csv"), dir.join("test.csv"));
-            let d = inputs.difficulty;
-            eprintln!(
-                "generating {} train + {} test {} puzzles…",
-                inputs.train_count,
-                inputs.test_count,
-                d.name()
-            );
-            csvfile::write_file(
-                &train,
-                &generate_rows(d, inputs.train_count, seed, inputs.threads),
-            )?;
-            let test_seed = seed ^ 0x7e57_7e57_7e57_7e57;
-            csvfile::write_file(
-                &test,
-                &generate_rows(d, inputs.test_count, test_seed, inputs.threads),
-            )?;
-            let info = json!({
-                "difficulty": d.name(),
-                "min_rating": d.min_rating(),
-                "train_seed": seed,
-                "test_seed": test_seed,
-                "train_count": inputs.train_count,
-                "test_count": inputs.test_count,
-            });
-            (train, test, Some(info))
-        }
+    let csvs = inputs.train.zip(inputs.test);
+    if csvs.is_none() {
+        eprintln!(
+            "generating {} train + {} test {} puzzles…",
+            inputs.train_count,
+            inputs.test_count,
+            inputs.difficulty.name()
+        );
+    }
+    let recipe = dataset::Recipe {
+        csvs,
+        difficulty: inputs.difficulty,
+        train_count: inputs.train_count,
+        test_count: inputs.test_count,
+        extra_clues: inputs.extra_clues,
+        options: BuildOptions {
+            subsample,
+            augmentations: aug,
+            seed,
+        },
+        threads: inputs.threads,
     };
-    let train_rows = csvfile::read_file(&train_path)?;
-    let test_rows = csvfile::read_file(&test_path)?;
-    let options = BuildOptions {
-        subsample,
-        augmentations: aug,
-        seed,
-    };
-    let train_source = Source::of_file(&train_path, train_rows.len())?;
-    let test_source = Source::of_file(&test_path, test_rows.len())?;
-    let meta = dataset::build(
-        &train_rows,
-        &test_rows,
-        train_source,
-        test_source,
-        &options,
-        generated,
-        out,
-    )?;
+    let meta = dataset::build_recipe(&recipe, out)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&meta)?);
     } else {

@@ -38,7 +38,7 @@ pub fn learning_rate(cfg: &OptimConfig, step: u64, total_steps: u64) -> f64 {
 /// First and second moments of every parameter, flattened.
 pub struct AdamW<B: Backend> {
     cfg: OptimConfig,
-    moments: HashMap<ParamId, (Tensor<B, 1>, Tensor<B, 1>)>,
+    moments: Moments<B>,
 }
 
 impl<B: Backend> AdamW<B> {
@@ -80,24 +80,7 @@ impl<B: Backend> AdamW<B> {
         AB: AutodiffBackend<InnerBackend = B>,
         M: AutodiffModule<AB>,
     {
-        let mut out = Vec::new();
-        for param in params::collect::<AB, M>(model, false) {
-            if let Some((m, v)) = self.moments.get(&param.id) {
-                for (prefix, tensor) in [("m", m), ("v", v)] {
-                    let values = tensor
-                        .to_data()
-                        .convert::<f32>()
-                        .to_vec::<f32>()
-                        .unwrap_or_default();
-                    out.push((
-                        format!("{prefix}.{}", param.name),
-                        vec![values.len()],
-                        values,
-                    ));
-                }
-            }
-        }
-        out
+        moments_to_named::<AB, M>(model, &self.moments)
     }
 
     /// Restore moments written by [`AdamW::state_tensors`].
@@ -110,20 +93,70 @@ impl<B: Backend> AdamW<B> {
         AB: AutodiffBackend<InnerBackend = B>,
         M: AutodiffModule<AB>,
     {
-        self.moments.clear();
-        for (name, id) in params::ids_by_name::<AB, M>(model) {
-            let (Some((_, m)), Some((_, v))) = (
-                state.get(&format!("m.{name}")),
-                state.get(&format!("v.{name}")),
-            ) else {
-                continue;
-            };
-            let load = |values: &Vec<f32>| {
-                Tensor::<B, 1>::from_data(TensorData::new(values.clone(), [values.len()]), device)
-            };
-            self.moments.insert(id, (load(m), load(v)));
+        self.moments = moments_from_named::<AB, M>(model, state, device);
+    }
+}
+
+/// First and second moments of each parameter, flattened, by parameter id.
+pub type Moments<B> = HashMap<ParamId, (Tensor<B, 1>, Tensor<B, 1>)>;
+
+/// Moments as named tensors `m.<path>` / `v.<path>`: ids change when a
+/// model is rebuilt, paths do not, so checkpoints key them by path.
+pub fn moments_to_named<AB, M>(
+    model: &M,
+    moments: &Moments<AB::InnerBackend>,
+) -> Vec<(String, Vec<usize>, Vec<f32>)>
+where
+    AB: AutodiffBackend,
+    M: AutodiffModule<AB>,
+{
+    let mut out = Vec::new();
+    for param in params::collect::<AB, M>(model, false) {
+        if let Some((m, v)) = moments.get(&param.id) {
+            for (prefix, tensor) in [("m", m), ("v", v)] {
+                let values = tensor
+                    .to_data()
+                    .convert::<f32>()
+                    .to_vec::<f32>()
+                    .unwrap_or_default();
+                out.push((
+                    format!("{prefix}.{}", param.name),
+                    vec![values.len()],
+                    values,
+                ));
+            }
         }
     }
+    out
+}
+
+/// The inverse of [`moments_to_named`] for `model`'s current parameter ids.
+pub fn moments_from_named<AB, M>(
+    model: &M,
+    state: &super::safetensors_io::NamedTensors,
+    device: &burn::tensor::Device<AB::InnerBackend>,
+) -> Moments<AB::InnerBackend>
+where
+    AB: AutodiffBackend,
+    M: AutodiffModule<AB>,
+{
+    let mut moments = HashMap::new();
+    for (name, id) in params::ids_by_name::<AB, M>(model) {
+        let (Some((_, m)), Some((_, v))) = (
+            state.get(&format!("m.{name}")),
+            state.get(&format!("v.{name}")),
+        ) else {
+            continue;
+        };
+        let load = |values: &Vec<f32>| {
+            Tensor::<AB::InnerBackend, 1>::from_data(
+                TensorData::new(values.clone(), [values.len()]),
+                device,
+            )
+        };
+        moments.insert(id, (load(m), load(v)));
+    }
+    moments
 }
 
 struct AdamWMapper<'a, B: Backend> {

@@ -110,6 +110,18 @@ pub fn create_run_dir(out: &Path, run_id: &str) -> anyhow::Result<(String, PathB
     unreachable!("the loop returns")
 }
 
+/// End a run: write `summary.json` and stamp `manifest.json`'s `finished_at`
+/// (every experiment's loop calls this once, whatever the status).
+pub fn finish_run(run_dir: &Path, summary: &Summary) -> anyhow::Result<()> {
+    write_json(&run_dir.join("summary.json"), summary)?;
+    let manifest_path = run_dir.join("manifest.json");
+    if let Ok(mut manifest) = read_json::<Manifest>(&manifest_path) {
+        manifest.finished_at = Some(now_rfc3339());
+        write_json(&manifest_path, &manifest)?;
+    }
+    Ok(())
+}
+
 pub fn write_json<T: Serialize>(path: &Path, value: &T) -> anyhow::Result<()> {
     let mut text = serde_json::to_string_pretty(value)?;
     text.push('\n');

@@ -17,8 +17,8 @@ use serde_json::{json, Map, Value};
 
 use super::config::{OptimConfig, TrainConfig};
 use super::optim::{clip_scale, global_grad_norm, learning_rate, AdamW};
-use super::rundir::{now_rfc3339, read_json, write_json, Manifest, MetricsLog, Status, Summary};
-use super::{params, safetensors_io};
+use super::rundir::{finish_run, read_json, write_json, MetricsLog, Status, Summary};
+use super::{checkpoint, safetensors_io};
 
 /// What an experiment supplies to the loop. Data order must be a pure
 /// function of (seed, step, row): that is what makes runs repeatable and
@@ -81,8 +81,6 @@ struct LoopState {
     wall_s: f64,
 }
 
-const CHECKPOINTS: &str = "checkpoints";
-
 /// Train; writes metrics, checkpoints and summary.json into the run dir and
 /// returns the summary (status completed or interrupted).
 pub fn train<B: AutodiffBackend, T: Task<B>>(
@@ -104,7 +102,7 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
         last_train_loss: None,
         wall_s: 0.0,
     };
-    let ckpt_root = control.run_dir.join(CHECKPOINTS);
+    let ckpt_root = control.run_dir.join(checkpoint::CHECKPOINTS);
     if control.resume {
         let (m, s) = load_checkpoint::<B, T>(&ckpt_root, model, &mut optimizer, device)?;
         model = m;
@@ -206,16 +204,12 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
         steps_done: state.step,
         metrics: m,
     };
-    write_json(&control.run_dir.join("summary.json"), &summary)?;
-    let manifest_path = control.run_dir.join("manifest.json");
-    if let Ok(mut manifest) = read_json::<Manifest>(&manifest_path) {
-        manifest.finished_at = Some(now_rfc3339());
-        write_json(&manifest_path, &manifest)?;
-    }
+    finish_run(&control.run_dir, &summary)?;
     Ok(summary)
 }
 
-fn inner_device_of<B: AutodiffBackend>(
+/// The inner (non-autodiff) backend's device of an autodiff device.
+pub fn inner_device_of<B: AutodiffBackend>(
     device: &B::Device,
 ) -> burn::tensor::Device<B::InnerBackend> {
     // Autodiff<B> uses the inner backend's device type.
@@ -225,7 +219,8 @@ fn inner_device_of<B: AutodiffBackend>(
         .unwrap_or_default()
 }
 
-fn progress_bar(enabled: bool, total: u64, done: u64) -> indicatif::ProgressBar {
+/// A progress bar on stderr (hidden when disabled or stderr is not a terminal).
+pub fn progress_bar(enabled: bool, total: u64, done: u64) -> indicatif::ProgressBar {
     if !enabled || !std::io::stderr().is_terminal() {
         return indicatif::ProgressBar::hidden();
     }
@@ -248,34 +243,15 @@ fn save_checkpoint<B: AutodiffBackend, T: Task<B>>(
     optimizer: &AdamW<B::InnerBackend>,
     state: &LoopState,
 ) -> anyhow::Result<()> {
-    let dir = root.join(format!("step-{:08}", state.step));
-    std::fs::create_dir_all(&dir)?;
-    let weights: Vec<_> = params::collect::<B, T::Model>(model, true)
-        .into_iter()
-        .map(|p| (p.name, p.shape, p.values))
-        .collect();
-    safetensors_io::write_atomic(
-        &dir.join("model.safetensors"),
-        &safetensors_io::to_bytes(&weights)?,
-    )?;
+    let dir = checkpoint::step_dir(root, state.step)?;
+    checkpoint::save_weights::<B, T::Model>(&dir.join("model.safetensors"), model)?;
     let moments = optimizer.state_tensors::<B, T::Model>(model);
     safetensors_io::write_atomic(
         &dir.join("optimizer.safetensors"),
         &safetensors_io::to_bytes(&moments)?,
     )?;
     write_json(&dir.join("state.json"), state)?;
-    // The pointer moves only once the whole checkpoint is on disk.
-    safetensors_io::write_atomic(
-        &root.join("latest"),
-        format!("step-{:08}\n", state.step).as_bytes(),
-    )?;
-    for entry in std::fs::read_dir(root)?.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with("step-") && entry.path() != dir {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
-    Ok(())
+    checkpoint::publish(root, &dir)
 }
 
 fn load_checkpoint<B: AutodiffBackend, T: Task<B>>(
@@ -284,17 +260,8 @@ fn load_checkpoint<B: AutodiffBackend, T: Task<B>>(
     optimizer: &mut AdamW<B::InnerBackend>,
     device: &B::Device,
 ) -> anyhow::Result<(T::Model, LoopState)> {
-    let latest = std::fs::read_to_string(root.join("latest")).map_err(|e| {
-        crate::error::UserError::usage(format!(
-            "{}: no checkpoint to resume from ({e})",
-            root.display()
-        ))
-        .with_fix("resume a run directory that has checkpoints/latest")
-    })?;
-    let dir = root.join(latest.trim());
-    let weights = safetensors_io::read(&dir.join("model.safetensors"))?;
-    let origin = dir.join("model.safetensors").display().to_string();
-    let model = params::replace::<B, T::Model>(model, &origin, &|name| weights.get(name).cloned())?;
+    let dir = checkpoint::latest(root)?;
+    let model = checkpoint::load_weights::<B, T::Model>(&dir.join("model.safetensors"), model)?;
     let moments = safetensors_io::read(&dir.join("optimizer.safetensors"))?;
     optimizer.load_state::<B, T::Model>(&model, &moments, &inner_device_of::<B>(device));
     let state: LoopState = read_json(&dir.join("state.json"))?;

@@ -48,6 +48,32 @@ impl<B: Backend> PuzzleBatch<B> {
         self.len() == 0
     }
 
+    /// `len` rows starting at `start`.
+    pub fn rows(&self, start: usize, len: usize) -> Self {
+        Self {
+            inputs: self.inputs.clone().narrow(0, start, len),
+            labels: self.labels.clone().narrow(0, start, len),
+            puzzle_ids: self.puzzle_ids.clone().narrow(0, start, len),
+        }
+    }
+
+    /// Batches stacked in order.
+    pub fn cat(parts: Vec<Self>) -> Self {
+        let mut inputs = Vec::with_capacity(parts.len());
+        let mut labels = Vec::with_capacity(parts.len());
+        let mut ids = Vec::with_capacity(parts.len());
+        for part in parts {
+            inputs.push(part.inputs);
+            labels.push(part.labels);
+            ids.push(part.puzzle_ids);
+        }
+        Self {
+            inputs: Tensor::cat(inputs, 0),
+            labels: Tensor::cat(labels, 0),
+            puzzle_ids: Tensor::cat(ids, 0),
+        }
+    }
+
     /// Rows from `fresh` where `take[row]`, else from `self`.
     fn take_rows(self, take: &[bool], fresh: Self) -> Self {
         let [batch, seq] = self.inputs.dims();

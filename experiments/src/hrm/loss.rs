@@ -116,32 +116,49 @@ pub fn q_continue_target<B: Backend>(
     sigmoid(best.mask_where(is_last_step, next_q_halt))
 }
 
+/// Puzzles whose every non-PAD cell is predicted right.
+pub fn sequence_correct_count<B: Backend>(
+    logits: Tensor<B, 3>,
+    labels: Tensor<B, 2, Int>,
+) -> usize {
+    sequence_correct(logits, labels)
+        .sum()
+        .into_scalar()
+        .elem::<f64>()
+        .round() as usize
+}
+
 /// Fraction of puzzles whose every non-PAD cell is predicted right.
 pub fn exact_accuracy<B: Backend>(logits: Tensor<B, 3>, labels: Tensor<B, 2, Int>) -> f64 {
     let [batch, _, _] = logits.dims();
-    let correct: f64 = sequence_correct(logits, labels)
-        .sum()
-        .into_scalar()
-        .elem::<f64>();
-    correct / batch.max(1) as f64
+    sequence_correct_count(logits, labels) as f64 / batch.max(1) as f64
 }
 
-/// Accuracy over the cells that were blank in the input (input == 1).
+/// (right, total) over the cells that were blank in the input (input == 1).
+pub fn blank_cell_hits<B: Backend>(
+    logits: Tensor<B, 3>,
+    inputs: Tensor<B, 2, Int>,
+    labels: Tensor<B, 2, Int>,
+) -> (usize, usize) {
+    let [batch, seq, _] = logits.dims();
+    let predicted = logits.argmax(2).reshape([batch, seq]);
+    let blank = inputs.equal_elem(BLANK_INPUT);
+    let hits = predicted.equal(labels).bool_and(blank.clone()).int().sum();
+    let count = |t: Tensor<B, 1, Int>| t.into_scalar().elem::<i64>().max(0) as usize;
+    (count(hits), count(blank.int().sum()))
+}
+
+/// Accuracy over the cells that were blank in the input (0 when none were).
 pub fn blank_cell_accuracy<B: Backend>(
     logits: Tensor<B, 3>,
     inputs: Tensor<B, 2, Int>,
     labels: Tensor<B, 2, Int>,
 ) -> f64 {
-    let [batch, seq, _] = logits.dims();
-    let predicted = logits.argmax(2).reshape([batch, seq]);
-    let blank = inputs.equal_elem(BLANK_INPUT);
-    let hits = predicted.equal(labels).bool_and(blank.clone()).int().sum();
-    let blanks = blank.int().sum();
-    let blanks: f64 = blanks.into_scalar().elem::<f64>();
-    if blanks == 0.0 {
+    let (hits, blanks) = blank_cell_hits(logits, inputs, labels);
+    if blanks == 0 {
         return 0.0;
     }
-    hits.into_scalar().elem::<f64>() / blanks
+    hits as f64 / blanks as f64
 }
 
 /// Mean number of ACT segments in `steps`.

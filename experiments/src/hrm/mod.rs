@@ -5,6 +5,7 @@ pub mod config;
 pub mod loss;
 pub mod model;
 pub mod optim;
+pub mod run;
 pub mod sudoku;
 pub mod train;
 

@@ -1,8 +1,7 @@
 //! HRM's optimizers: Adam-atan2 for the network, SignSGD for the puzzle
 //! embedding. Burn 0.21 has neither, so both are written here as Burn
-//! `SimpleOptimizer`s; `OptimizerAdaptor` then handles parameter traversal,
-//! device moves and records (saved/restored for resume via `to_record` /
-//! `load_record`).
+//! `SimpleOptimizer`s (the per-element math), driven by [`HrmOptimizer`],
+//! which walks the model and keeps the moments by parameter for checkpoints.
 //!
 //! Adam-atan2, as implemented by the `adam-atan2` CUDA package HRM uses
 //! (Everett et al. 2024, arXiv 2407.05872, with a = b = 1), per element:
@@ -17,14 +16,17 @@
 //! scales the step outside the atan2 (as in that kernel), not `m` inside
 //! it. atan2 replaces Adam's `m̂/(√v̂+ε)`: no ε, bounded by π/2 per step.
 
-use burn::module::{AutodiffModule, ParamId};
-use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::{GradientsParams, LearningRate, Optimizer, SimpleOptimizer};
+use std::collections::HashMap;
+
+use burn::module::{Module, ModuleMapper, Param, ParamId};
+use burn::optim::{GradientsParams, LearningRate, SimpleOptimizer};
 use burn::record::Record;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 
 use super::model::HrmModel;
+use crate::engine::optim::{moments_from_named, moments_to_named, Moments};
+use crate::engine::safetensors_io::NamedTensors;
 
 /// Adam-atan2 hyper-parameters.
 #[derive(Debug, Clone, Copy)]
@@ -109,65 +111,122 @@ impl<B: Backend> SimpleOptimizer<B> for SignSgd {
     }
 }
 
-type NetworkOptimizer<B> = OptimizerAdaptor<AdamAtan2, HrmModel<B>, B>;
-type PuzzleOptimizer<B> = OptimizerAdaptor<SignSgd, HrmModel<B>, B>;
-
-/// The saved state of both optimizers (per-parameter records by ParamId);
-/// persist it with any Burn `Recorder` next to the model checkpoint.
-#[derive(Record)]
-pub struct HrmOptimizerRecord<B: AutodiffBackend> {
-    pub network: <NetworkOptimizer<B> as Optimizer<HrmModel<B>, B>>::Record,
-    pub puzzle: <PuzzleOptimizer<B> as Optimizer<HrmModel<B>, B>>::Record,
-}
-
 /// Adam-atan2 on every trainable parameter except the puzzle embedding,
 /// SignSGD on the puzzle embedding.
-pub struct HrmOptimizer<B: AutodiffBackend> {
-    network: NetworkOptimizer<B>,
-    puzzle: PuzzleOptimizer<B>,
+///
+/// The moments live in our own map keyed by `ParamId` (as the engine's
+/// AdamW does) rather than in Burn's `OptimizerAdaptor` records, because a
+/// checkpoint must name them by parameter path: a resumed run rebuilds the
+/// model with fresh `ParamId`s, and only the path ties a moment to its
+/// tensor. The per-element update is [`AdamAtan2`]'s `SimpleOptimizer::step`
+/// on the flattened tensor (the update is elementwise, so flattening is exact).
+pub struct HrmOptimizer<B: Backend> {
+    network: AdamAtan2,
+    puzzle: SignSgd,
+    moments: Moments<B>,
 }
 
-impl<B: AutodiffBackend> HrmOptimizer<B>
-where
-    HrmModel<B>: AutodiffModule<B>,
-{
+impl<B: Backend> HrmOptimizer<B> {
     pub fn new(network: AdamAtan2, puzzle: SignSgd) -> Self {
         Self {
-            network: OptimizerAdaptor::from(network),
-            puzzle: OptimizerAdaptor::from(puzzle),
+            network,
+            puzzle,
+            moments: HashMap::new(),
         }
     }
 
-    /// Apply one update from the gradients of a backward pass.
-    pub fn step(
+    /// Apply update number `t` (1-based) from (possibly accumulated) gradients.
+    pub fn step<AB>(
         &mut self,
-        model: HrmModel<B>,
-        grads: B::Gradients,
+        model: HrmModel<AB>,
+        mut grads: GradientsParams,
+        t: usize,
         lr: f64,
         puzzle_emb_lr: f64,
-    ) -> HrmModel<B> {
-        let mut network_grads = GradientsParams::from_grads(grads, &model);
-        let puzzle_id: ParamId = model.puzzle_embedding.id;
-        let mut puzzle_grads = GradientsParams::new();
-        if let Some(grad) = network_grads.remove::<B::InnerBackend, 2>(puzzle_id) {
-            puzzle_grads.register(puzzle_id, grad);
-        }
-        let model = self.network.step(lr, model, network_grads);
-        self.puzzle.step(puzzle_emb_lr, model, puzzle_grads)
+    ) -> HrmModel<AB>
+    where
+        AB: AutodiffBackend<InnerBackend = B>,
+    {
+        let puzzle_id = model.puzzle_embedding.id;
+        let mut mapper = HrmOptimizerMapper {
+            optimizer: self,
+            grads: &mut grads,
+            puzzle_id,
+            t,
+            lr,
+            puzzle_emb_lr,
+        };
+        model.map(&mut mapper)
     }
 
-    pub fn to_record(&self) -> HrmOptimizerRecord<B> {
-        HrmOptimizerRecord {
-            network: self.network.to_record(),
-            puzzle: self.puzzle.to_record(),
-        }
+    /// The Adam-atan2 moments as named tensors (`m.<path>`, `v.<path>`).
+    pub fn state_tensors<AB>(&self, model: &HrmModel<AB>) -> Vec<(String, Vec<usize>, Vec<f32>)>
+    where
+        AB: AutodiffBackend<InnerBackend = B>,
+    {
+        moments_to_named::<AB, HrmModel<AB>>(model, &self.moments)
     }
 
-    pub fn load_record(self, record: HrmOptimizerRecord<B>) -> Self {
-        Self {
-            network: self.network.load_record(record.network),
-            puzzle: self.puzzle.load_record(record.puzzle),
-        }
+    /// Restore moments written by [`HrmOptimizer::state_tensors`].
+    pub fn load_state<AB>(&mut self, model: &HrmModel<AB>, state: &NamedTensors, device: &B::Device)
+    where
+        AB: AutodiffBackend<InnerBackend = B>,
+    {
+        self.moments = moments_from_named::<AB, HrmModel<AB>>(model, state, device);
+    }
+}
+
+struct HrmOptimizerMapper<'a, B: Backend> {
+    optimizer: &'a mut HrmOptimizer<B>,
+    grads: &'a mut GradientsParams,
+    puzzle_id: ParamId,
+    t: usize,
+    lr: f64,
+    puzzle_emb_lr: f64,
+}
+
+impl<AB, B> ModuleMapper<AB> for HrmOptimizerMapper<'_, B>
+where
+    AB: AutodiffBackend<InnerBackend = B>,
+    B: Backend,
+{
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<AB, D>>) -> Param<Tensor<AB, D>> {
+        let (id, tensor, mapper) = param.consume();
+        let Some(grad) = self.grads.remove::<B, D>(id) else {
+            return Param::from_mapped_value(id, tensor, mapper);
+        };
+        let shape = tensor.dims();
+        let numel: usize = shape.iter().product();
+        let value = tensor.inner().reshape([numel]);
+        let grad = grad.reshape([numel]);
+        let updated = if id == self.puzzle_id {
+            SimpleOptimizer::<B>::step(
+                &self.optimizer.puzzle,
+                self.puzzle_emb_lr,
+                value,
+                grad,
+                None,
+            )
+            .0
+        } else {
+            let state = self
+                .optimizer
+                .moments
+                .remove(&id)
+                .map(|(m, v)| AdamAtan2State {
+                    moment_1: m,
+                    moment_2: v,
+                    time: self.t - 1,
+                });
+            let (updated, state) =
+                SimpleOptimizer::<B>::step(&self.optimizer.network, self.lr, value, grad, state);
+            if let Some(s) = state {
+                self.optimizer.moments.insert(id, (s.moment_1, s.moment_2));
+            }
+            updated
+        };
+        let updated = Tensor::<AB, D>::from_inner(updated.reshape(shape)).require_grad();
+        Param::from_mapped_value(id, updated, mapper)
     }
 }
 

@@ -262,7 +262,7 @@ fn tiny_training_learns_copy_task() {
     preset.train.lr = 3e-3;
     preset.train.lr_warmup_steps = 10;
     let device = Default::default();
-    let mut trainer = HrmTrainer::<CpuTrain>::new(&preset, 100, batch(8, 0), &device);
+    let mut trainer = HrmTrainer::<CpuTrain>::new(&preset, 100, 8, batch(8, 0), &device);
     let mut losses = Vec::new();
     for step in 0..100u64 {
         losses.push(trainer.train_step(batch(8, 100 + step)).lm_loss);
@@ -270,4 +270,33 @@ fn tiny_training_learns_copy_task() {
     let first: f64 = losses[..10].iter().sum::<f64>() / 10.0;
     let last: f64 = losses[90..].iter().sum::<f64>() / 10.0;
     assert!(last < 0.5 * first, "lm loss {first:.3} → {last:.3}");
+}
+
+/// Gradient accumulation is exact: 2 micro-batches of 4 rows give the model
+/// (and ACT state) one batch of 8 gives, step after step.
+#[test]
+fn micro_batches_match_the_whole_batch() {
+    let mut preset = HrmPreset::builtin("tiny").unwrap();
+    preset.model.halt_max_steps = 2;
+    let device = Default::default();
+    let mut whole = HrmTrainer::<CpuTrain>::new(&preset, 10, 8, batch(8, 0), &device);
+    let mut split = HrmTrainer::<CpuTrain>::new(&preset, 10, 4, batch(8, 0), &device);
+    assert_eq!(split.chunks.len(), 2);
+    for step in 0..3u64 {
+        let a = whole.train_step(batch(8, 50 + step));
+        let b = split.train_step(batch(8, 50 + step));
+        assert!((a.loss - b.loss).abs() < 1e-5, "{} vs {}", a.loss, b.loss);
+        assert_eq!(a.halted_steps, b.halted_steps);
+    }
+    let (wa, wb) = (
+        values(whole.model.token_embedding.val()),
+        values(split.model.token_embedding.val()),
+    );
+    let max_diff = wa
+        .iter()
+        .zip(&wb)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max);
+    assert!(max_diff < 1e-5, "{max_diff}");
+    assert_eq!(whole.act_state().steps, split.act_state().steps);
 }

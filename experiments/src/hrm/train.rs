@@ -1,15 +1,32 @@
-//! A self-contained HRM training step (model + ACT + loss + optimizers),
-//! for the shared engine to wrap: it owns no files and no data loading.
+//! One HRM optimizer step over the global batch (model + ACT + loss +
+//! optimizers), split into micro-batches. It owns no files and no data
+//! loading: `run.rs` feeds it puzzles and saves/restores its state.
+//!
+//! **Gradient accumulation with an ACT carry.** Every row of the global
+//! batch keeps its own puzzle, carry and step count across optimizer steps
+//! (experiments.md §2b). The rows are split into `grad_accum` fixed chunks
+//! of `micro_batch` rows, each chunk with its own [`ActState`]; a step runs
+//! one segment per chunk, back-propagates that chunk's share of the loss
+//! (its sum over rows divided by the *global* batch size) and accumulates
+//! the gradients before one optimizer update. Every term of the loss is a
+//! per-row sum and the model has no cross-row operation, so the update is
+//! the one the whole batch would give at once (up to float summation
+//! order): the global batch stays the science, the micro-batch only
+//! decides memory use. The exploration draws come from one random stream
+//! per step, consumed row by row, so they too ignore the split.
 
 use burn::module::AutodiffModule;
+use burn::optim::{GradientsAccumulator, GradientsParams};
 use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::ElementConversion as _;
+use burn::tensor::Tensor;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
 use super::act::{act_train_step, ActState, HaltPolicy, PuzzleBatch};
 use super::config::{HrmPreset, HrmTrainConfig};
-use super::loss::{exact_accuracy, hrm_loss, mean_steps};
-use super::model::HrmModel;
+use super::loss::{blank_cell_hits, hrm_loss, sequence_correct_count};
+use super::model::{Carry, HrmModel};
 use super::optim::{AdamAtan2, HrmOptimizer, SignSgd};
 
 /// Learning rate at `step` (1-based): linear warmup, then cosine decay to
@@ -24,7 +41,7 @@ pub fn learning_rate(base: f64, step: usize, total_steps: usize, train: &HrmTrai
     base * (train.lr_min_ratio + (1.0 - train.lr_min_ratio) * cosine)
 }
 
-/// Scalars from one training step.
+/// Scalars from one training step (means over the global batch).
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepMetrics {
     pub step: usize,
@@ -36,32 +53,37 @@ pub struct StepMetrics {
     pub q_continue_loss: f64,
     /// Exact accuracy over all rows of this segment.
     pub exact_accuracy: f64,
-    /// Mean segments of the rows that halted this step (0 if none).
-    pub halted_mean_steps: f64,
-    pub halted_rows: usize,
+    /// Accuracy on the blank cells of this segment's puzzles.
+    pub cell_accuracy: f64,
+    /// Segment counts of the rows that halted this step.
+    pub halted_steps: Vec<usize>,
 }
 
-/// Model, optimizers and ACT state for one training run.
+/// Model, optimizers and the ACT state of every micro-batch chunk.
 pub struct HrmTrainer<B: AutodiffBackend> {
     pub model: HrmModel<B>,
-    pub optimizer: HrmOptimizer<B>,
-    pub act: ActState<B>,
+    pub optimizer: HrmOptimizer<B::InnerBackend>,
+    /// One ACT state per chunk of `micro_batch` rows, in row order.
+    pub chunks: Vec<ActState<B>>,
     pub train: HrmTrainConfig,
     pub total_steps: usize,
+    /// Optimizer steps completed.
     pub step: usize,
     pub policy: HaltPolicy,
-    rng: StdRng,
+    pub micro_batch: usize,
 }
 
 impl<B: AutodiffBackend> HrmTrainer<B>
 where
     HrmModel<B>: AutodiffModule<B>,
 {
-    /// A fresh run. `first` is a full batch: the initial puzzles of every row.
+    /// A fresh run. `placeholder` is any full global batch: every row
+    /// starts halted, so the first step replaces all of it.
     pub fn new(
         preset: &HrmPreset,
         total_steps: usize,
-        first: PuzzleBatch<B>,
+        micro_batch: usize,
+        placeholder: PuzzleBatch<B>,
         device: &B::Device,
     ) -> Self {
         let train = preset.train.clone();
@@ -76,37 +98,79 @@ where
                 weight_decay: train.puzzle_emb_weight_decay,
             },
         );
-        let act = ActState::new(&model, first);
+        let chunks = split_rows(placeholder, micro_batch)
+            .into_iter()
+            .map(|batch| ActState::new(&model, batch))
+            .collect();
         Self {
             model,
             optimizer,
-            act,
-            rng: StdRng::seed_from_u64(train.seed.wrapping_add(1)),
+            chunks,
             train,
             total_steps,
             step: 0,
             policy: HaltPolicy::Learned,
+            micro_batch,
         }
     }
 
-    /// One optimizer step: halted rows take their puzzle from `fresh` (a
-    /// full batch, like the reference's data loader), one segment runs, and
-    /// the loss (sum over the batch / batch size) is back-propagated.
+    /// The exploration stream of step `step` (1-based): a pure function of
+    /// (seed, step), so a resumed run draws what an uninterrupted one would.
+    fn step_rng(&self, step: usize) -> StdRng {
+        StdRng::seed_from_u64(
+            self.train
+                .seed
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .wrapping_add(step as u64),
+        )
+    }
+
+    /// One optimizer step: halted rows take their puzzle from the same row
+    /// of `fresh` (a full global batch, like the reference's data loader),
+    /// one segment runs on every row, and the summed loss divided by the
+    /// global batch size is back-propagated chunk by chunk.
     pub fn train_step(&mut self, fresh: PuzzleBatch<B>) -> StepMetrics {
         self.step += 1;
-        self.act.replace_halted(&self.model, fresh);
-        let out = act_train_step(&self.model, &mut self.act, self.policy, &mut self.rng);
-        let rows = out.batch.len();
-        let accuracy = exact_accuracy(out.logits.clone().inner(), out.batch.labels.clone().inner());
-        let loss = hrm_loss(
-            out.logits,
-            out.batch.labels.clone(),
-            out.q_halt,
-            out.q_continue,
-            out.target_q_continue,
-        );
-        let scaled = loss.total.clone().div_scalar(rows as f64);
-        let grads = scaled.backward();
+        let rows = fresh.len();
+        let mut rng = self.step_rng(self.step);
+        let mut accumulator = GradientsAccumulator::<HrmModel<B>>::new();
+        let scalar = |t: Tensor<B, 1>| t.into_scalar().elem::<f64>();
+        let (mut loss_sum, mut lm, mut q_halt, mut q_cont) = (0.0, 0.0, 0.0, 0.0);
+        let (mut exact, mut hits, mut blanks) = (0usize, 0usize, 0usize);
+        let mut halted_steps = Vec::new();
+        for (chunk, fresh) in self
+            .chunks
+            .iter_mut()
+            .zip(split_rows(fresh, self.micro_batch))
+        {
+            chunk.replace_halted(&self.model, fresh);
+            let out = act_train_step(&self.model, chunk, self.policy, &mut rng);
+            let logits = out.logits.clone().inner();
+            let labels = out.batch.labels.clone().inner();
+            exact += sequence_correct_count(logits.clone(), labels.clone());
+            let (h, b) = blank_cell_hits(logits, out.batch.inputs.clone().inner(), labels);
+            hits += h;
+            blanks += b;
+            let loss = hrm_loss(
+                out.logits,
+                out.batch.labels.clone(),
+                out.q_halt,
+                out.q_continue,
+                out.target_q_continue,
+            );
+            let scaled = loss.total.div_scalar(rows as f64);
+            loss_sum += scalar(scaled.clone());
+            lm += scalar(loss.lm);
+            q_halt += scalar(loss.q_halt);
+            q_cont += scalar(loss.q_continue);
+            let grads = GradientsParams::from_grads(scaled.backward(), &self.model);
+            accumulator.accumulate(&self.model, grads);
+            halted_steps.extend(
+                (0..out.steps.len())
+                    .filter(|&r| out.halted[r])
+                    .map(|r| out.steps[r]),
+            );
+        }
         let lr = learning_rate(self.train.lr, self.step, self.total_steps, &self.train);
         let puzzle_lr = learning_rate(
             self.train.puzzle_emb_lr,
@@ -114,26 +178,75 @@ where
             self.total_steps,
             &self.train,
         );
-        self.model = self
-            .optimizer
-            .step(self.model.clone(), grads, lr, puzzle_lr);
-        let halted_steps: Vec<usize> = (0..rows)
-            .filter(|&r| out.halted[r])
-            .map(|r| out.steps[r])
-            .collect();
-        let scalar = |t: burn::tensor::Tensor<B, 1>| t.into_scalar().elem::<f64>();
+        self.model = self.optimizer.step(
+            self.model.clone(),
+            accumulator.grads(),
+            self.step,
+            lr,
+            puzzle_lr,
+        );
+        let per_row = |v: f64| v / rows as f64;
         StepMetrics {
             step: self.step,
             lr,
-            loss: scalar(scaled),
-            lm_loss: scalar(loss.lm) / rows as f64,
-            q_halt_loss: scalar(loss.q_halt) / rows as f64,
-            q_continue_loss: scalar(loss.q_continue) / rows as f64,
-            exact_accuracy: accuracy,
-            halted_mean_steps: mean_steps(&halted_steps),
-            halted_rows: halted_steps.len(),
+            loss: loss_sum,
+            lm_loss: per_row(lm),
+            q_halt_loss: per_row(q_halt),
+            q_continue_loss: per_row(q_cont),
+            exact_accuracy: per_row(exact as f64),
+            cell_accuracy: hits as f64 / blanks.max(1) as f64,
+            halted_steps,
         }
+    }
+
+    /// The ACT state of the whole global batch, chunks joined in row order
+    /// (checkpoints store it this way, so a resume may use another micro-batch).
+    pub fn act_state(&self) -> ActState<B> {
+        let cat3 = |f: &dyn Fn(&ActState<B>) -> Tensor<B, 3>| {
+            Tensor::cat(self.chunks.iter().map(f).collect(), 0)
+        };
+        ActState {
+            carry: Carry {
+                z_h: cat3(&|c| c.carry.z_h.clone()),
+                z_l: cat3(&|c| c.carry.z_l.clone()),
+            },
+            steps: self.chunks.iter().flat_map(|c| c.steps.clone()).collect(),
+            halted: self.chunks.iter().flat_map(|c| c.halted.clone()).collect(),
+            batch: PuzzleBatch::cat(self.chunks.iter().map(|c| c.batch.clone()).collect()),
+        }
+    }
+
+    /// Restore the global ACT state saved by [`HrmTrainer::act_state`].
+    pub fn set_act_state(&mut self, state: ActState<B>) {
+        let mut chunks = Vec::new();
+        let rows = state.batch.len();
+        let mut start = 0;
+        while start < rows {
+            let len = self.micro_batch.min(rows - start);
+            chunks.push(ActState {
+                carry: Carry {
+                    z_h: state.carry.z_h.clone().narrow(0, start, len),
+                    z_l: state.carry.z_l.clone().narrow(0, start, len),
+                },
+                steps: state.steps[start..start + len].to_vec(),
+                halted: state.halted[start..start + len].to_vec(),
+                batch: state.batch.rows(start, len),
+            });
+            start += len;
+        }
+        self.chunks = chunks;
     }
 }
 
-use burn::tensor::ElementConversion as _;
+/// Split a batch into chunks of `micro_batch` rows (the last may be shorter).
+fn split_rows<B: burn::tensor::backend::Backend>(
+    batch: PuzzleBatch<B>,
+    micro_batch: usize,
+) -> Vec<PuzzleBatch<B>> {
+    let rows = batch.len();
+    let micro_batch = micro_batch.max(1);
+    (0..rows)
+        .step_by(micro_batch)
+        .map(|start| batch.rows(start, micro_batch.min(rows - start)))
+        .collect()
+}

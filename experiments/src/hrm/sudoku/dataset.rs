@@ -24,8 +24,8 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::augment::{augment_pair, Transform};
-use super::csvfile::Row;
-use super::generate::puzzle_rng;
+use super::csvfile::{read_file, write_file, Row};
+use super::generate::{generate, puzzle_rng, with_extra_clues, Difficulty};
 use super::grid::{Grid, CELLS};
 use super::solver::{analyze, Outcome};
 use crate::error::UserError;
@@ -452,6 +452,102 @@ fn write_dataset(out: &Path, meta: &Metadata, train: &Split, test: &Split) -> st
 pub fn source_dir(out: &Path) -> PathBuf {
     out.join("source")
 }
+
+/// Everything that decides a dataset: its CSV sources, or how to generate
+/// them, and the build options. Shared by `envgen sudoku build-dataset` and
+/// `envgen run hrm-sudoku`.
+#[derive(Debug, Clone)]
+pub struct Recipe {
+    /// Train and test CSVs (Sudoku-Extreme layout); generated when `None`.
+    pub csvs: Option<(PathBuf, PathBuf)>,
+    pub difficulty: Difficulty,
+    pub train_count: usize,
+    pub test_count: usize,
+    /// Solution cells added back to each generated puzzle.
+    pub extra_clues: usize,
+    pub options: BuildOptions,
+    /// Generation threads (0 = all cores); the output does not depend on it.
+    pub threads: usize,
+}
+
+/// Generated puzzles as CSV rows (see [`with_extra_clues`]).
+pub fn generate_rows(
+    difficulty: Difficulty,
+    count: usize,
+    extra_clues: usize,
+    seed: u64,
+    threads: usize,
+) -> Vec<Row> {
+    let source = if extra_clues == 0 {
+        format!("envgen-{}-seed{seed}", difficulty.name())
+    } else {
+        format!("envgen-{}+{extra_clues}-seed{seed}", difficulty.name())
+    };
+    generate(difficulty, count, seed, threads)
+        .into_iter()
+        .enumerate()
+        .map(|(i, g)| with_extra_clues(g, extra_clues, seed, i as u64))
+        .map(|g| Row {
+            source: source.clone(),
+            puzzle: g.puzzle,
+            solution: g.solution,
+            rating: g.rating,
+        })
+        .collect()
+}
+
+/// Build the dataset of `recipe` into `out`: generate the source CSVs into
+/// `out/source/` first when the recipe has none. Train and test puzzles
+/// come from disjoint seed streams, so the test puzzles are held out.
+pub fn build_recipe(recipe: &Recipe, out: &Path) -> Result<Metadata, UserError> {
+    let seed = recipe.options.seed;
+    let (train_path, test_path, generated) = match &recipe.csvs {
+        Some((train, test)) => (train.clone(), test.clone(), None),
+        None => {
+            let dir = source_dir(out);
+            std::fs::create_dir_all(&dir).map_err(|e| {
+                UserError::environment(format!("cannot create {}: {e}", dir.display()))
+                    .with_fix("choose a writable output directory")
+            })?;
+            let (train, test) = (dir.join("train.csv"), dir.join("test.csv"));
+            let d = recipe.difficulty;
+            let test_seed = seed ^ TEST_SEED_MASK;
+            for (path, count, seed) in [
+                (&train, recipe.train_count, seed),
+                (&test, recipe.test_count, test_seed),
+            ] {
+                let rows = generate_rows(d, count, recipe.extra_clues, seed, recipe.threads);
+                write_file(path, &rows)?;
+            }
+            let info = serde_json::json!({
+                "difficulty": d.name(),
+                "min_rating": d.min_rating(),
+                "extra_clues": recipe.extra_clues,
+                "train_seed": seed,
+                "test_seed": test_seed,
+                "train_count": recipe.train_count,
+                "test_count": recipe.test_count,
+            });
+            (train, test, Some(info))
+        }
+    };
+    let train_rows = read_file(&train_path)?;
+    let test_rows = read_file(&test_path)?;
+    let train_source = Source::of_file(&train_path, train_rows.len())?;
+    let test_source = Source::of_file(&test_path, test_rows.len())?;
+    build(
+        &train_rows,
+        &test_rows,
+        train_source,
+        test_source,
+        &recipe.options,
+        generated,
+        out,
+    )
+}
+
+/// The test split's generation seed is the train seed with these bits flipped.
+const TEST_SEED_MASK: u64 = 0x7e57_7e57_7e57_7e57;
 
 #[cfg(test)]
 mod tests {

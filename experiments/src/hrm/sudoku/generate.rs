@@ -173,6 +173,30 @@ pub fn generate(difficulty: Difficulty, count: usize, seed: u64, threads: usize)
     }
 }
 
+/// Give `extra` random solution cells back to a generated puzzle (it stays
+/// unique: adding clues never adds solutions) and re-rate it. Draws from the
+/// puzzle's own stream after generation, so the result depends only on
+/// `(seed, difficulty, index, extra)`.
+pub fn with_extra_clues(g: Generated, extra: usize, seed: u64, index: u64) -> Generated {
+    if extra == 0 {
+        return g;
+    }
+    let mut rng = puzzle_rng(seed ^ EXTRA_CLUES_STREAM, index);
+    let mut puzzle = g.puzzle;
+    let blanks: Vec<usize> = (0..CELLS).filter(|&c| puzzle[c] == 0).collect();
+    for &cell in blanks.choose_multiple(&mut rng, extra) {
+        puzzle[cell] = g.solution[cell];
+    }
+    Generated {
+        rating: rating(&puzzle),
+        puzzle,
+        solution: g.solution,
+    }
+}
+
+/// Separates the extra-clue draws from the generation streams.
+const EXTRA_CLUES_STREAM: u64 = 0xc1e5_5eed_0000_0001;
+
 #[cfg(test)]
 mod tests {
     use super::super::grid::{agrees_with, clue_count, is_solved_grid};
@@ -208,6 +232,16 @@ mod tests {
         let g = generate_one(Difficulty::Hard, 3, 0);
         assert_valid(&g);
         assert!(g.rating >= Difficulty::Hard.min_rating());
+    }
+
+    #[test]
+    fn extra_clues_keep_the_solution_and_uniqueness() {
+        let g = generate_one(Difficulty::Easy, 5, 0);
+        let more = with_extra_clues(g.clone(), 10, 5, 0);
+        assert_valid(&more);
+        assert_eq!(clue_count(&more.puzzle), clue_count(&g.puzzle) + 10);
+        assert_eq!(more.solution, g.solution);
+        assert_eq!(with_extra_clues(g.clone(), 0, 5, 0), g);
     }
 
     #[test]

@@ -63,28 +63,48 @@ impl Analysis {
     }
 }
 
+/// For each cell, its three units (row, column, box) as bits of a `u32`
+/// indexed like [`UNITS`].
+static CELL_UNITS: [u32; CELLS] = build_cell_units();
+
+const fn build_cell_units() -> [u32; CELLS] {
+    let mut out = [0u32; CELLS];
+    let mut cell = 0;
+    while cell < CELLS {
+        let (row, col) = (cell / 9, cell % 9);
+        let bx = (row / 3) * 3 + col / 3;
+        out[cell] = (1 << row) | (1 << (9 + col)) | (1 << (18 + bx));
+        cell += 1;
+    }
+    out
+}
+
 #[derive(Clone)]
 struct State {
     candidates: [u16; CELLS],
-    placed: [bool; CELLS],
-    unsolved: u8,
+    /// Cells not yet placed, one bit per cell.
+    open: u128,
     /// Cells whose mask has become a single bit but are not yet placed.
     pending: [u8; CELLS],
     pending_len: u8,
+    /// Units (bits as in [`UNITS`]) whose candidates changed since their
+    /// last hidden-single scan: only those can hold a new hidden single or
+    /// a new contradiction, so only those are scanned again.
+    dirty: u32,
 }
 
 impl State {
     fn empty() -> Self {
         State {
             candidates: [ALL; CELLS],
-            placed: [false; CELLS],
-            unsolved: CELLS as u8,
+            open: (1u128 << CELLS) - 1,
             pending: [0; CELLS],
             pending_len: 0,
+            dirty: (1 << 27) - 1,
         }
     }
 
-    /// Load the givens; `false` when two givens contradict each other.
+    /// Load the givens; `None` when two givens contradict each other.
     fn from_puzzle(puzzle: &Grid) -> Option<Self> {
         let mut state = State::empty();
         for (cell, &digit) in puzzle.iter().enumerate() {
@@ -95,6 +115,10 @@ impl State {
         Some(state)
     }
 
+    fn is_open(&self, cell: usize) -> bool {
+        self.open & (1u128 << cell) != 0
+    }
+
     /// Narrow `cell` to `mask` (a subset of its candidates); `false` on contradiction.
     fn restrict(&mut self, cell: usize, mask: u16) -> bool {
         let narrowed = self.candidates[cell] & mask;
@@ -103,6 +127,7 @@ impl State {
         }
         if narrowed != self.candidates[cell] {
             self.candidates[cell] = narrowed;
+            self.dirty |= CELL_UNITS[cell];
             if narrowed.is_power_of_two() {
                 self.pending[self.pending_len as usize] = cell as u8;
                 self.pending_len += 1;
@@ -116,12 +141,11 @@ impl State {
         while self.pending_len > 0 {
             self.pending_len -= 1;
             let cell = self.pending[self.pending_len as usize] as usize;
-            if self.placed[cell] {
+            if !self.is_open(cell) {
                 continue;
             }
             let bit = self.candidates[cell];
-            self.placed[cell] = true;
-            self.unsolved -= 1;
+            self.open &= !(1u128 << cell);
             for &peer in &PEERS[cell] {
                 let peer = peer as usize;
                 let mask = self.candidates[peer];
@@ -131,6 +155,7 @@ impl State {
                         return false;
                     }
                     self.candidates[peer] = rest;
+                    self.dirty |= CELL_UNITS[peer];
                     if rest.is_power_of_two() {
                         self.pending[self.pending_len as usize] = peer as u8;
                         self.pending_len += 1;
@@ -141,61 +166,65 @@ impl State {
         true
     }
 
+    /// Scan one unit: a digit that fits nowhere is a contradiction, a digit
+    /// that fits in one open cell only goes there.
+    fn hidden_singles(&mut self, unit: &[u8; 9]) -> bool {
+        let (mut once, mut twice, mut fixed) = (0u16, 0u16, 0u16);
+        for &cell in unit {
+            let mask = self.candidates[cell as usize];
+            twice |= once & mask;
+            once |= mask;
+            if !self.is_open(cell as usize) {
+                fixed |= mask;
+            }
+        }
+        if once != ALL {
+            return false; // some digit fits nowhere in this unit
+        }
+        let mut hidden = once & !twice & !fixed;
+        while hidden != 0 {
+            let bit = hidden & hidden.wrapping_neg();
+            hidden &= hidden - 1;
+            for &cell in unit {
+                if self.candidates[cell as usize] & bit != 0 {
+                    if !self.restrict(cell as usize, bit) {
+                        return false;
+                    }
+                    break;
+                }
+            }
+        }
+        true
+    }
+
     /// Naked and hidden singles to a fixed point; `false` on contradiction.
+    /// The fixed point does not depend on the order the rules fire in (both
+    /// only remove candidates), so scanning just the dirty units reaches the
+    /// same state, and the same search tree, as scanning all of them.
     fn propagate(&mut self) -> bool {
         loop {
             if !self.place_pending() {
                 return false;
             }
-            if self.unsolved == 0 {
+            if self.open == 0 || self.dirty == 0 {
                 return true;
             }
-            let mut progressed = false;
-            for unit in &UNITS {
-                let (mut once, mut twice, mut fixed) = (0u16, 0u16, 0u16);
-                for &cell in unit {
-                    let mask = self.candidates[cell as usize];
-                    twice |= once & mask;
-                    once |= mask;
-                    if self.placed[cell as usize] {
-                        fixed |= mask;
-                    }
-                }
-                if once != ALL {
-                    return false; // some digit fits nowhere in this unit
-                }
-                let mut hidden = once & !twice & !fixed;
-                while hidden != 0 {
-                    let bit = hidden & hidden.wrapping_neg();
-                    hidden &= hidden - 1;
-                    for &cell in unit {
-                        if self.candidates[cell as usize] & bit != 0 {
-                            if !self.restrict(cell as usize, bit) {
-                                return false;
-                            }
-                            progressed = true;
-                            break;
-                        }
-                    }
-                }
-                if self.pending_len > 0 && !self.place_pending() {
-                    return false;
-                }
-            }
-            if !progressed {
-                return true;
+            let unit = self.dirty.trailing_zeros() as usize;
+            self.dirty &= self.dirty - 1;
+            if !self.hidden_singles(&UNITS[unit]) {
+                return false;
             }
         }
     }
 
-    /// The unsolved cell with the fewest candidates.
+    /// The open cell with the fewest candidates (lowest index on ties).
     fn branch_cell(&self) -> usize {
         let mut best = usize::MAX;
         let mut best_count = u32::MAX;
-        for cell in 0..CELLS {
-            if self.placed[cell] {
-                continue;
-            }
+        let mut open = self.open;
+        while open != 0 {
+            let cell = open.trailing_zeros() as usize;
+            open &= open - 1;
             let count = self.candidates[cell].count_ones();
             if count < best_count {
                 best_count = count;
@@ -231,7 +260,7 @@ impl Search<'_> {
         if !state.propagate() {
             return;
         }
-        if state.unsolved == 0 {
+        if state.open == 0 {
             self.solutions += 1;
             if self.first.is_none() {
                 self.first = Some(state.grid());

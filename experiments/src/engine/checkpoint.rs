@@ -1,0 +1,69 @@
+//! Checkpoint directories shared by every experiment's loop:
+//! `checkpoints/step-NNNNNNNN/` holding `model.safetensors` plus whatever
+//! state the loop needs, and `checkpoints/latest` naming the newest complete
+//! one. Each file is written atomically and the pointer moves only once the
+//! whole directory is on disk, so a crash never leaves a half checkpoint
+//! behind `latest`.
+
+use std::path::{Path, PathBuf};
+
+use burn::module::Module;
+use burn::prelude::Backend;
+
+use super::{params, safetensors_io};
+use crate::error::UserError;
+
+/// The checkpoint root inside a run directory.
+pub const CHECKPOINTS: &str = "checkpoints";
+
+/// Create (if needed) and return the directory of the checkpoint at `step`.
+pub fn step_dir(root: &Path, step: u64) -> anyhow::Result<PathBuf> {
+    let dir = root.join(format!("step-{step:08}"));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// Point `latest` at `dir` (a complete checkpoint) and delete older ones.
+pub fn publish(root: &Path, dir: &Path) -> anyhow::Result<()> {
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    safetensors_io::write_atomic(&root.join("latest"), format!("{name}\n").as_bytes())?;
+    for entry in std::fs::read_dir(root)?.flatten() {
+        let entry_name = entry.file_name().to_string_lossy().into_owned();
+        if entry_name.starts_with("step-") && entry_name != name {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    Ok(())
+}
+
+/// The directory `latest` points at; a usage error when there is none.
+pub fn latest(root: &Path) -> anyhow::Result<PathBuf> {
+    let latest = std::fs::read_to_string(root.join("latest")).map_err(|e| {
+        UserError::usage(format!(
+            "{}: no checkpoint to resume from ({e})",
+            root.display()
+        ))
+        .with_fix("resume a run directory that has checkpoints/latest")
+    })?;
+    Ok(root.join(latest.trim()))
+}
+
+/// Write every float parameter of `module` (by path) to a safetensors file.
+pub fn save_weights<B: Backend, M: Module<B>>(path: &Path, module: &M) -> anyhow::Result<()> {
+    let weights: Vec<_> = params::collect::<B, M>(module, true)
+        .into_iter()
+        .map(|p| (p.name, p.shape, p.values))
+        .collect();
+    safetensors_io::write_atomic(path, &safetensors_io::to_bytes(&weights)?)
+}
+
+/// Replace every float parameter of `module` with the tensor of the same
+/// path in `path` (parameter ids are kept).
+pub fn load_weights<B: Backend, M: Module<B>>(path: &Path, module: M) -> anyhow::Result<M> {
+    let weights = safetensors_io::read(path)?;
+    let origin = path.display().to_string();
+    params::replace::<B, M>(module, &origin, &|name| weights.get(name).cloned())
+}

@@ -1,0 +1,622 @@
+//! `envgen run hrm-sudoku`: the dataset, the training loop with the ACT
+//! carry, periodic evaluation on held-out puzzles, checkpoints and resume.
+//!
+//! The loop is HRM's own (one ACT segment per step, two optimizers, a carry
+//! that outlives the step), so it does not fit the engine's AdamW `Task`
+//! loop; it shares the engine's run directory, metrics log, checkpoint
+//! layout, progress bar and stop/resume contract instead.
+//!
+//! Schedule (as the reference's `pretrain.py`): an *epoch* is one example
+//! per train group (original puzzle), so a run takes
+//! `ceil(epochs · groups / global_batch)` optimizer steps and evaluates
+//! every `eval_interval` epochs, converted to steps the same way.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use burn::module::AutodiffModule;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Int, Tensor, TensorData};
+use rand::seq::SliceRandom;
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+use super::act::{act_eval, ActState, PuzzleBatch};
+use super::config::{HrmDataConfig, HrmPreset, BUILTIN_PRESETS};
+use super::loss::{blank_cell_hits, sequence_correct_count};
+use super::model::{parameter_count, Carry, HrmModel};
+use super::sudoku::dataset::{self, BuildOptions, Recipe, Split, SudokuDataset};
+use super::sudoku::generate::puzzle_rng;
+use super::train::{HrmTrainer, StepMetrics};
+use crate::engine::checkpoint;
+use crate::engine::rundir::{finish_run, read_json, write_json, MetricsLog, Status, Summary};
+use crate::engine::safetensors_io;
+use crate::engine::train::{inner_device_of, progress_bar, RunControl};
+use crate::error::UserError;
+use crate::registry::{self, Experiment, ResolvedConfig};
+
+pub const EXPERIMENT: &str = "hrm-sudoku";
+pub const DEFAULT_PRESET: &str = "tiny";
+
+/// `envgen run hrm-sudoku` in the experiment registry.
+pub struct HrmExperiment;
+pub static HRM: HrmExperiment = HrmExperiment;
+
+impl Experiment for HrmExperiment {
+    fn name(&self) -> &'static str {
+        EXPERIMENT
+    }
+    fn description(&self) -> &'static str {
+        "HRM (Hierarchical Reasoning Model) on Sudoku: tiny CPU run up to the Sudoku-Extreme-1k paper setup"
+    }
+    fn presets(&self) -> &'static [(&'static str, &'static str)] {
+        BUILTIN_PRESETS
+    }
+    fn default_preset(&self) -> &'static str {
+        DEFAULT_PRESET
+    }
+    fn resolve(
+        &self,
+        text: &str,
+        origin: &str,
+        overrides: &[String],
+    ) -> anyhow::Result<ResolvedConfig> {
+        let loaded = resolve(text, origin, overrides)?;
+        Ok(ResolvedConfig {
+            preset: None,
+            science: registry::canonical(&loaded.science)?,
+            batch_size: loaded.science.train.global_batch_size,
+            hardware: loaded.hardware,
+            parameters: Some(parameters(&loaded.science) as u64),
+        })
+    }
+    fn run(
+        &self,
+        science: &toml::Value,
+        control: &RunControl,
+        backend: crate::backend::Resolved,
+    ) -> anyhow::Result<Summary> {
+        let preset: HrmPreset = registry::typed(science, "config.toml")?;
+        preset.validate("config.toml")?;
+        run(&preset, control, backend)
+    }
+    fn summary_line(&self, summary: &Summary) -> String {
+        let m = &summary.metrics;
+        format!(
+            "{:?} after {} steps in {:.1} s: held-out blank-cell accuracy {} (initial {}), exact {}, mean ACT steps {}, {} steps/s",
+            summary.status,
+            summary.steps_done,
+            summary.wall_s,
+            registry::fmt_metric(m.get("cell_accuracy")),
+            registry::fmt_metric(m.get("initial_cell_accuracy")),
+            registry::fmt_metric(m.get("exact_accuracy")),
+            registry::fmt_metric(m.get("mean_act_steps")),
+            registry::fmt_metric(m.get("steps_per_s")),
+        )
+    }
+}
+
+/// Parse a preset or config file, apply `--set` overrides and validate.
+pub fn resolve(
+    text: &str,
+    origin: &str,
+    overrides: &[String],
+) -> anyhow::Result<crate::engine::Loaded<HrmPreset>> {
+    let loaded = crate::engine::load::<HrmPreset>(text, origin, overrides)?;
+    let preset = &loaded.science;
+    preset.validate(origin)?;
+    let data = &preset.data;
+    for (key, path) in [
+        ("data.dir", &data.dir),
+        ("data.train_csv", &data.train_csv),
+        ("data.test_csv", &data.test_csv),
+    ] {
+        if let Some(path) = path {
+            if !Path::new(path).exists() {
+                return Err(UserError::usage(format!("{key} = {path}: no such file or directory"))
+                    .with_fix("give an existing path (CSV files in the Sudoku-Extreme layout `source,q,a,rating`, or a directory from `envgen sudoku build-dataset`)")
+                    .into());
+            }
+        }
+    }
+    Ok(loaded)
+}
+
+/// Trainable parameters (what `experiments describe` reports).
+pub fn parameters(preset: &HrmPreset) -> usize {
+    parameter_count(&preset.model)
+}
+
+/// Optimizer steps of a run and how often it evaluates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    pub total_steps: u64,
+    pub eval_every: u64,
+}
+
+impl Plan {
+    pub fn new(preset: &HrmPreset, train_groups: usize) -> Self {
+        let train = &preset.train;
+        let steps_for = |epochs: usize| {
+            (epochs as u64 * train_groups as u64).div_ceil(train.global_batch_size as u64)
+        };
+        Plan {
+            total_steps: steps_for(train.epochs).max(1),
+            eval_every: steps_for(train.eval_interval).max(1),
+        }
+    }
+}
+
+/// The dataset of a run: `data.dir` as is, else built (or re-opened on
+/// resume) in `run_dir/dataset` from the CSVs or from generated puzzles.
+pub fn prepare_dataset(data: &HrmDataConfig, run_dir: &Path) -> anyhow::Result<SudokuDataset> {
+    if let Some(dir) = &data.dir {
+        return Ok(SudokuDataset::open(Path::new(dir)).map_err(|e| {
+            let message = format!("data.dir: {}", e.message);
+            let fix = e
+                .fix
+                .clone()
+                .unwrap_or_else(|| "build one with `envgen sudoku build-dataset`".into());
+            UserError::usage(message).with_fix(fix)
+        })?);
+    }
+    let out = run_dir.join("dataset");
+    if out.join("dataset.json").exists() {
+        if let Ok(ds) = SudokuDataset::open(&out) {
+            return Ok(ds);
+        }
+    }
+    let csvs = data
+        .train_csv
+        .as_ref()
+        .zip(data.test_csv.as_ref())
+        .map(|(train, test)| (PathBuf::from(train), PathBuf::from(test)));
+    let recipe = Recipe {
+        csvs,
+        difficulty: data.difficulty,
+        train_count: data.train_puzzles,
+        test_count: data.test_puzzles,
+        extra_clues: data.extra_clues,
+        options: BuildOptions {
+            subsample: data.subsample,
+            augmentations: data.augmentations,
+            seed: data.seed,
+        },
+        threads: 0,
+    };
+    tracing::info!(dir = %out.display(), "building the Sudoku dataset");
+    dataset::build_recipe(&recipe, &out)?;
+    Ok(SudokuDataset::open(&out)?)
+}
+
+/// Which train example each row of each step starts from: a pure function
+/// of (seed, step, row). As in the reference loader, every epoch visits the
+/// groups in a fresh random order and takes one random variant (original or
+/// augmentation) of each.
+pub struct Sampler<'a> {
+    split: &'a Split,
+    groups: Vec<std::ops::Range<usize>>,
+    seed: u64,
+    batch: usize,
+    /// The example order of the most recent epoch asked for.
+    epoch_order: Option<(u64, Vec<usize>)>,
+}
+
+/// Separates the sampler's random streams from the dataset builder's.
+const SAMPLER_STREAM: u64 = 0x5a3f_1e00_0000_0001;
+
+impl<'a> Sampler<'a> {
+    pub fn new(split: &'a Split, seed: u64, batch: usize) -> Self {
+        Self {
+            groups: split.group_ranges(),
+            split,
+            seed,
+            batch,
+            epoch_order: None,
+        }
+    }
+
+    fn example(&mut self, index: u64) -> usize {
+        let groups = self.groups.len() as u64;
+        let (epoch, pos) = (index / groups, (index % groups) as usize);
+        if self.epoch_order.as_ref().map(|(e, _)| *e) != Some(epoch) {
+            let mut rng = puzzle_rng(self.seed ^ SAMPLER_STREAM, epoch);
+            let mut order: Vec<usize> = (0..self.groups.len()).collect();
+            order.shuffle(&mut rng);
+            let examples = order
+                .into_iter()
+                .map(|g| {
+                    let range = &self.groups[g];
+                    range.start + rng.random_range(0..range.len())
+                })
+                .collect();
+            self.epoch_order = Some((epoch, examples));
+        }
+        self.epoch_order.as_ref().map_or(0, |(_, order)| order[pos])
+    }
+
+    /// The fresh puzzles offered to the rows of 1-based `step`.
+    pub fn batch<B: Backend>(&mut self, step: u64, device: &B::Device) -> PuzzleBatch<B> {
+        let first = (step - 1) * self.batch as u64;
+        let rows: Vec<usize> = (0..self.batch as u64)
+            .map(|r| self.example(first + r))
+            .collect();
+        rows_to_batch(self.split, &rows, device)
+    }
+}
+
+fn rows_to_batch<B: Backend>(split: &Split, rows: &[usize], device: &B::Device) -> PuzzleBatch<B> {
+    let seq = dataset::SEQ_LEN;
+    let gather = |labels: bool| -> Tensor<B, 2, Int> {
+        let flat: Vec<i64> = rows
+            .iter()
+            .flat_map(|&i| {
+                if labels {
+                    split.label(i)
+                } else {
+                    split.input(i)
+                }
+            })
+            .map(|&t| t as i64)
+            .collect();
+        Tensor::from_data(TensorData::new(flat, [rows.len(), seq]), device)
+    };
+    PuzzleBatch {
+        inputs: gather(false),
+        labels: gather(true),
+        puzzle_ids: Tensor::zeros([rows.len()], device),
+    }
+}
+
+/// Accuracy on held-out puzzles after `halt_max_steps` segments.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct EvalMetrics {
+    pub exact_accuracy: f64,
+    /// Over the cells that are blank in the puzzle.
+    pub cell_accuracy: f64,
+    pub puzzles: usize,
+}
+
+/// Evaluate on every puzzle of `split`, `batch` puzzles at a time.
+pub fn evaluate<B: Backend>(
+    model: &HrmModel<B>,
+    split: &Split,
+    batch: usize,
+    device: &B::Device,
+) -> EvalMetrics {
+    let (mut exact, mut hits, mut blanks) = (0usize, 0usize, 0usize);
+    let rows: Vec<usize> = (0..split.len()).collect();
+    for chunk in rows.chunks(batch.max(1)) {
+        let puzzles = rows_to_batch::<B>(split, chunk, device);
+        let out = act_eval(model, &puzzles);
+        exact += sequence_correct_count(out.logits.clone(), puzzles.labels.clone());
+        let (h, b) = blank_cell_hits(out.logits, puzzles.inputs, puzzles.labels);
+        hits += h;
+        blanks += b;
+    }
+    EvalMetrics {
+        exact_accuracy: exact as f64 / split.len().max(1) as f64,
+        cell_accuracy: hits as f64 / blanks.max(1) as f64,
+        puzzles: split.len(),
+    }
+}
+
+/// Loop state saved next to the weights.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct LoopState {
+    step: u64,
+    initial_eval: Option<EvalMetrics>,
+    last_eval: Option<EvalMetrics>,
+    last_loss: Option<f64>,
+    /// Segments of the training rows that halted since the last evaluation.
+    halted_steps_sum: u64,
+    halted_rows: u64,
+    /// Mean of the window above at the last evaluation.
+    mean_act_steps: Option<f64>,
+    wall_s: f64,
+    /// ACT bookkeeping of every row of the global batch (act.safetensors
+    /// holds its tensors).
+    act_steps: Vec<usize>,
+    act_halted: Vec<bool>,
+}
+
+/// Train `preset` in `control.run_dir` on the resolved backend.
+pub fn run(
+    preset: &HrmPreset,
+    control: &RunControl,
+    backend: crate::backend::Resolved,
+) -> anyhow::Result<Summary> {
+    match backend {
+        crate::backend::Resolved::Cpu => {
+            train::<crate::backend::CpuTrain>(preset, control, &Default::default())
+        }
+        #[cfg(feature = "cuda")]
+        crate::backend::Resolved::Cuda => {
+            train::<crate::backend::CudaTrain>(preset, control, &Default::default())
+        }
+        #[cfg(not(feature = "cuda"))]
+        crate::backend::Resolved::Cuda => {
+            Err(UserError::usage("this build has no CUDA backend").into())
+        }
+    }
+}
+
+/// The training loop; writes metrics.jsonl, checkpoints and summary.json.
+pub fn train<B: AutodiffBackend>(
+    preset: &HrmPreset,
+    control: &RunControl,
+    device: &B::Device,
+) -> anyhow::Result<Summary>
+where
+    HrmModel<B>: AutodiffModule<B, InnerModule = HrmModel<B::InnerBackend>>,
+{
+    let ds = prepare_dataset(&preset.data, &control.run_dir)?;
+    let plan = Plan::new(preset, ds.meta.train.groups);
+    let global = preset.train.global_batch_size;
+    let (micro_batch, _) = crate::engine::split_batch(global, Some(control.micro_batch))?;
+    B::seed(device, preset.train.seed);
+    let mut sampler = Sampler::new(&ds.train, preset.train.seed, global);
+    let placeholder = sampler.batch::<B>(1, device);
+    let mut trainer = HrmTrainer::<B>::new(
+        preset,
+        plan.total_steps as usize,
+        micro_batch,
+        placeholder,
+        device,
+    );
+    let inner_device = inner_device_of::<B>(device);
+    let ckpt_root = control.run_dir.join(checkpoint::CHECKPOINTS);
+    let mut state = LoopState::default();
+    if control.resume {
+        state = load_checkpoint(&ckpt_root, &mut trainer, device)?;
+    }
+    let mut metrics = MetricsLog::open(
+        &control.run_dir.join("metrics.jsonl"),
+        control.resume.then_some(state.step),
+    )?;
+    if state.initial_eval.is_none() {
+        let eval = evaluate(&trainer.model.valid(), &ds.test, micro_batch, &inner_device);
+        state.initial_eval = Some(eval);
+        metrics.write(&json!({
+            "step": 0,
+            "exact_accuracy": eval.exact_accuracy,
+            "cell_accuracy": eval.cell_accuracy,
+        }))?;
+    }
+
+    let bar = progress_bar(control.progress, plan.total_steps, state.step);
+    let session_start = Instant::now();
+    let wall_before = state.wall_s;
+    let session_first_step = state.step;
+    let mut status = Status::Completed;
+    while state.step < plan.total_steps {
+        let fresh = sampler.batch::<B>(state.step + 1, device);
+        let started = Instant::now();
+        let m = trainer.train_step(fresh);
+        let step_s = started.elapsed().as_secs_f64();
+        state.step = m.step as u64;
+        state.last_loss = Some(m.loss);
+        state.halted_steps_sum += m.halted_steps.iter().sum::<usize>() as u64;
+        state.halted_rows += m.halted_steps.len() as u64;
+        let mut record = step_record(&m, step_s);
+        if state.step % plan.eval_every == 0 || state.step == plan.total_steps {
+            let eval = evaluate(&trainer.model.valid(), &ds.test, micro_batch, &inner_device);
+            let act = state.halted_steps_sum as f64 / state.halted_rows.max(1) as f64;
+            state.last_eval = Some(eval);
+            state.mean_act_steps = Some(act);
+            state.halted_steps_sum = 0;
+            state.halted_rows = 0;
+            record["exact_accuracy"] = json!(eval.exact_accuracy);
+            record["cell_accuracy"] = json!(eval.cell_accuracy);
+            record["mean_act_steps"] = json!(act);
+        }
+        metrics.write(&record)?;
+        bar.set_position(state.step);
+        bar.set_message(format!("loss {:.4} {:.2} steps/s", m.loss, 1.0 / step_s));
+
+        let interrupted = control.stop.load(Ordering::SeqCst)
+            || control
+                .stop_after
+                .is_some_and(|n| state.step >= n && state.step < plan.total_steps);
+        let every = preset.train.checkpoint_every as u64;
+        let periodic = every > 0 && state.step % every == 0;
+        if interrupted || periodic || state.step == plan.total_steps {
+            state.wall_s = wall_before + session_start.elapsed().as_secs_f64();
+            save_checkpoint(&ckpt_root, &trainer, &mut state)?;
+        }
+        if interrupted && state.step < plan.total_steps {
+            status = Status::Interrupted;
+            break;
+        }
+    }
+    bar.finish_and_clear();
+    if status == Status::Completed {
+        // The trained weights next to the run's other outputs, as gpt2 does.
+        checkpoint::save_weights::<B, HrmModel<B>>(
+            &control.run_dir.join("model.safetensors"),
+            &trainer.model,
+        )?;
+    }
+    let session_s = session_start.elapsed().as_secs_f64();
+    let session_steps = state.step - session_first_step;
+    let summary = Summary {
+        status,
+        wall_s: wall_before + session_s,
+        steps_done: state.step,
+        metrics: summary_metrics(&state, preset, &ds, plan, session_steps, session_s),
+    };
+    finish_run(&control.run_dir, &summary)?;
+    Ok(summary)
+}
+
+fn step_record(m: &StepMetrics, step_s: f64) -> Value {
+    json!({
+        "step": m.step,
+        "loss": m.loss,
+        "lm_loss": m.lm_loss,
+        "q_halt_loss": m.q_halt_loss,
+        "q_continue_loss": m.q_continue_loss,
+        "train_exact_accuracy": m.exact_accuracy,
+        "train_cell_accuracy": m.cell_accuracy,
+        "halted_rows": m.halted_steps.len(),
+        "lr": m.lr,
+        "steps_per_s": 1.0 / step_s.max(1e-9),
+        "step_ms": step_s * 1e3,
+    })
+}
+
+fn summary_metrics(
+    state: &LoopState,
+    preset: &HrmPreset,
+    ds: &SudokuDataset,
+    plan: Plan,
+    session_steps: u64,
+    session_s: f64,
+) -> Map<String, Value> {
+    let last = state.last_eval;
+    let mut m = Map::new();
+    m.insert(
+        "exact_accuracy".into(),
+        json!(last.map(|e| e.exact_accuracy)),
+    );
+    m.insert("cell_accuracy".into(), json!(last.map(|e| e.cell_accuracy)));
+    m.insert("mean_act_steps".into(), json!(state.mean_act_steps));
+    m.insert(
+        "initial_cell_accuracy".into(),
+        json!(state.initial_eval.map(|e| e.cell_accuracy)),
+    );
+    m.insert("final_train_loss".into(), json!(state.last_loss));
+    m.insert(
+        "steps_per_s".into(),
+        json!(session_steps as f64 / session_s.max(1e-9)),
+    );
+    m.insert("total_steps".into(), json!(plan.total_steps));
+    m.insert(
+        "puzzles_per_step".into(),
+        json!(preset.train.global_batch_size),
+    );
+    m.insert("test_puzzles".into(), json!(ds.test.len()));
+    m.insert("train_groups".into(), json!(ds.meta.train.groups));
+    m.insert("train_examples".into(), json!(ds.train.len()));
+    m.insert("parameters".into(), json!(parameters(preset)));
+    m
+}
+
+fn to_f32<B: Backend, const D: usize, K>(t: Tensor<B, D, K>) -> (Vec<usize>, Vec<f32>)
+where
+    K: burn::tensor::TensorKind<B> + burn::tensor::BasicOps<B>,
+{
+    let shape = t.dims().to_vec();
+    let values = t.into_data().convert::<f32>().to_vec().unwrap_or_default();
+    (shape, values)
+}
+
+fn save_checkpoint<B: AutodiffBackend>(
+    root: &Path,
+    trainer: &HrmTrainer<B>,
+    state: &mut LoopState,
+) -> anyhow::Result<()>
+where
+    HrmModel<B>: AutodiffModule<B>,
+{
+    let dir = checkpoint::step_dir(root, state.step)?;
+    checkpoint::save_weights::<B, HrmModel<B>>(&dir.join("model.safetensors"), &trainer.model)?;
+    let moments = trainer.optimizer.state_tensors(&trainer.model);
+    safetensors_io::write_atomic(
+        &dir.join("optimizer.safetensors"),
+        &safetensors_io::to_bytes(&moments)?,
+    )?;
+    let act = trainer.act_state();
+    let mut tensors = Vec::new();
+    for (name, (shape, values)) in [
+        ("z_h", to_f32(act.carry.z_h)),
+        ("z_l", to_f32(act.carry.z_l)),
+        ("inputs", to_f32(act.batch.inputs)),
+        ("labels", to_f32(act.batch.labels)),
+        ("puzzle_ids", to_f32(act.batch.puzzle_ids)),
+    ] {
+        tensors.push((name.to_string(), shape, values));
+    }
+    safetensors_io::write_atomic(
+        &dir.join("act.safetensors"),
+        &safetensors_io::to_bytes(&tensors)?,
+    )?;
+    state.act_steps = act.steps;
+    state.act_halted = act.halted;
+    write_json(&dir.join("state.json"), state)?;
+    checkpoint::publish(root, &dir)
+}
+
+fn load_checkpoint<B: AutodiffBackend>(
+    root: &Path,
+    trainer: &mut HrmTrainer<B>,
+    device: &B::Device,
+) -> anyhow::Result<LoopState>
+where
+    HrmModel<B>: AutodiffModule<B>,
+{
+    let dir = checkpoint::latest(root)?;
+    trainer.model = checkpoint::load_weights::<B, HrmModel<B>>(
+        &dir.join("model.safetensors"),
+        trainer.model.clone(),
+    )?;
+    let moments = safetensors_io::read(&dir.join("optimizer.safetensors"))?;
+    trainer
+        .optimizer
+        .load_state(&trainer.model, &moments, &inner_device_of::<B>(device));
+    let state: LoopState = read_json(&dir.join("state.json"))?;
+    let act_path = dir.join("act.safetensors");
+    let act = safetensors_io::read(&act_path)?;
+    let rows = state.act_steps.len();
+    let hidden = trainer.model.config().hidden;
+    let seq = trainer.model.config().total_seq_len();
+    let cells = dataset::SEQ_LEN;
+    let get = |name: &str, shape: &[usize]| -> anyhow::Result<Vec<f32>> {
+        match act.get(name) {
+            Some((s, v)) if s.as_slice() == shape => Ok(v.clone()),
+            _ => Err(UserError::usage(format!(
+                "{}: tensor `{name}` is missing or not of shape {shape:?}",
+                act_path.display()
+            ))
+            .with_fix("resume with the config.toml the run was started with")
+            .into()),
+        }
+    };
+    let float3 = |name: &str| -> anyhow::Result<Tensor<B, 3>> {
+        let values = get(name, &[rows, seq, hidden])?;
+        Ok(Tensor::from_data(
+            TensorData::new(values, [rows, seq, hidden]),
+            device,
+        ))
+    };
+    let int = |name: &str, shape: Vec<usize>| -> anyhow::Result<Vec<i64>> {
+        Ok(get(name, &shape)?.into_iter().map(|v| v as i64).collect())
+    };
+    let batch = PuzzleBatch {
+        inputs: Tensor::from_data(
+            TensorData::new(int("inputs", vec![rows, cells])?, [rows, cells]),
+            device,
+        ),
+        labels: Tensor::from_data(
+            TensorData::new(int("labels", vec![rows, cells])?, [rows, cells]),
+            device,
+        ),
+        puzzle_ids: Tensor::from_data(
+            TensorData::new(int("puzzle_ids", vec![rows])?, [rows]),
+            device,
+        ),
+    };
+    trainer.set_act_state(ActState {
+        carry: Carry {
+            z_h: float3("z_h")?,
+            z_l: float3("z_l")?,
+        },
+        steps: state.act_steps.clone(),
+        halted: state.act_halted.clone(),
+        batch,
+    });
+    trainer.step = state.step as usize;
+    Ok(state)
+}
