@@ -128,6 +128,18 @@ pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<T>
     })
 }
 
+/// End a run: write `summary.json` and stamp the manifest's `finished_at`
+/// (a directory without a manifest, such as an RFT stage, gets the summary only).
+pub fn finish_run(run_dir: &Path, summary: &Summary) -> anyhow::Result<()> {
+    write_json(&run_dir.join("summary.json"), summary)?;
+    let manifest_path = run_dir.join("manifest.json");
+    if let Ok(mut manifest) = read_json::<Manifest>(&manifest_path) {
+        manifest.finished_at = Some(now_rfc3339());
+        write_json(&manifest_path, &manifest)?;
+    }
+    Ok(())
+}
+
 /// Appends one JSON object per line to `metrics.jsonl`.
 pub struct MetricsLog {
     file: std::fs::File,

@@ -17,7 +17,7 @@ use serde_json::{json, Map, Value};
 
 use super::config::{OptimConfig, TrainConfig};
 use super::optim::{clip_scale, global_grad_norm, learning_rate, AdamW};
-use super::rundir::{now_rfc3339, read_json, write_json, Manifest, MetricsLog, Status, Summary};
+use super::rundir::{read_json, write_json, MetricsLog, Status, Summary};
 use super::{params, safetensors_io};
 
 /// What an experiment supplies to the loop. Data order must be a pure
@@ -206,12 +206,7 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
         steps_done: state.step,
         metrics: m,
     };
-    write_json(&control.run_dir.join("summary.json"), &summary)?;
-    let manifest_path = control.run_dir.join("manifest.json");
-    if let Ok(mut manifest) = read_json::<Manifest>(&manifest_path) {
-        manifest.finished_at = Some(now_rfc3339());
-        write_json(&manifest_path, &manifest)?;
-    }
+    super::rundir::finish_run(&control.run_dir, &summary)?;
     Ok(summary)
 }
 

@@ -1,6 +1,7 @@
 //! The GPT-2 experiment: config, presets, the training task, Hugging Face
 //! weight interop and sampling.
 
+pub mod batch;
 pub mod hf;
 pub mod model;
 
@@ -18,6 +19,7 @@ use serde_json::{json, Map, Value};
 use crate::data::{self, DataConfig, TokenData};
 use crate::engine::{OptimConfig, Task, TrainConfig};
 use crate::error::UserError;
+pub use batch::{sample_batch, BatchSampleOptions};
 pub use model::{Gpt2, ModelConfig};
 
 pub const EXPERIMENT: &str = "gpt2";

@@ -21,7 +21,7 @@ pub trait Sampler {
 #[serde(deny_unknown_fields)]
 pub struct DatagenConfig {
     /// Completions sampled per question (HW3 starter: 10; RFT paper: 100).
-    pub samples_per_question: usize,
+    pub oversample: usize,
     /// HW3 starter: 0.6; RFT paper: 0.7.
     pub temperature: f32,
     /// Questions whose prompts go to the sampler in one call.
@@ -29,23 +29,27 @@ pub struct DatagenConfig {
     /// Distinct correct completions kept per question (HW3 keeps 1; the RFT
     /// paper keeps every distinct one).
     pub max_kept_per_question: usize,
+    /// Seed of the sampler's random draws.
+    #[serde(default)]
+    pub seed: u64,
 }
 
 impl Default for DatagenConfig {
     fn default() -> Self {
         Self {
-            samples_per_question: 10,
-            temperature: 0.6,
+            oversample: 16,
+            temperature: 0.7,
             batch_questions: 16,
             max_kept_per_question: 1,
+            seed: 0,
         }
     }
 }
 
 impl DatagenConfig {
-    fn validate(&self) -> anyhow::Result<()> {
+    pub fn validate(&self) -> anyhow::Result<()> {
         for (key, value) in [
-            ("samples_per_question", self.samples_per_question),
+            ("oversample", self.oversample),
             ("batch_questions", self.batch_questions),
             ("max_kept_per_question", self.max_kept_per_question),
         ] {
@@ -164,7 +168,7 @@ pub fn build_dataset(
     let mut examples = Vec::new();
     for batch in questions.chunks(config.batch_questions) {
         let prompts: Vec<String> = batch.iter().map(Question::prompt).collect();
-        let sampled = sampler.sample(&prompts, config.samples_per_question, config.temperature);
+        let sampled = sampler.sample(&prompts, config.oversample, config.temperature);
         // A sampler that loses or invents prompts would misattribute
         // completions to questions: refuse rather than grade garbage.
         if sampled.len() != prompts.len() {
@@ -277,10 +281,11 @@ mod tests {
             calls: Vec::new(),
         };
         let config = DatagenConfig {
-            samples_per_question: 6,
+            oversample: 6,
             temperature: 0.7,
             batch_questions: 4,
             max_kept_per_question: 5,
+            seed: 0,
         };
         let dataset = build_dataset(&mut sampler, &questions, &config).unwrap();
         assert_eq!(sampler.calls, vec![(4, 6, 0.7), (4, 6, 0.7), (2, 6, 0.7)]);

@@ -97,6 +97,53 @@ impl UnitTable {
         Ok(table)
     }
 
+    /// Only the units named in `names` (singular names); families left with
+    /// fewer than two units are dropped. Conversions use factor ratios only,
+    /// so a family keeps working without its base unit. An empty list keeps
+    /// everything.
+    pub fn restricted(&self, names: &[String]) -> anyhow::Result<Self> {
+        if names.is_empty() {
+            return Ok(self.clone());
+        }
+        let known: HashSet<&str> = self
+            .families
+            .iter()
+            .flat_map(|f| f.units.iter().map(|u| u.name.as_str()))
+            .collect();
+        if let Some(unknown) = names.iter().find(|n| !known.contains(n.as_str())) {
+            let mut all: Vec<&str> = known.into_iter().collect();
+            all.sort_unstable();
+            return Err(
+                UserError::usage(format!("task.units: unknown unit '{unknown}'"))
+                    .with_fix(format!("use singular unit names from: {}", all.join(", ")))
+                    .into(),
+            );
+        }
+        let wanted: HashSet<&str> = names.iter().map(String::as_str).collect();
+        let families: Vec<UnitFamily> = self
+            .families
+            .iter()
+            .map(|family| UnitFamily {
+                units: family
+                    .units
+                    .iter()
+                    .filter(|u| wanted.contains(u.name.as_str()))
+                    .cloned()
+                    .collect(),
+                ..family.clone()
+            })
+            .filter(|family| family.units.len() >= 2)
+            .collect();
+        if families.is_empty() {
+            return Err(UserError::usage(
+                "task.units: no family keeps two of the listed units, so no question can be asked",
+            )
+            .with_fix("list at least two units of one family (e.g. gram and kilogram)")
+            .into());
+        }
+        Ok(Self { families })
+    }
+
     fn validate(&self, origin: &str) -> anyhow::Result<()> {
         if self.families.is_empty() {
             return Err(UserError::usage(format!("{origin}: no [[family]] entries"))
