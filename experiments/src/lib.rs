@@ -10,6 +10,7 @@ pub mod error;
 pub mod gpt2;
 pub mod hrm;
 pub mod quant;
+pub mod registry;
 pub mod rft;
 
 pub use error::{ErrorKind, UserError};

@@ -1,10 +1,9 @@
 //! `envgen experiments list | describe`
 
-use envgen_experiments::engine;
-use envgen_experiments::gpt2;
+use envgen_experiments::registry;
 use serde_json::json;
 
-use super::run::{check_experiment, resolve_config};
+use super::run::{find_experiment, resolve_config};
 use crate::error::Result;
 
 #[derive(Debug, clap::Subcommand)]
@@ -40,33 +39,28 @@ pub fn execute(cmd: Command) -> Result<i32> {
 }
 
 fn list(as_json: bool) -> Result<i32> {
-    let presets: Vec<&str> = gpt2::PRESETS.iter().map(|(n, _)| *n).collect();
-    let doc = json!({ "experiments": [
-        { "name": "gpt2", "available": true, "default_preset": gpt2::DEFAULT_PRESET, "presets": presets,
-          "description": "GPT-2 (nanoGPT-style) language model: tiny CPU run up to the 124M reproduction" },
-        { "name": "hrm-sudoku", "available": false, "presets": [], "description": "HRM on Sudoku-Extreme (not in this build yet)" },
-        { "name": "rft", "available": false, "presets": [], "description": "reinforcement fine-tuning (not in this build yet)" },
-        { "name": "quantize", "available": false, "presets": [], "description": "post-training quantization (not in this build yet)" },
-    ]});
+    let experiments: Vec<serde_json::Value> = registry::all()
+        .iter()
+        .map(|e| {
+            let presets: Vec<&str> = e.presets().iter().map(|(n, _)| *n).collect();
+            json!({ "name": e.name(), "available": true, "default_preset": e.default_preset(),
+                    "presets": presets, "description": e.description() })
+        })
+        .collect();
     if as_json {
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({ "experiments": experiments }))?
+        );
     } else {
-        for exp in doc["experiments"].as_array().into_iter().flatten() {
-            let presets: Vec<String> = exp["presets"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|p| p.as_str().map(String::from))
-                .collect();
+        for e in registry::all() {
+            let presets: Vec<&str> = e.presets().iter().map(|(n, _)| *n).collect();
             println!(
-                "{:<11} {} {}",
-                exp["name"].as_str().unwrap_or(""),
-                if presets.is_empty() {
-                    "(not yet)".to_string()
-                } else {
-                    format!("presets: {}", presets.join(", "))
-                },
-                exp["description"].as_str().unwrap_or("")
+                "{:<11} presets: {} (default {}) — {}",
+                e.name(),
+                presets.join(", "),
+                e.default_preset(),
+                e.description()
             );
         }
     }
@@ -79,26 +73,32 @@ fn describe(
     overrides: &[String],
     as_json: bool,
 ) -> Result<i32> {
-    check_experiment(experiment)?;
-    let (preset, loaded) = resolve_config(preset, None, overrides)?;
+    let experiment = find_experiment(experiment)?;
+    let loaded = resolve_config(experiment, preset, None, overrides)?;
     let doc = json!({
-        "experiment": experiment,
-        "preset": preset,
+        "experiment": experiment.name(),
+        "preset": loaded.preset,
         "config": loaded.science,
-        "config_hash": engine::config_hash(&loaded.science)?,
-        "parameters": loaded.science.model.num_params(),
+        "config_hash": loaded.config_hash()?,
+        "parameters": loaded.parameters,
         "hardware": loaded.hardware,
     });
     if as_json {
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
-        println!("# {experiment} preset {}", preset.as_deref().unwrap_or("-"));
+        println!(
+            "# {} preset {}",
+            experiment.name(),
+            loaded.preset.as_deref().unwrap_or("-")
+        );
         println!(
             "# config_hash {}",
             doc["config_hash"].as_str().unwrap_or("")
         );
-        println!("# parameters {}", loaded.science.model.num_params());
-        print!("{}", engine::config::to_canonical_toml(&loaded.science)?);
+        if let Some(n) = loaded.parameters {
+            println!("# parameters {n}");
+        }
+        print!("{}", loaded.canonical_toml()?);
     }
     Ok(0)
 }

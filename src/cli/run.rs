@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use envgen_experiments::backend::{self, BackendChoice};
-use envgen_experiments::engine::{self, rundir, Manifest, Profile, RunControl, Status, Summary};
-use envgen_experiments::gpt2::{self, Gpt2Config, Gpt2Task};
+use envgen_experiments::engine::{self, rundir, Manifest, Profile, RunControl, Status};
+use envgen_experiments::registry::{self, Experiment, ResolvedConfig};
 use serde_json::{json, Map, Value};
 
 use crate::error::{not_yet, Result, UserError};
@@ -78,51 +78,28 @@ impl From<Backend> for BackendChoice {
     }
 }
 
-/// Experiments the contract names that are not in this build yet.
-const PENDING: &[(&str, &str)] = &[
-    ("hrm-sudoku", "the HRM-on-Sudoku issue"),
-    ("rft", "the RFT issue"),
-    ("quantize", "the quantization issue"),
-];
-
-/// Check an experiment name: Ok for gpt2, not_yet for a pending one, usage error otherwise.
-pub fn check_experiment(name: &str) -> Result<()> {
-    if name == gpt2::EXPERIMENT {
-        return Ok(());
-    }
-    if let Some((_, issue)) = PENDING.iter().find(|(n, _)| *n == name) {
-        return Err(not_yet(&format!("run {name}"), issue));
-    }
-    Err(UserError::usage(format!("unknown experiment `{name}`"))
-        .with_fix("list them with `envgen experiments list`")
-        .into())
+/// The experiment called `name` (usage error listing the known ones otherwise).
+pub fn find_experiment(name: &str) -> Result<&'static dyn Experiment> {
+    registry::find(name)
 }
 
-/// The science config named on the command line: (preset name, resolved config, hardware hint).
+/// The science config named on the command line: a config file, or a preset
+/// (the experiment's default when none is named), with `--set` overrides.
 pub fn resolve_config(
+    experiment: &dyn Experiment,
     preset: Option<&str>,
     config: Option<&Path>,
     overrides: &[String],
-) -> Result<(Option<String>, engine::Loaded<Gpt2Config>)> {
+) -> Result<ResolvedConfig> {
     match config {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|e| {
                 UserError::usage(format!("cannot read config {}: {e}", path.display()))
                     .with_fix("give an existing TOML file, or use --preset")
             })?;
-            Ok((
-                None,
-                engine::load(&text, &path.display().to_string(), overrides)?,
-            ))
+            experiment.resolve(&text, &path.display().to_string(), overrides)
         }
-        None => {
-            let name = preset.unwrap_or(gpt2::DEFAULT_PRESET);
-            let text = gpt2::preset_text(name)?;
-            Ok((
-                Some(name.to_string()),
-                engine::load(text, &format!("preset {name}"), overrides)?,
-            ))
-        }
+        None => experiment.resolve_preset(preset, overrides),
     }
 }
 
@@ -214,20 +191,34 @@ pub fn execute(args: Args) -> Result<i32> {
         }
         Where::Auto | Where::Native => {}
     }
-    check_experiment(&args.experiment)?;
+    let experiment = find_experiment(&args.experiment)?;
     let resolved = backend::resolve(args.backend.into())?;
     let host = crate::probe::probe_host();
 
-    let (run_dir, config, profile) = match &args.resume {
+    let (run_dir, science, profile) = match &args.resume {
         Some(dir) => {
             let manifest: Manifest = rundir::read_json(&dir.join("manifest.json"))?;
-            let text = std::fs::read_to_string(dir.join("config.toml")).map_err(|e| {
+            if manifest.experiment != experiment.name() {
+                return Err(UserError::usage(format!(
+                    "{} is a `{}` run, not `{}`",
+                    dir.display(),
+                    manifest.experiment,
+                    experiment.name()
+                ))
+                .with_fix(format!(
+                    "envgen run {} --resume {}",
+                    manifest.experiment,
+                    dir.display()
+                ))
+                .into());
+            }
+            let config_path = dir.join("config.toml");
+            let text = std::fs::read_to_string(&config_path).map_err(|e| {
                 UserError::usage(format!("{}: cannot read config.toml: {e}", dir.display()))
                     .with_fix("resume a directory written by `envgen run`")
             })?;
-            let loaded: engine::Loaded<Gpt2Config> =
-                engine::load(&text, &dir.join("config.toml").display().to_string(), &[])?;
-            if engine::config_hash(&loaded.science)? != manifest.config_hash {
+            let loaded = experiment.resolve(&text, &config_path.display().to_string(), &[])?;
+            if loaded.config_hash()? != manifest.config_hash {
                 return Err(UserError::usage(format!(
                     "{}: config.toml does not match the manifest's config_hash",
                     dir.display()
@@ -241,15 +232,16 @@ pub fn execute(args: Args) -> Result<i32> {
             (dir.clone(), loaded.science, profile)
         }
         None => {
-            let (preset, loaded) = resolve_config(
+            let loaded = resolve_config(
+                experiment,
                 args.preset.as_deref(),
                 args.config.as_deref(),
                 &args.overrides,
             )?;
-            let hash = engine::config_hash(&loaded.science)?;
-            let choice = hardware_choice(&args, &host, &resolved, preset.as_deref())?;
+            let hash = loaded.config_hash()?;
+            let choice = hardware_choice(&args, &host, &resolved, loaded.preset.as_deref())?;
             let (micro_batch, grad_accum) = engine::split_batch(
-                loaded.science.train.batch_size,
+                loaded.batch_size,
                 args.micro_batch
                     .or(choice.micro_batch)
                     .or(loaded.hardware.micro_batch),
@@ -262,16 +254,13 @@ pub fn execute(args: Args) -> Result<i32> {
                 backend: resolved.name().into(),
                 device: resolved.device().into(),
             };
-            let id = rundir::new_run_id(gpt2::EXPERIMENT, preset.as_deref(), &hash);
+            let id = rundir::new_run_id(experiment.name(), loaded.preset.as_deref(), &hash);
             let (run_id, dir) = rundir::create_run_dir(&args.out, &id)?;
-            std::fs::write(
-                dir.join("config.toml"),
-                engine::config::to_canonical_toml(&loaded.science)?,
-            )?;
+            std::fs::write(dir.join("config.toml"), loaded.canonical_toml()?)?;
             let manifest = Manifest {
                 run_id,
-                experiment: gpt2::EXPERIMENT.into(),
-                preset,
+                experiment: experiment.name().into(),
+                preset: loaded.preset.clone(),
                 config_hash: hash,
                 profile: profile.clone(),
                 started_at: rundir::now_rfc3339(),
@@ -292,51 +281,26 @@ pub fn execute(args: Args) -> Result<i32> {
         stop: install_stop_handler(),
         progress: !args.json,
     };
-    let outcome =
-        Gpt2Task::new(config).and_then(|task| engine::train_on(&task, &control, resolved));
-    let summary = match outcome {
+    let summary = match experiment.run(&science, &control, resolved) {
         Ok(summary) => summary,
         Err(err) => {
-            let failed = Summary {
-                status: Status::Failed,
-                wall_s: 0.0,
-                steps_done: 0,
-                metrics: Map::from_iter([("error".to_string(), json!(err.to_string()))]),
-            };
-            let _ = rundir::write_json(&run_dir.join("summary.json"), &failed);
+            let _ = rundir::write_json(
+                &run_dir.join("summary.json"),
+                &registry::failed_summary(&err),
+            );
             return Err(err);
         }
     };
-    report(&run_dir, &summary, args.json)?;
+    if args.json {
+        let doc = json!({ "run_dir": run_dir, "summary": summary });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        println!("{}", experiment.summary_line(&summary));
+        println!("run directory: {}", run_dir.display());
+    }
     Ok(match summary.status {
         Status::Completed => 0,
         Status::Interrupted => EXIT_INTERRUPTED,
         Status::Failed | Status::Running => 1,
     })
-}
-
-fn report(run_dir: &Path, summary: &Summary, as_json: bool) -> Result<()> {
-    if as_json {
-        let doc = json!({ "run_dir": run_dir, "summary": summary });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-        return Ok(());
-    }
-    let m = &summary.metrics;
-    println!(
-        "{:?} after {} steps in {:.1} s: train loss {}, val loss {} (initial {}), {} tokens/s",
-        summary.status,
-        summary.steps_done,
-        summary.wall_s,
-        fmt_num(m.get("final_train_loss")),
-        fmt_num(m.get("final_val_loss")),
-        fmt_num(m.get("initial_val_loss")),
-        fmt_num(m.get("tokens_per_s")),
-    );
-    println!("run directory: {}", run_dir.display());
-    Ok(())
-}
-
-fn fmt_num(v: Option<&Value>) -> String {
-    v.and_then(Value::as_f64)
-        .map_or("-".into(), |x| format!("{x:.4}"))
 }

@@ -16,9 +16,11 @@ use rand::{rngs::StdRng, Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+use crate::backend;
 use crate::data::{self, DataConfig, TokenData};
-use crate::engine::{OptimConfig, Task, TrainConfig};
+use crate::engine::{self, OptimConfig, RunControl, Summary, Task, TrainConfig};
 use crate::error::UserError;
+use crate::registry::{self, Experiment, ResolvedConfig};
 pub use batch::{sample_batch, BatchSampleOptions};
 pub use model::{Gpt2, ModelConfig};
 
@@ -57,16 +59,64 @@ pub const PRESETS: &[(&str, &str)] = &[
 pub const DEFAULT_PRESET: &str = "tiny";
 
 pub fn preset_text(name: &str) -> anyhow::Result<&'static str> {
-    PRESETS
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, text)| *text)
-        .ok_or_else(|| {
-            let names: Vec<&str> = PRESETS.iter().map(|(n, _)| *n).collect();
-            UserError::usage(format!("gpt2 has no preset `{name}`"))
-                .with_fix(format!("pick one of: {}", names.join(", ")))
-                .into()
+    (&GPT2 as &dyn Experiment).preset_text(name)
+}
+
+/// `gpt2` in the experiment registry.
+pub struct Gpt2Experiment;
+pub static GPT2: Gpt2Experiment = Gpt2Experiment;
+
+impl Experiment for Gpt2Experiment {
+    fn name(&self) -> &'static str {
+        EXPERIMENT
+    }
+    fn description(&self) -> &'static str {
+        "GPT-2 (nanoGPT-style) language model: tiny CPU run up to the 124M reproduction"
+    }
+    fn presets(&self) -> &'static [(&'static str, &'static str)] {
+        PRESETS
+    }
+    fn default_preset(&self) -> &'static str {
+        DEFAULT_PRESET
+    }
+    fn resolve(
+        &self,
+        text: &str,
+        origin: &str,
+        overrides: &[String],
+    ) -> anyhow::Result<ResolvedConfig> {
+        let loaded = engine::load::<Gpt2Config>(text, origin, overrides)?;
+        Ok(ResolvedConfig {
+            preset: None,
+            science: registry::canonical(&loaded.science)?,
+            batch_size: loaded.science.train.batch_size,
+            hardware: loaded.hardware,
+            parameters: Some(loaded.science.model.num_params() as u64),
         })
+    }
+    fn run(
+        &self,
+        science: &toml::Value,
+        control: &RunControl,
+        backend: backend::Resolved,
+    ) -> anyhow::Result<Summary> {
+        let config: Gpt2Config = registry::typed(science, "config.toml")?;
+        let task = Gpt2Task::new(config)?;
+        engine::train_on(&task, control, backend)
+    }
+    fn summary_line(&self, summary: &Summary) -> String {
+        let m = &summary.metrics;
+        format!(
+            "{:?} after {} steps in {:.1} s: train loss {}, val loss {} (initial {}), {} tokens/s",
+            summary.status,
+            summary.steps_done,
+            summary.wall_s,
+            registry::fmt_metric(m.get("final_train_loss")),
+            registry::fmt_metric(m.get("final_val_loss")),
+            registry::fmt_metric(m.get("initial_val_loss")),
+            registry::fmt_metric(m.get("tokens_per_s")),
+        )
+    }
 }
 
 /// The training task: model config + loaded tokens.
