@@ -72,14 +72,19 @@ fn tiny_gpt2_meets_the_quality_goals_and_files_load_back() {
     let source = run_dir_of(&gpt2);
     let doc = json_of(&quantize(tmp.path(), &source, &[]));
     assert_eq!(doc["summary"]["status"], "completed");
-    let rows = doc["summary"]["metrics"]["schemes"].as_array().unwrap().clone();
+    let rows = doc["summary"]["metrics"]["schemes"]
+        .as_array()
+        .unwrap()
+        .clone();
     for r in &rows {
         eprintln!("{r}");
     }
     let base = row(&rows, "f32");
     assert_eq!(base["metric"], "val_perplexity");
     let f32_ppl = base["metric_value"].as_f64().unwrap();
-    let val_loss = gpt2["summary"]["metrics"]["final_val_loss"].as_f64().unwrap();
+    let val_loss = gpt2["summary"]["metrics"]["final_val_loss"]
+        .as_f64()
+        .unwrap();
     assert!(
         (f32_ppl.ln() - val_loss).abs() < 1e-4,
         "baseline {f32_ppl} is not exp(val loss {val_loss})"
@@ -147,7 +152,10 @@ fn tiny_gpt2_meets_the_quality_goals_and_files_load_back() {
     let damaged = tmp.path().join("damaged.envq");
     std::fs::write(&damaged, &bytes[..bytes.len() / 2]).unwrap();
     let err = format!("{:#}", evaluate_packed(&*opened, &damaged).unwrap_err());
-    assert!(err.contains("damaged.envq") && err.contains("truncated"), "{err}");
+    assert!(
+        err.contains("damaged.envq") && err.contains("truncated"),
+        "{err}"
+    );
     let mut flipped = bytes.clone();
     let last = flipped.len() - 1;
     flipped[last] ^= 1;

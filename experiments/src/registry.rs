@@ -71,7 +71,11 @@ pub trait Experiment: Sync {
 }
 
 /// Every experiment in this build, in the order `experiments list` shows.
-static ALL: &[&dyn Experiment] = &[&crate::gpt2::GPT2];
+static ALL: &[&dyn Experiment] = &[
+    &crate::gpt2::GPT2,
+    &crate::rft::run::RFT,
+    &crate::quant::run::QUANTIZE,
+];
 
 pub fn all() -> &'static [&'static dyn Experiment] {
     ALL

@@ -133,8 +133,8 @@ fn step<B: Backend>(
 ) -> Tensor<B, 2> {
     let device = tokens.device();
     let [rows, _] = tokens.dims();
-    let pos = Tensor::<B, 1, Int>::arange(position as i64..position as i64 + 1, &device)
-        .reshape([1, 1]);
+    let pos =
+        Tensor::<B, 1, Int>::arange(position as i64..position as i64 + 1, &device).reshape([1, 1]);
     let mut x = model.wte.forward(tokens) + model.wpe.forward(pos);
     for (block, layer) in model.h.iter().zip(cache.iter_mut()) {
         x = block_step(block, x, layer);

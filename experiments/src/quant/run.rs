@@ -29,10 +29,11 @@ use super::pack::{read_packed, write_packed, NamedTensor};
 use super::schemes::{bits_per_weight, dequantize, quantize, Scheme};
 use crate::backend::{Cpu, CpuTrain};
 use crate::engine::rundir::{read_json, write_json, Manifest, Status, Summary};
-use crate::engine::safetensors_io::{self, NamedTensors};
+use crate::engine::safetensors_io::NamedTensors;
 use crate::engine::{self, RunControl, Task};
 use crate::error::UserError;
 use crate::gpt2::{hf, Gpt2, Gpt2Config, Gpt2Task, ModelConfig};
+use crate::registry::{self, Experiment, ResolvedConfig};
 use crate::rft::run::{evaluate_accuracy, RftConfig};
 use crate::rft::Question;
 
@@ -70,10 +71,10 @@ impl Method {
             "f32" => Err(UserError::usage("schemes: `f32` is the baseline, always measured")
                 .with_fix("leave it out of `schemes`")
                 .into()),
-            other => Scheme::parse(other).map(Method::Packed).map_err(|e| {
+            other => Scheme::parse(other).map(Method::Packed).map_err(|_| {
                 UserError::usage(format!("schemes: unknown scheme `{other}`"))
                     .with_fix("use int8, int4-sym-gN, int4-asym-gN (N = 32, 64, 128, …), burn-q8-block32 or burn-q4-block32")
-                    .context(e)
+                    .into()
             }),
         }
     }
@@ -159,12 +160,18 @@ pub struct GptSource {
     micro_batch: usize,
 }
 
+/// Validation windows per forward pass in gpt2 evaluation.
+const EVAL_MICRO_BATCH: usize = 16;
 /// Questions scored per batch in rft evaluation.
 const ACCURACY_BATCH: usize = 128;
 
 impl GptSource {
     fn model_from(&self, weights: &NamedTensors) -> anyhow::Result<Gpt2<Cpu>> {
-        hf::load_tensors(self.model.init::<Cpu>(&Default::default()), weights, "quantized weights")
+        hf::load_tensors(
+            self.model.init::<Cpu>(&Default::default()),
+            weights,
+            "quantized weights",
+        )
     }
 
     fn score(&self, model: &Gpt2<Cpu>) -> Quality {
@@ -175,8 +182,8 @@ impl GptSource {
                 let loss =
                     <Gpt2Task as Task<CpuTrain>>::evaluate(task, model, self.micro_batch, &device);
                 let train = &task.config.train;
-                let tokens = (train.eval_batches * train.batch_size).max(1)
-                    * task.config.model.block_size;
+                let tokens =
+                    (train.eval_batches * train.batch_size).max(1) * task.config.model.block_size;
                 Quality {
                     value: loss.exp(),
                     per_s: tokens as f64 / started.elapsed().as_secs_f64().max(1e-9),
@@ -287,7 +294,11 @@ pub fn source_kind(dir: &Path) -> anyhow::Result<&'static str> {
         return Err(source_error(dir, "no such directory", SOURCE_FIX));
     }
     let manifest: Manifest = read_json(&dir.join("manifest.json")).map_err(|_| {
-        source_error(dir, "not a run directory (no readable manifest.json)", SOURCE_FIX)
+        source_error(
+            dir,
+            "not a run directory (no readable manifest.json)",
+            SOURCE_FIX,
+        )
     })?;
     let kind: &'static str = match manifest.experiment.as_str() {
         "gpt2" => "gpt2",
@@ -307,7 +318,9 @@ pub fn source_kind(dir: &Path) -> anyhow::Result<&'static str> {
             ))
         }
     };
-    let status = read_json::<Summary>(&dir.join("summary.json")).map(|s| s.status).ok();
+    let status = read_json::<Summary>(&dir.join("summary.json"))
+        .map(|s| s.status)
+        .ok();
     let weights_path = dir.join("model.safetensors");
     if status != Some(Status::Completed) || !weights_path.is_file() {
         return Err(source_error(
@@ -315,7 +328,11 @@ pub fn source_kind(dir: &Path) -> anyhow::Result<&'static str> {
             format!(
                 "the {kind} run is not completed (status {}, model.safetensors {})",
                 status.map_or("unknown".to_string(), |s| format!("{s:?}").to_lowercase()),
-                if weights_path.is_file() { "present" } else { "missing" }
+                if weights_path.is_file() {
+                    "present"
+                } else {
+                    "missing"
+                }
             ),
             "finish it first (`envgen run --resume RUN_DIR`), or pick a completed run",
         ));
@@ -324,6 +341,7 @@ pub fn source_kind(dir: &Path) -> anyhow::Result<&'static str> {
 }
 
 /// Open a run directory as a quantization source.
+/// `micro_batch`: rows per forward pass when evaluating (a speed knob).
 pub fn open_source(dir: &Path, micro_batch: usize) -> anyhow::Result<Box<dyn SourceRun>> {
     let kind = source_kind(dir)?;
     let weights_path = dir.join("model.safetensors");
@@ -334,7 +352,10 @@ pub fn open_source(dir: &Path, micro_batch: usize) -> anyhow::Result<Box<dyn Sou
         "gpt2" => {
             let config: Gpt2Config = engine::load(&config_text, &origin, &[])?.science;
             let model = config.model.clone();
-            (model, GptMetric::Perplexity(Box::new(Gpt2Task::new(config)?)))
+            (
+                model,
+                GptMetric::Perplexity(Box::new(Gpt2Task::new(config)?)),
+            )
         }
         _ => {
             let config: RftConfig = engine::load(&config_text, &origin, &[])?.science;
@@ -385,7 +406,10 @@ pub fn pack_model(source: &dyn SourceRun, scheme: Scheme) -> anyhow::Result<Vec<
 }
 
 /// The model's tensors back from a packed file (original names, shapes, layout).
-pub fn unpack_model(tensors: &[NamedTensor], source: &dyn SourceRun) -> anyhow::Result<NamedTensors> {
+pub fn unpack_model(
+    tensors: &[NamedTensor],
+    source: &dyn SourceRun,
+) -> anyhow::Result<NamedTensors> {
     let shapes: HashMap<&str, &Vec<usize>> = source
         .weights()
         .iter()
@@ -402,7 +426,13 @@ pub fn unpack_model(tensors: &[NamedTensor], source: &dyn SourceRun) -> anyhow::
         };
         // 1-D tensors are stored as one row: take the model's shape.
         let shape = shapes.get(t.name.as_str()).map_or_else(
-            || if t.transposed { vec![cols, rows] } else { vec![rows, cols] },
+            || {
+                if t.transposed {
+                    vec![cols, rows]
+                } else {
+                    vec![rows, cols]
+                }
+            },
             |s| (*s).clone(),
         );
         out.insert(t.name.clone(), (shape, values));
@@ -478,7 +508,7 @@ fn matrix_bits(source: &dyn SourceRun, scheme: Scheme) -> f64 {
 pub fn run(config: &QuantizeConfig, control: &RunControl) -> anyhow::Result<Summary> {
     config.validate()?;
     let started = Instant::now();
-    let source = open_source(&config.source, control.micro_batch)?;
+    let source = open_source(&config.source, EVAL_MICRO_BATCH)?;
     let packed_dir = control.run_dir.join("packed");
     std::fs::create_dir_all(&packed_dir)?;
 
@@ -489,7 +519,14 @@ pub fn run(config: &QuantizeConfig, control: &RunControl) -> anyhow::Result<Summ
         .collect();
     let baseline = source.evaluate(&f32_weights)?;
     let source_bytes = std::fs::metadata(config.source.join("model.safetensors"))?.len() as usize;
-    let mut rows = vec![row(&*source, "f32", 32.0, source_bytes, baseline, Some(baseline.value))];
+    let mut rows = vec![row(
+        &*source,
+        "f32",
+        32.0,
+        source_bytes,
+        baseline,
+        Some(baseline.value),
+    )];
     let mut status = Status::Completed;
     for name in &config.schemes {
         if control.stop.load(Ordering::SeqCst) {
@@ -517,7 +554,13 @@ pub fn run(config: &QuantizeConfig, control: &RunControl) -> anyhow::Result<Summ
                     quality,
                     Some(baseline.value),
                 );
-                m.insert("file".into(), json!(format!("packed/{}", path.file_name().unwrap_or_default().to_string_lossy())));
+                m.insert(
+                    "file".into(),
+                    json!(format!(
+                        "packed/{}",
+                        path.file_name().unwrap_or_default().to_string_lossy()
+                    )),
+                );
                 m
             }
             Method::Burn { bits, block } => burn_row(&*source, name, bits, block, baseline),
@@ -531,9 +574,16 @@ pub fn run(config: &QuantizeConfig, control: &RunControl) -> anyhow::Result<Summ
     metrics.insert("metric".into(), json!(source.metric()));
     metrics.insert(
         "parameters".into(),
-        json!(source.weights().iter().map(|(_, _, v)| v.len()).sum::<usize>()),
+        json!(source
+            .weights()
+            .iter()
+            .map(|(_, _, v)| v.len())
+            .sum::<usize>()),
     );
-    metrics.insert("schemes".into(), Value::Array(rows.into_iter().map(Value::Object).collect()));
+    metrics.insert(
+        "schemes".into(),
+        Value::Array(rows.into_iter().map(Value::Object).collect()),
+    );
     let summary = Summary {
         status,
         wall_s: started.elapsed().as_secs_f64(),
@@ -547,8 +597,18 @@ pub fn run(config: &QuantizeConfig, control: &RunControl) -> anyhow::Result<Summ
 /// Burn's built-in block quantization, evaluated in memory: its quantized
 /// tensors cannot be saved to safetensors, so `bytes` is what the quantized
 /// parameters occupy in memory (`in_memory: true`).
-fn burn_row(source: &dyn SourceRun, name: &str, bits: u8, block: u8, baseline: Quality) -> Map<String, Value> {
-    let value = if bits == 8 { QuantValue::Q8S } else { QuantValue::Q4S };
+fn burn_row(
+    source: &dyn SourceRun,
+    name: &str,
+    bits: u8,
+    block: u8,
+    baseline: Quality,
+) -> Map<String, Value> {
+    let value = if bits == 8 {
+        QuantValue::Q8S
+    } else {
+        QuantValue::Q4S
+    };
     let scheme = QuantScheme::default()
         .with_value(value)
         .with_level(QuantLevel::block([block]))
@@ -557,7 +617,14 @@ fn burn_row(source: &dyn SourceRun, name: &str, bits: u8, block: u8, baseline: Q
     let nominal_bits = f64::from(bits) + 32.0 / f64::from(block);
     match source.evaluate_burn(scheme) {
         Ok((quality, bytes)) => {
-            let mut m = row(source, name, nominal_bits, bytes, quality, Some(baseline.value));
+            let mut m = row(
+                source,
+                name,
+                nominal_bits,
+                bytes,
+                quality,
+                Some(baseline.value),
+            );
             m.insert("in_memory".into(), json!(true));
             m
         }
@@ -569,6 +636,56 @@ fn burn_row(source: &dyn SourceRun, name: &str, bits: u8, block: u8, baseline: Q
             m.insert("error".into(), json!(format!("{err:#}")));
             m
         }
+    }
+}
+
+/// `quantize` in the experiment registry.
+pub struct QuantizeExperiment;
+pub static QUANTIZE: QuantizeExperiment = QuantizeExperiment;
+
+impl Experiment for QuantizeExperiment {
+    fn name(&self) -> &'static str {
+        EXPERIMENT
+    }
+    fn description(&self) -> &'static str {
+        "post-training INT8/INT4 weight quantization of a gpt2 or rft run (--set source=RUN_DIR)"
+    }
+    fn presets(&self) -> &'static [(&'static str, &'static str)] {
+        PRESETS
+    }
+    fn default_preset(&self) -> &'static str {
+        DEFAULT_PRESET
+    }
+    fn resolve(
+        &self,
+        text: &str,
+        origin: &str,
+        overrides: &[String],
+    ) -> anyhow::Result<ResolvedConfig> {
+        let loaded = load_config(text, origin, overrides)?;
+        Ok(ResolvedConfig {
+            preset: None,
+            science: registry::canonical(&loaded.science)?,
+            // Nothing is trained: one "row" per step keeps the CLI's
+            // micro-batch arithmetic trivial.
+            batch_size: 1,
+            hardware: loaded.hardware,
+            parameters: None,
+        })
+    }
+    fn run(
+        &self,
+        science: &toml::Value,
+        control: &RunControl,
+        _backend: crate::backend::Resolved,
+    ) -> anyhow::Result<Summary> {
+        // Evaluation runs on the CPU backend whatever was asked: the packed
+        // weights are dequantized to f32 there (see docs/experiments/quantize.md).
+        let config: QuantizeConfig = registry::typed(science, "config.toml")?;
+        run(&config, control)
+    }
+    fn summary_line(&self, summary: &Summary) -> String {
+        summary_line(summary)
     }
 }
 
@@ -600,7 +717,11 @@ pub fn summary_line(summary: &Summary) -> String {
         "{:?} in {:.1} s: {} — {}",
         summary.status,
         summary.wall_s,
-        summary.metrics.get("metric").and_then(Value::as_str).unwrap_or("metric"),
+        summary
+            .metrics
+            .get("metric")
+            .and_then(Value::as_str)
+            .unwrap_or("metric"),
         parts.join(", ")
     )
 }
@@ -613,9 +734,13 @@ mod tests {
     fn scheme_names_and_missing_source_are_usage_errors() {
         let text = PRESETS[0].1;
         let err = load_config(text, "preset tiny", &[]).unwrap_err();
-        assert!(format!("{err:#}").contains("--set source=RUN_DIR"), "{err:#}");
+        assert!(
+            format!("{err:#}").contains("--set source=RUN_DIR"),
+            "{err:#}"
+        );
         assert_eq!(crate::error::exit_code_of(&err), 2);
-        let loaded: engine::Loaded<QuantizeConfig> = engine::load(text, "preset tiny", &[]).unwrap();
+        let loaded: engine::Loaded<QuantizeConfig> =
+            engine::load(text, "preset tiny", &[]).unwrap();
         assert!(loaded.science.schemes.contains(&"int4-sym-g32".to_string()));
         let err = load_config(
             text,
@@ -624,7 +749,8 @@ mod tests {
         )
         .unwrap_err();
         assert!(format!("{err:#}").contains("int3"), "{err:#}");
-        let err = load_config(text, "preset tiny", &["source=/nonexistent/run".into()]).unwrap_err();
+        let err =
+            load_config(text, "preset tiny", &["source=/nonexistent/run".into()]).unwrap_err();
         assert!(format!("{err:#}").contains("no such directory"), "{err:#}");
     }
 

@@ -35,8 +35,12 @@ pub const SCALE_BITS: u64 = 16;
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum Scheme {
     Int8PerChannel,
-    Int4Symmetric { group: usize },
-    Int4Asymmetric { group: usize },
+    Int4Symmetric {
+        group: usize,
+    },
+    Int4Asymmetric {
+        group: usize,
+    },
     /// Stored as is (4 bytes per value, no scales).
     Float32,
 }
@@ -74,7 +78,7 @@ impl Scheme {
     /// Bytes of the packed codes of a `[rows, cols]` tensor.
     pub fn code_bytes(self, weights: usize) -> usize {
         match self.code_bits() {
-            32 => weights * 4,
+            32 => weights.saturating_mul(4),
             8 => weights,
             _ => weights.div_ceil(2),
         }

@@ -36,6 +36,7 @@ use crate::engine::rundir::{read_json, write_json, MetricsLog, Status, Summary};
 use crate::engine::{self, OptimConfig, RunControl, Task, TrainConfig};
 use crate::error::UserError;
 use crate::gpt2::{self, hf, BatchSampleOptions, Gpt2, ModelConfig};
+use crate::registry::{self, Experiment, ResolvedConfig};
 
 pub const EXPERIMENT: &str = "rft";
 
@@ -115,7 +116,10 @@ impl RftConfig {
         for (key, value) in [
             ("task.train_questions", self.task.train_questions),
             ("task.validation_questions", self.task.validation_questions),
-            ("task.max_completion_tokens", self.task.max_completion_tokens),
+            (
+                "task.max_completion_tokens",
+                self.task.max_completion_tokens,
+            ),
         ] {
             if value == 0 {
                 return Err(UserError::usage(format!("{key} = 0"))
@@ -175,7 +179,11 @@ impl RftConfig {
 }
 
 /// Parse, override and check an RFT config.
-pub fn load_config(text: &str, origin: &str, overrides: &[String]) -> anyhow::Result<engine::Loaded<RftConfig>> {
+pub fn load_config(
+    text: &str,
+    origin: &str,
+    overrides: &[String],
+) -> anyhow::Result<engine::Loaded<RftConfig>> {
     let loaded: engine::Loaded<RftConfig> = engine::load(text, origin, overrides)?;
     loaded.science.validate()?;
     Ok(loaded)
@@ -274,7 +282,11 @@ fn completion_loss<B: Backend>(
         for i in 0..t {
             let inside = i + 1 < e.tokens.len();
             x.push(e.tokens.get(i).map_or(0, |&v| i64::from(v)));
-            y.push(if inside { i64::from(e.tokens[i + 1]) } else { 0 });
+            y.push(if inside {
+                i64::from(e.tokens[i + 1])
+            } else {
+                0
+            });
             w.push(if inside && i + 1 >= e.completion_start {
                 1.0f32
             } else {
@@ -336,9 +348,7 @@ impl<B: AutodiffBackend> Task<B> for RftTrainTask {
         let mut rows = 0usize;
         for chunk in self.validation.chunks(micro_batch.max(1)) {
             let batch: Vec<&Tokenized> = chunk.iter().collect();
-            let loss: f64 = completion_loss(model, &batch, device)
-                .into_scalar()
-                .elem();
+            let loss: f64 = completion_loss(model, &batch, device).into_scalar().elem();
             total += loss * chunk.len() as f64;
             rows += chunk.len();
         }
@@ -402,7 +412,9 @@ impl<B: Backend> Sampler for GptSampler<'_, B> {
             max_new_tokens: self.max_new_tokens,
             temperature,
             top_k: None,
-            seed: self.seed.wrapping_add(self.calls.wrapping_mul(0x5851_F42D_4C95_7F2D)),
+            seed: self
+                .seed
+                .wrapping_add(self.calls.wrapping_mul(0x5851_F42D_4C95_7F2D)),
             stop_token: stop.first().copied(),
         };
         self.calls += 1;
@@ -508,7 +520,13 @@ pub fn run<B: AutodiffBackend>(
     let pretrain = train_stage::<B>(&task, &pretrain_dir, control, control.stop_after, device)?;
     let mut steps_done = pretrain.steps_done;
     if pretrain.status != Status::Completed {
-        return finish(control, started, steps_done, Status::Interrupted, Map::new());
+        return finish(
+            control,
+            started,
+            steps_done,
+            Status::Interrupted,
+            Map::new(),
+        );
     }
     let pretrained = pretrain_dir.join(MODEL_FILE);
 
@@ -522,7 +540,13 @@ pub fn run<B: AutodiffBackend>(
     )?;
     log.write(&json!({"stage": "eval_before", "accuracy": before.metrics.accuracy, "answer_rate": before.metrics.answer_rate}))?;
     if control.stop.load(Ordering::SeqCst) {
-        return finish(control, started, steps_done, Status::Interrupted, Map::new());
+        return finish(
+            control,
+            started,
+            steps_done,
+            Status::Interrupted,
+            Map::new(),
+        );
     }
 
     // (b) rejection sampling.
@@ -543,7 +567,13 @@ pub fn run<B: AutodiffBackend>(
         let seconds = t0.elapsed().as_secs_f64();
         if control.stop.load(Ordering::SeqCst) {
             // Rejection sampling has no partial record: it reruns on resume.
-            return finish(control, started, steps_done, Status::Interrupted, Map::new());
+            return finish(
+                control,
+                started,
+                steps_done,
+                Status::Interrupted,
+                Map::new(),
+            );
         }
         let record = DatagenRecord {
             stats: dataset.stats,
@@ -574,7 +604,13 @@ pub fn run<B: AutodiffBackend>(
         train: config.finetune.train.clone(),
         optim: config.finetune.optim.clone(),
     };
-    let task = RftTrainTask::new(config, &finetune_stage, kept, &split, Some(pretrained.clone()));
+    let task = RftTrainTask::new(
+        config,
+        &finetune_stage,
+        kept,
+        &split,
+        Some(pretrained.clone()),
+    );
     let stop_after = control
         .stop_after
         .map(|n| n.saturating_sub(config.pretrain.train.steps));
@@ -582,7 +618,13 @@ pub fn run<B: AutodiffBackend>(
     let finetune = train_stage::<B>(&task, &finetune_dir, control, stop_after, device)?;
     steps_done += finetune.steps_done;
     if finetune.status != Status::Completed {
-        return finish(control, started, steps_done, Status::Interrupted, Map::new());
+        return finish(
+            control,
+            started,
+            steps_done,
+            Status::Interrupted,
+            Map::new(),
+        );
     }
     let tuned = finetune_dir.join(MODEL_FILE);
 
@@ -600,7 +642,10 @@ pub fn run<B: AutodiffBackend>(
     let mut m = Map::new();
     m.insert("accuracy_before".into(), json!(before.metrics.accuracy));
     m.insert("accuracy_after".into(), json!(after.metrics.accuracy));
-    m.insert("answer_rate_before".into(), json!(before.metrics.answer_rate));
+    m.insert(
+        "answer_rate_before".into(),
+        json!(before.metrics.answer_rate),
+    );
     m.insert("answer_rate_after".into(), json!(after.metrics.answer_rate));
     m.insert("generated".into(), json!(datagen.stats.generated));
     m.insert("kept".into(), json!(datagen.stats.kept));
@@ -616,7 +661,11 @@ pub fn run<B: AutodiffBackend>(
     for (name, stage) in [("pretrain", &pretrain), ("finetune", &finetune)] {
         m.insert(
             format!("{name}_final_val_loss"),
-            stage.metrics.get("final_val_loss").cloned().unwrap_or(Value::Null),
+            stage
+                .metrics
+                .get("final_val_loss")
+                .cloned()
+                .unwrap_or(Value::Null),
         );
     }
     finish(control, started, steps_done, Status::Completed, m)
@@ -712,6 +761,52 @@ pub fn run_on(
     }
 }
 
+/// `rft` in the experiment registry.
+pub struct RftExperiment;
+pub static RFT: RftExperiment = RftExperiment;
+
+impl Experiment for RftExperiment {
+    fn name(&self) -> &'static str {
+        EXPERIMENT
+    }
+    fn description(&self) -> &'static str {
+        "rejection-sampling fine-tuning of a small GPT on verified unit-conversion answers"
+    }
+    fn presets(&self) -> &'static [(&'static str, &'static str)] {
+        PRESETS
+    }
+    fn default_preset(&self) -> &'static str {
+        DEFAULT_PRESET
+    }
+    fn resolve(
+        &self,
+        text: &str,
+        origin: &str,
+        overrides: &[String],
+    ) -> anyhow::Result<ResolvedConfig> {
+        let loaded = load_config(text, origin, overrides)?;
+        Ok(ResolvedConfig {
+            preset: None,
+            science: registry::canonical(&loaded.science)?,
+            batch_size: loaded.science.pretrain.train.batch_size,
+            hardware: loaded.hardware,
+            parameters: Some(loaded.science.model.num_params() as u64),
+        })
+    }
+    fn run(
+        &self,
+        science: &toml::Value,
+        control: &RunControl,
+        backend: crate::backend::Resolved,
+    ) -> anyhow::Result<Summary> {
+        let config: RftConfig = registry::typed(science, "config.toml")?;
+        run_on(&config, control, backend)
+    }
+    fn summary_line(&self, summary: &Summary) -> String {
+        summary_line(summary)
+    }
+}
+
 /// The one line printed after a run.
 pub fn summary_line(summary: &Summary) -> String {
     let m = &summary.metrics;
@@ -741,7 +836,9 @@ mod tests {
     use super::*;
 
     fn preset() -> RftConfig {
-        load_config(PRESETS[0].1, "preset tiny", &[]).unwrap().science
+        load_config(PRESETS[0].1, "preset tiny", &[])
+            .unwrap()
+            .science
     }
 
     #[test]
@@ -749,13 +846,16 @@ mod tests {
         let config = preset();
         assert_eq!(config.datagen.oversample, 16);
         assert_eq!(config.datagen.temperature, 0.7);
-        let err = load_config(PRESETS[0].1, "preset tiny", &["finetune.mode=lora".into()])
-            .unwrap_err();
+        let err =
+            load_config(PRESETS[0].1, "preset tiny", &["finetune.mode=lora".into()]).unwrap_err();
         let text = format!("{err:#}");
-        assert!(text.contains("LoRA") && text.contains("finetune.mode=full"), "{text}");
+        assert!(
+            text.contains("LoRA") && text.contains("finetune.mode=full"),
+            "{text}"
+        );
         assert_eq!(crate::error::exit_code_of(&err), 2);
-        let err = load_config(PRESETS[0].1, "preset tiny", &["model.block_size=32".into()])
-            .unwrap_err();
+        let err =
+            load_config(PRESETS[0].1, "preset tiny", &["model.block_size=32".into()]).unwrap_err();
         assert!(format!("{err:#}").contains("model.block_size"), "{err:#}");
     }
 
@@ -789,6 +889,9 @@ mod tests {
             .into_scalar()
             .elem();
         // Token-weighted mean: a has 2 completion targets, short has 1.
-        assert!((lab - (2.0 * la + ls) / 3.0).abs() < 1e-5, "{lab} {la} {ls}");
+        assert!(
+            (lab - (2.0 * la + ls) / 3.0).abs() < 1e-5,
+            "{lab} {la} {ls}"
+        );
     }
 }
