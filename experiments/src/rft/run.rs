@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use super::datagen::{build_dataset, DatagenConfig, DatagenStats, Example, Sampler};
-use super::task::{generate_split, Question, Split, UnitTable, END_OF_COMPLETION};
+use super::task::{generate_split_with, Question, Split, UnitTable, END_OF_COMPLETION};
 use super::verify::{score, Metrics};
 use crate::data::Tokenizer;
 use crate::engine::rundir::{read_json, write_json, MetricsLog, Status, Summary};
@@ -72,6 +72,13 @@ pub struct TaskConfig {
     pub units: Vec<String>,
     /// Completions are cut after this many tokens (and at the block size).
     pub max_completion_tokens: usize,
+    /// Decimal places of the values in questions (0 = whole numbers).
+    #[serde(default = "default_max_decimals")]
+    pub max_decimals: u32,
+}
+
+fn default_max_decimals() -> u32 {
+    super::task::MAX_DECIMALS
 }
 
 /// One training stage: the engine's loop and optimizer knobs.
@@ -158,11 +165,12 @@ impl RftConfig {
 
     pub fn split(&self) -> anyhow::Result<Split> {
         let table = UnitTable::builtin()?.restricted(&self.task.units)?;
-        generate_split(
+        generate_split_with(
             &table,
             self.task.seed,
             self.task.train_questions,
             self.task.validation_questions,
+            self.task.max_decimals,
         )
     }
 
@@ -536,9 +544,9 @@ pub fn run<B: AutodiffBackend>(
         &pretrained,
         &split.validation,
         &stages.join("eval-before.json"),
+        &mut log,
         &inner,
     )?;
-    log.write(&json!({"stage": "eval_before", "accuracy": before.metrics.accuracy, "answer_rate": before.metrics.answer_rate}))?;
     if control.stop.load(Ordering::SeqCst) {
         return finish(
             control,
@@ -582,9 +590,12 @@ pub fn run<B: AutodiffBackend>(
             examples: dataset.examples,
         };
         write_json(&datagen_path, &record)?;
+        log.write(
+            &json!({"stage": "datagen", "generated": record.stats.generated,
+            "kept": record.stats.kept, "samples_per_s": record.samples_per_s}),
+        )?;
         record
     };
-    log.write(&json!({"stage": "datagen", "generated": datagen.stats.generated, "kept": datagen.stats.kept, "samples_per_s": datagen.samples_per_s}))?;
     if datagen.examples.is_empty() {
         return Err(UserError::failed(format!(
             "rft datagen kept no correct completion out of {} sampled: stage (a) did not teach the model to answer",
@@ -634,9 +645,9 @@ pub fn run<B: AutodiffBackend>(
         &tuned,
         &split.validation,
         &stages.join("eval-after.json"),
+        &mut log,
         &inner,
     )?;
-    log.write(&json!({"stage": "eval_after", "accuracy": after.metrics.accuracy, "answer_rate": after.metrics.answer_rate}))?;
     std::fs::copy(&tuned, control.run_dir.join(MODEL_FILE))?;
 
     let mut m = Map::new();
@@ -697,12 +708,14 @@ fn train_stage<B: AutodiffBackend>(
     engine::train::<B, RftTrainTask>(task, &stage_control, device)
 }
 
-/// Greedy evaluation of the weights at `model_path`, cached in `record`.
+/// Greedy evaluation of the weights at `model_path`, cached in `record`
+/// (and logged to metrics.jsonl when computed).
 fn eval_stage<B: Backend>(
     config: &RftConfig,
     model_path: &Path,
     questions: &[Question],
     record: &Path,
+    log: &mut MetricsLog,
     device: &B::Device,
 ) -> anyhow::Result<Evaluation> {
     if record.exists() {
@@ -718,6 +731,13 @@ fn eval_stage<B: Backend>(
         device,
     );
     write_json(record, &evaluation)?;
+    let stage = record
+        .file_stem()
+        .map_or(String::new(), |s| s.to_string_lossy().into_owned());
+    log.write(
+        &json!({"stage": stage, "accuracy": evaluation.metrics.accuracy,
+        "answer_rate": evaluation.metrics.answer_rate}),
+    )?;
     Ok(evaluation)
 }
 
@@ -872,9 +892,7 @@ mod tests {
         };
         let model = cfg.init::<B>(&device);
         let a = tokenize("ab", "abcd");
-        // Same completion, different prompt bytes: the prompt positions are
-        // not scored, but they are context, so compare a prompt-only change
-        // against an example whose completion differs instead.
+        // Only the completion "cd" is scored: changing it changes the loss.
         let b = tokenize("ab", "abce");
         let la: f64 = completion_loss(&model, &[&a], &device).into_scalar().elem();
         let lb: f64 = completion_loss(&model, &[&b], &device).into_scalar().elem();

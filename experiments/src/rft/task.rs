@@ -283,7 +283,19 @@ pub fn generate_split(
     train: usize,
     validation: usize,
 ) -> anyhow::Result<Split> {
-    let mut questions = generate_questions(table, seed, train + validation)?;
+    generate_split_with(table, seed, train, validation, MAX_DECIMALS)
+}
+
+/// [`generate_split`] with values of at most `max_decimals` decimal places
+/// (0 gives whole numbers: an easier task for very small models).
+pub fn generate_split_with(
+    table: &UnitTable,
+    seed: u64,
+    train: usize,
+    validation: usize,
+    max_decimals: u32,
+) -> anyhow::Result<Split> {
+    let mut questions = generate_questions_with(table, seed, train + validation, max_decimals)?;
     let validation = questions.split_off(train);
     Ok(Split {
         train: questions,
@@ -298,6 +310,19 @@ pub fn generate_questions(
     table: &UnitTable,
     seed: u64,
     count: usize,
+) -> anyhow::Result<Vec<Question>> {
+    generate_questions_with(table, seed, count, MAX_DECIMALS)
+}
+
+/// Values are `m / 10^d`, m in 1..=999, d in 0..=`max_decimals`.
+pub const MAX_DECIMALS: u32 = 2;
+
+/// [`generate_questions`] with at most `max_decimals` decimal places.
+pub fn generate_questions_with(
+    table: &UnitTable,
+    seed: u64,
+    count: usize,
+    max_decimals: u32,
 ) -> anyhow::Result<Vec<Question>> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut seen = HashSet::new();
@@ -316,7 +341,7 @@ pub fn generate_questions(
             .into());
         }
         draws += 1;
-        let draw = draw_conversion(table, &mut rng);
+        let draw = draw_conversion(table, &mut rng, max_decimals);
         let answer = draw.value * draw.from.factor / draw.to.factor;
         if !(MIN_ANSWER..=MAX_ANSWER).contains(&answer) {
             continue;
@@ -345,7 +370,7 @@ struct Draw<'a> {
 
 /// Every random choice is an integer drawn from a `u32` range: rand
 /// documents those as portable, unlike `usize` ranges or float sampling.
-fn draw_conversion<'a>(table: &'a UnitTable, rng: &mut ChaCha8Rng) -> Draw<'a> {
+fn draw_conversion<'a>(table: &'a UnitTable, rng: &mut ChaCha8Rng, max_decimals: u32) -> Draw<'a> {
     let family = &table.families[pick(rng, table.families.len())];
     let from = pick(rng, family.units.len());
     // Pick among the other units: shift indices at or past `from` by one.
@@ -354,7 +379,7 @@ fn draw_conversion<'a>(table: &'a UnitTable, rng: &mut ChaCha8Rng) -> Draw<'a> {
         to += 1;
     }
     let mantissa = rng.random_range(1u32..=999);
-    let decimals = rng.random_range(0u32..=2);
+    let decimals = rng.random_range(0u32..=max_decimals);
     let value = f64::from(mantissa) / 10f64.powi(decimals as i32);
     let template = TEMPLATES[pick(rng, TEMPLATES.len())];
     Draw {
