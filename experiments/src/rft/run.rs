@@ -663,6 +663,10 @@ pub fn run<B: AutodiffBackend>(
     m.insert("datagen_samples_per_s".into(), json!(datagen.samples_per_s));
     m.insert("correct".into(), json!(datagen.stats.correct));
     m.insert("duplicates".into(), json!(datagen.stats.duplicates));
+    m.insert(
+        "wrong_reasoning".into(),
+        json!(datagen.stats.wrong_reasoning),
+    );
     m.insert("questions_kept".into(), json!(datagen.stats.questions_kept));
     m.insert("train_questions".into(), json!(split.train.len()));
     m.insert("validation_questions".into(), json!(split.validation.len()));

@@ -221,6 +221,14 @@ impl Question {
         format_prompt(&self.text)
     }
 
+    /// The worked computation of the reasoning line, e.g. ", so 2.5 * 1000"
+    /// (operand, operation and factor, without the result).
+    pub fn computation(&self) -> &str {
+        let start = self.reasoning.find(", so ").unwrap_or(0);
+        let end = self.reasoning.rfind(" = ").unwrap_or(self.reasoning.len());
+        &self.reasoning[start..end.max(start)]
+    }
+
     /// The reference completion: reasoning, answer tag, end marker.
     pub fn completion(&self) -> String {
         format!(
@@ -493,6 +501,7 @@ mod tests {
                 .reasoning
                 .ends_with(&format!("= {}.", format_number(q.answer))));
             assert!(q.completion().contains(&format_answer_tag(q.answer)));
+            assert!(q.computation().starts_with(", so ") && q.reasoning.contains(q.computation()));
             assert!(q.training_text().starts_with(&q.prompt()));
             assert!(q.training_text().ends_with("</answer>\n"));
         }
