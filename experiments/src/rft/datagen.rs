@@ -148,11 +148,11 @@ pub fn select_completions(
             continue;
         }
         stats.correct += 1;
-        if config.check_reasoning && !completion.contains(question.computation()) {
+        let normalized = normalize_completion(completion);
+        if config.check_reasoning && !normalized.contains(question.computation()) {
             stats.wrong_reasoning += 1;
             continue;
         }
-        let normalized = normalize_completion(completion);
         if !seen.insert(normalized.clone()) {
             stats.duplicates += 1;
         } else if kept.len() == max_kept {
