@@ -528,13 +528,7 @@ pub fn run<B: AutodiffBackend>(
     let pretrain = train_stage::<B>(&task, &pretrain_dir, control, control.stop_after, device)?;
     let mut steps_done = pretrain.steps_done;
     if pretrain.status != Status::Completed {
-        return finish(
-            control,
-            started,
-            steps_done,
-            Status::Interrupted,
-            Map::new(),
-        );
+        return interrupted(control, started, steps_done);
     }
     let pretrained = pretrain_dir.join(MODEL_FILE);
 
@@ -548,13 +542,7 @@ pub fn run<B: AutodiffBackend>(
         &inner,
     )?;
     if control.stop.load(Ordering::SeqCst) {
-        return finish(
-            control,
-            started,
-            steps_done,
-            Status::Interrupted,
-            Map::new(),
-        );
+        return interrupted(control, started, steps_done);
     }
 
     // (b) rejection sampling.
@@ -575,13 +563,7 @@ pub fn run<B: AutodiffBackend>(
         let seconds = t0.elapsed().as_secs_f64();
         if control.stop.load(Ordering::SeqCst) {
             // Rejection sampling has no partial record: it reruns on resume.
-            return finish(
-                control,
-                started,
-                steps_done,
-                Status::Interrupted,
-                Map::new(),
-            );
+            return interrupted(control, started, steps_done);
         }
         let record = DatagenRecord {
             stats: dataset.stats,
@@ -629,13 +611,7 @@ pub fn run<B: AutodiffBackend>(
     let finetune = train_stage::<B>(&task, &finetune_dir, control, stop_after, device)?;
     steps_done += finetune.steps_done;
     if finetune.status != Status::Completed {
-        return finish(
-            control,
-            started,
-            steps_done,
-            Status::Interrupted,
-            Map::new(),
-        );
+        return interrupted(control, started, steps_done);
     }
     let tuned = finetune_dir.join(MODEL_FILE);
 
@@ -743,6 +719,17 @@ fn eval_stage<B: Backend>(
         "answer_rate": evaluation.metrics.answer_rate}),
     )?;
     Ok(evaluation)
+}
+
+/// Stop after a finished step or stage; `--resume` continues from there.
+fn interrupted(control: &RunControl, started: Instant, steps_done: u64) -> anyhow::Result<Summary> {
+    finish(
+        control,
+        started,
+        steps_done,
+        Status::Interrupted,
+        Map::new(),
+    )
 }
 
 fn finish(
