@@ -71,7 +71,12 @@ pub trait Experiment: Sync {
 }
 
 /// Every experiment in this build, in the order `experiments list` shows.
-static ALL: &[&dyn Experiment] = &[&crate::gpt2::GPT2, &crate::hrm::run::HRM];
+static ALL: &[&dyn Experiment] = &[
+    &crate::gpt2::GPT2,
+    &crate::hrm::run::HRM,
+    &crate::rft::run::RFT,
+    &crate::quant::run::QUANTIZE,
+];
 
 pub fn all() -> &'static [&'static dyn Experiment] {
     ALL

@@ -40,6 +40,15 @@ pub fn save<B: Backend>(model: &super::Gpt2<B>, path: &Path) -> anyhow::Result<(
 /// Load HF-named weights into `model` (same shapes required).
 pub fn load<B: Backend>(model: super::Gpt2<B>, path: &Path) -> anyhow::Result<super::Gpt2<B>> {
     let tensors = safetensors_io::read(path)?;
+    load_tensors(model, &tensors, &path.display().to_string())
+}
+
+/// Load HF-named tensors already in memory (`origin` names them in errors).
+pub fn load_tensors<B: Backend>(
+    model: super::Gpt2<B>,
+    tensors: &safetensors_io::NamedTensors,
+    origin: &str,
+) -> anyhow::Result<super::Gpt2<B>> {
     let lookup = |name: &str| {
         let hf = hf_name(name);
         tensors
@@ -47,7 +56,7 @@ pub fn load<B: Backend>(model: super::Gpt2<B>, path: &Path) -> anyhow::Result<su
             .or_else(|| tensors.get(&format!("transformer.{hf}")))
             .cloned()
     };
-    params::replace::<B, _>(model, &path.display().to_string(), &lookup)
+    params::replace::<B, _>(model, origin, &lookup)
 }
 
 #[cfg(test)]

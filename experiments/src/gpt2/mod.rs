@@ -1,6 +1,7 @@
 //! The GPT-2 experiment: config, presets, the training task, Hugging Face
 //! weight interop and sampling.
 
+pub mod batch;
 pub mod hf;
 pub mod model;
 
@@ -20,6 +21,7 @@ use crate::data::{self, DataConfig, TokenData};
 use crate::engine::{self, OptimConfig, RunControl, Summary, Task, TrainConfig};
 use crate::error::UserError;
 use crate::registry::{self, Experiment, ResolvedConfig};
+pub use batch::{sample_batch, BatchSampleOptions};
 pub use model::{Gpt2, ModelConfig};
 
 pub const EXPERIMENT: &str = "gpt2";

@@ -15,9 +15,12 @@
 //!  32 32  sha256 of table ‖ payload
 //! table (one entry per tensor, in order)
 //!      2  u16    name length n, then n bytes of UTF-8 name
-//!      1  u8     scheme: 1 int8 per-channel, 2 int4 symmetric, 3 int4 asymmetric
-//!      1  u8     reserved (0)
-//!      4  u32    group size (int8: the column count)
+//!      1  u8     scheme: 1 int8 per-channel, 2 int4 symmetric, 3 int4 asymmetric,
+//!                4 f32 (stored as is)
+//!      1  u8     layout: 0 the model's tensor is [rows, cols]; 1 it is the
+//!                transpose (a Burn Linear weight [d_in, d_out] is stored as
+//!                [d_out, d_in] so that rows are output channels)
+//!      4  u32    group size (int8: the column count; f32: 0)
 //!      8  u64    rows
 //!      8  u64    cols
 //!      8  u64    scales offset   ┐ in bytes from the payload's start; lengths
@@ -25,6 +28,7 @@
 //!      8  u64    codes offset    ┘ group for scales/offsets, codes as stored
 //! payload
 //!      scales (fp16), offsets (fp16, asymmetric only), codes — per tensor
+//!      (f32: no scales, codes = 4 little-endian bytes per value)
 //! ```
 //!
 //! The codes are [`QuantizedTensor::codes`] verbatim: INT8 one byte per
@@ -50,11 +54,14 @@ pub const EXTENSION: &str = "envq";
 const SCHEME_INT8: u8 = 1;
 const SCHEME_INT4_SYM: u8 = 2;
 const SCHEME_INT4_ASYM: u8 = 3;
+const SCHEME_F32: u8 = 4;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct NamedTensor {
     pub name: String,
     pub tensor: QuantizedTensor,
+    /// The model holds the transpose of `tensor` (`[cols, rows]`).
+    pub transposed: bool,
 }
 
 fn corrupt(origin: &str, what: impl std::fmt::Display) -> anyhow::Error {
@@ -68,7 +75,12 @@ pub fn encode_packed(tensors: &[NamedTensor]) -> anyhow::Result<Vec<u8>> {
     let mut names = HashSet::new();
     let mut table = Vec::new();
     let mut payload = Vec::new();
-    for NamedTensor { name, tensor } in tensors {
+    for NamedTensor {
+        name,
+        tensor,
+        transposed,
+    } in tensors
+    {
         let invalid = |what: String| -> anyhow::Error {
             UserError::failed(format!("cannot pack tensor '{name}': {what}")).into()
         };
@@ -88,12 +100,13 @@ pub fn encode_packed(tensors: &[NamedTensor]) -> anyhow::Result<Vec<u8>> {
             Scheme::Int8PerChannel => (SCHEME_INT8, tensor.cols),
             Scheme::Int4Symmetric { group } => (SCHEME_INT4_SYM, group),
             Scheme::Int4Asymmetric { group } => (SCHEME_INT4_ASYM, group),
+            Scheme::Float32 => (SCHEME_F32, 0),
         };
         let group =
             u32::try_from(group).map_err(|_| invalid(format!("group size {group} exceeds u32")))?;
         table.extend_from_slice(&(name.len() as u16).to_le_bytes());
         table.extend_from_slice(name.as_bytes());
-        table.extend_from_slice(&[code, 0]);
+        table.extend_from_slice(&[code, u8::from(*transposed)]);
         table.extend_from_slice(&group.to_le_bytes());
         for value in [tensor.rows, tensor.cols] {
             table.extend_from_slice(&(value as u64).to_le_bytes());
@@ -267,7 +280,7 @@ fn read_entry(cursor: &mut Cursor<'_>, payload: &[u8]) -> Result<NamedTensor, St
         .to_string();
     let in_tensor = |what: String| format!("'{name}': {what}");
     let scheme_code = cursor.u8().ok_or(SHORT)?;
-    let reserved = cursor.u8().ok_or(SHORT)?;
+    let layout = cursor.u8().ok_or(SHORT)?;
     let group = cursor.u32().ok_or(SHORT)? as usize;
     let rows = cursor.u64().ok_or(SHORT)?;
     let cols = cursor.u64().ok_or(SHORT)?;
@@ -276,8 +289,10 @@ fn read_entry(cursor: &mut Cursor<'_>, payload: &[u8]) -> Result<NamedTensor, St
         cursor.u64().ok_or(SHORT)?,
         cursor.u64().ok_or(SHORT)?,
     ];
-    if reserved != 0 {
-        return Err(in_tensor(format!("reserved byte is {reserved}, not 0")));
+    if layout > 1 {
+        return Err(in_tensor(format!(
+            "layout byte is {layout} (known: 0 as is, 1 transposed)"
+        )));
     }
     let (Ok(rows), Ok(cols)) = (usize::try_from(rows), usize::try_from(cols)) else {
         return Err(in_tensor(format!(
@@ -296,9 +311,10 @@ fn read_entry(cursor: &mut Cursor<'_>, payload: &[u8]) -> Result<NamedTensor, St
         }
         SCHEME_INT4_SYM => Scheme::Int4Symmetric { group },
         SCHEME_INT4_ASYM => Scheme::Int4Asymmetric { group },
+        SCHEME_F32 => Scheme::Float32,
         other => {
             return Err(in_tensor(format!(
-                "unknown scheme code {other} (known: 1 int8, 2 int4 symmetric, 3 int4 asymmetric)"
+                "unknown scheme code {other} (known: 1 int8, 2 int4 symmetric, 3 int4 asymmetric, 4 f32)"
             )))
         }
     };
@@ -350,7 +366,11 @@ fn read_entry(cursor: &mut Cursor<'_>, payload: &[u8]) -> Result<NamedTensor, St
     if let Some(problem) = tensor.inconsistency() {
         return Err(in_tensor(problem));
     }
-    Ok(NamedTensor { name, tensor })
+    Ok(NamedTensor {
+        name,
+        tensor,
+        transposed: layout == 1,
+    })
 }
 
 /// Little-endian reads that return `None` at the end of the input.

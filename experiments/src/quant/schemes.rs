@@ -15,6 +15,10 @@
 //! * INT4 per-group, asymmetric: offset `m = min w`, `s = (max w − m)/15`,
 //!   `q = round((w − m)/s) ∈ [0, 15]`, `x = s·q + m`.
 //!
+//! * `f32` (no quantization): the raw little-endian values, for the small
+//!   tensors a model keeps in full precision (biases, LayerNorm) so that one
+//!   packed file holds a whole model.
+//!
 //! Scales are rounded *up* to the next fp16 and offsets *down*, so that
 //! every weight stays inside the grid: no clipping, and the per-element
 //! error is at most half a step, `s/2` (up to f32 rounding).
@@ -31,20 +35,29 @@ pub const SCALE_BITS: u64 = 16;
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum Scheme {
     Int8PerChannel,
-    Int4Symmetric { group: usize },
-    Int4Asymmetric { group: usize },
+    Int4Symmetric {
+        group: usize,
+    },
+    Int4Asymmetric {
+        group: usize,
+    },
+    /// Stored as is (4 bytes per value, no scales).
+    Float32,
 }
 
 impl Scheme {
     /// Weights sharing one scale in a row of `cols` weights.
     pub fn group_len(self, cols: usize) -> usize {
         match self {
-            Scheme::Int8PerChannel => cols.max(1),
+            Scheme::Int8PerChannel | Scheme::Float32 => cols.max(1),
             Scheme::Int4Symmetric { group } | Scheme::Int4Asymmetric { group } => group,
         }
     }
 
     pub fn groups_per_row(self, cols: usize) -> usize {
+        if self == Scheme::Float32 {
+            return 0;
+        }
         // A zero group (rejected by `quantize`) must not divide by zero here.
         cols.div_ceil(self.group_len(cols).max(1))
     }
@@ -53,6 +66,7 @@ impl Scheme {
         match self {
             Scheme::Int8PerChannel => 8,
             Scheme::Int4Symmetric { .. } | Scheme::Int4Asymmetric { .. } => 4,
+            Scheme::Float32 => 32,
         }
     }
 
@@ -64,6 +78,7 @@ impl Scheme {
     /// Bytes of the packed codes of a `[rows, cols]` tensor.
     pub fn code_bytes(self, weights: usize) -> usize {
         match self.code_bits() {
+            32 => weights.saturating_mul(4),
             8 => weights,
             _ => weights.div_ceil(2),
         }
@@ -75,6 +90,7 @@ impl Scheme {
             Scheme::Int8PerChannel => "int8".to_string(),
             Scheme::Int4Symmetric { group } => format!("int4-sym-g{group}"),
             Scheme::Int4Asymmetric { group } => format!("int4-asym-g{group}"),
+            Scheme::Float32 => "f32".to_string(),
         }
     }
 
@@ -83,6 +99,8 @@ impl Scheme {
         let group = |rest: &str| rest.parse::<usize>().ok().filter(|g| *g > 0);
         let scheme = if name == "int8" {
             Some(Scheme::Int8PerChannel)
+        } else if name == "f32" {
+            Some(Scheme::Float32)
         } else if let Some(rest) = name.strip_prefix("int4-sym-g") {
             group(rest).map(|group| Scheme::Int4Symmetric { group })
         } else if let Some(rest) = name.strip_prefix("int4-asym-g") {
@@ -92,7 +110,7 @@ impl Scheme {
         };
         scheme.ok_or_else(|| {
             UserError::usage(format!("unknown quantization scheme '{name}'"))
-                .with_fix("use int8, int4-sym-gN or int4-asym-gN with a group size N such as 32, 64 or 128")
+                .with_fix("use int8, int4-sym-gN, int4-asym-gN (or f32) with a group size N such as 32, 64 or 128")
                 .into()
         })
     }
@@ -141,6 +159,8 @@ impl QuantizedTensor {
             Scheme::Int8PerChannel => i32::from(self.codes[index] as i8),
             Scheme::Int4Symmetric { .. } => nibble(&self.codes, index) - 8,
             Scheme::Int4Asymmetric { .. } => nibble(&self.codes, index),
+            // Not a code: the value's bit pattern (see `dequantize`).
+            Scheme::Float32 => i32::from_le_bytes(f32_bytes(&self.codes, index)),
         }
     }
 
@@ -171,6 +191,11 @@ impl QuantizedTensor {
             .find(|(_, got, want)| got != want)
             .map(|(what, got, want)| format!("{what}: {got} entries, shape needs {want}"))
     }
+}
+
+fn f32_bytes(codes: &[u8], index: usize) -> [u8; 4] {
+    let at = index * 4;
+    [codes[at], codes[at + 1], codes[at + 2], codes[at + 3]]
 }
 
 fn nibble(codes: &[u8], index: usize) -> i32 {
@@ -247,6 +272,16 @@ pub fn quantize(
         return Err(UserError::usage(format!("{}: group size 0", scheme.name()))
             .with_fix("use a group size of 1 or more (32, 64 or 128 are usual)")
             .into());
+    }
+    if scheme == Scheme::Float32 {
+        return Ok(QuantizedTensor {
+            scheme,
+            rows,
+            cols,
+            scales: Vec::new(),
+            offsets: Vec::new(),
+            codes: weights.iter().flat_map(|w| w.to_le_bytes()).collect(),
+        });
     }
     let groups = rows * scheme.groups_per_row(cols);
     let mut tensor = QuantizedTensor {
@@ -333,12 +368,18 @@ fn quantize_group(
                 set_nibble(&mut tensor.codes, first + offset, q as u8);
             }
         }
+        Scheme::Float32 => unreachable!("f32 tensors are stored without groups"),
     }
     Ok(())
 }
 
 /// Back to a row-major `f32` matrix.
 pub fn dequantize(tensor: &QuantizedTensor) -> Vec<f32> {
+    if tensor.scheme == Scheme::Float32 {
+        return (0..tensor.len())
+            .map(|i| f32::from_le_bytes(f32_bytes(&tensor.codes, i)))
+            .collect();
+    }
     let group = tensor.scheme.group_len(tensor.cols);
     let groups_per_row = tensor.scheme.groups_per_row(tensor.cols);
     let mut out = Vec::with_capacity(tensor.len());

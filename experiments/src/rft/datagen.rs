@@ -21,7 +21,7 @@ pub trait Sampler {
 #[serde(deny_unknown_fields)]
 pub struct DatagenConfig {
     /// Completions sampled per question (HW3 starter: 10; RFT paper: 100).
-    pub samples_per_question: usize,
+    pub oversample: usize,
     /// HW3 starter: 0.6; RFT paper: 0.7.
     pub temperature: f32,
     /// Questions whose prompts go to the sampler in one call.
@@ -29,23 +29,33 @@ pub struct DatagenConfig {
     /// Distinct correct completions kept per question (HW3 keeps 1; the RFT
     /// paper keeps every distinct one).
     pub max_kept_per_question: usize,
+    /// Seed of the sampler's random draws.
+    #[serde(default)]
+    pub seed: u64,
+    /// Also require the worked computation to be the question's (operand,
+    /// operation and factor, e.g. "so 2.5 * 1000"): a right answer reached
+    /// through a wrong line is then not kept. Off = HW3's answer-only rule.
+    #[serde(default)]
+    pub check_reasoning: bool,
 }
 
 impl Default for DatagenConfig {
     fn default() -> Self {
         Self {
-            samples_per_question: 10,
-            temperature: 0.6,
+            oversample: 16,
+            temperature: 0.7,
             batch_questions: 16,
             max_kept_per_question: 1,
+            seed: 0,
+            check_reasoning: false,
         }
     }
 }
 
 impl DatagenConfig {
-    fn validate(&self) -> anyhow::Result<()> {
+    pub fn validate(&self) -> anyhow::Result<()> {
         for (key, value) in [
-            ("samples_per_question", self.samples_per_question),
+            ("oversample", self.oversample),
             ("batch_questions", self.batch_questions),
             ("max_kept_per_question", self.max_kept_per_question),
         ] {
@@ -88,6 +98,10 @@ pub struct DatagenStats {
     pub generated: usize,
     /// Completions whose answer the verifier accepted.
     pub correct: usize,
+    /// Correct answers dropped because their worked computation was not the
+    /// question's (`check_reasoning`).
+    #[serde(default)]
+    pub wrong_reasoning: usize,
     /// Correct completions dropped because an identical one was already kept.
     pub duplicates: usize,
     /// Correct, distinct completions dropped by `max_kept_per_question`.
@@ -120,9 +134,10 @@ pub fn normalize_completion(completion: &str) -> String {
 pub fn select_completions(
     question: &Question,
     completions: &[String],
-    max_kept: usize,
+    config: &DatagenConfig,
     stats: &mut DatagenStats,
 ) -> Vec<Example> {
+    let max_kept = config.max_kept_per_question;
     let mut seen = HashSet::new();
     let mut kept = Vec::new();
     stats.questions += 1;
@@ -134,6 +149,10 @@ pub fn select_completions(
         }
         stats.correct += 1;
         let normalized = normalize_completion(completion);
+        if config.check_reasoning && !normalized.contains(question.computation()) {
+            stats.wrong_reasoning += 1;
+            continue;
+        }
         if !seen.insert(normalized.clone()) {
             stats.duplicates += 1;
         } else if kept.len() == max_kept {
@@ -164,7 +183,7 @@ pub fn build_dataset(
     let mut examples = Vec::new();
     for batch in questions.chunks(config.batch_questions) {
         let prompts: Vec<String> = batch.iter().map(Question::prompt).collect();
-        let sampled = sampler.sample(&prompts, config.samples_per_question, config.temperature);
+        let sampled = sampler.sample(&prompts, config.oversample, config.temperature);
         // A sampler that loses or invents prompts would misattribute
         // completions to questions: refuse rather than grade garbage.
         if sampled.len() != prompts.len() {
@@ -179,7 +198,7 @@ pub fn build_dataset(
             examples.extend(select_completions(
                 question,
                 completions,
-                config.max_kept_per_question,
+                config,
                 &mut stats,
             ));
         }
@@ -229,7 +248,12 @@ mod tests {
             format!("Roughly <answer>{}</answer>", question.answer * 1.01),
         ];
         let mut stats = DatagenStats::default();
-        let kept = select_completions(question, &completions, 10, &mut stats);
+        let keep = |max_kept_per_question, check_reasoning| DatagenConfig {
+            max_kept_per_question,
+            check_reasoning,
+            ..DatagenConfig::default()
+        };
+        let kept = select_completions(question, &completions, &keep(10, false), &mut stats);
         assert_eq!(kept.len(), 2);
         assert_eq!(kept[0].completion, normalize_completion(&right));
         assert!(!kept[0].completion.contains("rambling"));
@@ -241,6 +265,7 @@ mod tests {
                 questions: 1,
                 generated: 5,
                 correct: 3,
+                wrong_reasoning: 0,
                 duplicates: 1,
                 over_limit: 0,
                 kept: 2,
@@ -249,10 +274,15 @@ mod tests {
         );
         let mut stats = DatagenStats::default();
         assert_eq!(
-            select_completions(question, &completions, 1, &mut stats).len(),
+            select_completions(question, &completions, &keep(1, false), &mut stats).len(),
             1
         );
         assert_eq!(stats.over_limit, 1);
+        // With the reasoning check, "Roughly <answer>…" (no worked line) goes.
+        let mut stats = DatagenStats::default();
+        let kept = select_completions(question, &completions, &keep(10, true), &mut stats);
+        assert_eq!(kept.len(), 1);
+        assert_eq!(stats.wrong_reasoning, 1);
     }
 
     #[test]
@@ -277,10 +307,12 @@ mod tests {
             calls: Vec::new(),
         };
         let config = DatagenConfig {
-            samples_per_question: 6,
+            oversample: 6,
             temperature: 0.7,
             batch_questions: 4,
             max_kept_per_question: 5,
+            seed: 0,
+            check_reasoning: false,
         };
         let dataset = build_dataset(&mut sampler, &questions, &config).unwrap();
         assert_eq!(sampler.calls, vec![(4, 6, 0.7), (4, 6, 0.7), (2, 6, 0.7)]);

@@ -6,6 +6,7 @@
 //!   implements it) into a deduplicated fine-tuning set.
 
 pub mod datagen;
+pub mod run;
 pub mod task;
 pub mod verify;
 

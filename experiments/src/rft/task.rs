@@ -97,6 +97,53 @@ impl UnitTable {
         Ok(table)
     }
 
+    /// Only the units named in `names` (singular names); families left with
+    /// fewer than two units are dropped. Conversions use factor ratios only,
+    /// so a family keeps working without its base unit. An empty list keeps
+    /// everything.
+    pub fn restricted(&self, names: &[String]) -> anyhow::Result<Self> {
+        if names.is_empty() {
+            return Ok(self.clone());
+        }
+        let known: HashSet<&str> = self
+            .families
+            .iter()
+            .flat_map(|f| f.units.iter().map(|u| u.name.as_str()))
+            .collect();
+        if let Some(unknown) = names.iter().find(|n| !known.contains(n.as_str())) {
+            let mut all: Vec<&str> = known.into_iter().collect();
+            all.sort_unstable();
+            return Err(
+                UserError::usage(format!("task.units: unknown unit '{unknown}'"))
+                    .with_fix(format!("use singular unit names from: {}", all.join(", ")))
+                    .into(),
+            );
+        }
+        let wanted: HashSet<&str> = names.iter().map(String::as_str).collect();
+        let families: Vec<UnitFamily> = self
+            .families
+            .iter()
+            .map(|family| UnitFamily {
+                units: family
+                    .units
+                    .iter()
+                    .filter(|u| wanted.contains(u.name.as_str()))
+                    .cloned()
+                    .collect(),
+                ..family.clone()
+            })
+            .filter(|family| family.units.len() >= 2)
+            .collect();
+        if families.is_empty() {
+            return Err(UserError::usage(
+                "task.units: no family keeps two of the listed units, so no question can be asked",
+            )
+            .with_fix("list at least two units of one family (e.g. gram and kilogram)")
+            .into());
+        }
+        Ok(Self { families })
+    }
+
     fn validate(&self, origin: &str) -> anyhow::Result<()> {
         if self.families.is_empty() {
             return Err(UserError::usage(format!("{origin}: no [[family]] entries"))
@@ -174,6 +221,14 @@ impl Question {
         format_prompt(&self.text)
     }
 
+    /// The worked computation of the reasoning line, e.g. ", so 2.5 * 1000"
+    /// (operand, operation and factor, without the result).
+    pub fn computation(&self) -> &str {
+        let start = self.reasoning.find(", so ").unwrap_or(0);
+        let end = self.reasoning.rfind(" = ").unwrap_or(self.reasoning.len());
+        &self.reasoning[start..end.max(start)]
+    }
+
     /// The reference completion: reasoning, answer tag, end marker.
     pub fn completion(&self) -> String {
         format!(
@@ -236,7 +291,19 @@ pub fn generate_split(
     train: usize,
     validation: usize,
 ) -> anyhow::Result<Split> {
-    let mut questions = generate_questions(table, seed, train + validation)?;
+    generate_split_with(table, seed, train, validation, MAX_DECIMALS)
+}
+
+/// [`generate_split`] with values of at most `max_decimals` decimal places
+/// (0 gives whole numbers: an easier task for very small models).
+pub fn generate_split_with(
+    table: &UnitTable,
+    seed: u64,
+    train: usize,
+    validation: usize,
+    max_decimals: u32,
+) -> anyhow::Result<Split> {
+    let mut questions = generate_questions_with(table, seed, train + validation, max_decimals)?;
     let validation = questions.split_off(train);
     Ok(Split {
         train: questions,
@@ -251,6 +318,19 @@ pub fn generate_questions(
     table: &UnitTable,
     seed: u64,
     count: usize,
+) -> anyhow::Result<Vec<Question>> {
+    generate_questions_with(table, seed, count, MAX_DECIMALS)
+}
+
+/// Values are `m / 10^d`, m in 1..=999, d in 0..=`max_decimals`.
+pub const MAX_DECIMALS: u32 = 2;
+
+/// [`generate_questions`] with at most `max_decimals` decimal places.
+pub fn generate_questions_with(
+    table: &UnitTable,
+    seed: u64,
+    count: usize,
+    max_decimals: u32,
 ) -> anyhow::Result<Vec<Question>> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut seen = HashSet::new();
@@ -269,7 +349,7 @@ pub fn generate_questions(
             .into());
         }
         draws += 1;
-        let draw = draw_conversion(table, &mut rng);
+        let draw = draw_conversion(table, &mut rng, max_decimals);
         let answer = draw.value * draw.from.factor / draw.to.factor;
         if !(MIN_ANSWER..=MAX_ANSWER).contains(&answer) {
             continue;
@@ -298,7 +378,7 @@ struct Draw<'a> {
 
 /// Every random choice is an integer drawn from a `u32` range: rand
 /// documents those as portable, unlike `usize` ranges or float sampling.
-fn draw_conversion<'a>(table: &'a UnitTable, rng: &mut ChaCha8Rng) -> Draw<'a> {
+fn draw_conversion<'a>(table: &'a UnitTable, rng: &mut ChaCha8Rng, max_decimals: u32) -> Draw<'a> {
     let family = &table.families[pick(rng, table.families.len())];
     let from = pick(rng, family.units.len());
     // Pick among the other units: shift indices at or past `from` by one.
@@ -307,7 +387,7 @@ fn draw_conversion<'a>(table: &'a UnitTable, rng: &mut ChaCha8Rng) -> Draw<'a> {
         to += 1;
     }
     let mantissa = rng.random_range(1u32..=999);
-    let decimals = rng.random_range(0u32..=2);
+    let decimals = rng.random_range(0u32..=max_decimals);
     let value = f64::from(mantissa) / 10f64.powi(decimals as i32);
     let template = TEMPLATES[pick(rng, TEMPLATES.len())];
     Draw {
@@ -421,6 +501,7 @@ mod tests {
                 .reasoning
                 .ends_with(&format!("= {}.", format_number(q.answer))));
             assert!(q.completion().contains(&format_answer_tag(q.answer)));
+            assert!(q.computation().starts_with(", so ") && q.reasoning.contains(q.computation()));
             assert!(q.training_text().starts_with(&q.prompt()));
             assert!(q.training_text().ends_with("</answer>\n"));
         }

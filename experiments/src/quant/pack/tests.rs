@@ -18,10 +18,17 @@ fn sample_tensors() -> Vec<NamedTensor> {
     .map(|(name, scheme)| NamedTensor {
         name: name.to_string(),
         tensor: quantize(&weights, 6, 70, scheme).unwrap(),
+        transposed: name.ends_with("c_fc"),
     })
     .chain(std::iter::once(NamedTensor {
         name: "odd".to_string(),
         tensor: quantize(&weights[..15], 3, 5, Scheme::Int4Symmetric { group: 2 }).unwrap(),
+        transposed: false,
+    }))
+    .chain(std::iter::once(NamedTensor {
+        name: "ln_f.bias".to_string(),
+        tensor: quantize(&weights[..7], 1, 7, Scheme::Float32).unwrap(),
+        transposed: false,
     }))
     .collect()
 }
@@ -77,7 +84,7 @@ fn header_layout_is_as_documented() {
     let bytes = encode_packed(&sample_tensors()).unwrap();
     assert_eq!(&bytes[..8], b"ENVQUANT");
     assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), 1);
-    assert_eq!(u32::from_le_bytes(bytes[12..16].try_into().unwrap()), 4);
+    assert_eq!(u32::from_le_bytes(bytes[12..16].try_into().unwrap()), 5);
     let table_len = u64::from_le_bytes(bytes[16..24].try_into().unwrap()) as usize;
     let payload_len = u64::from_le_bytes(bytes[24..32].try_into().unwrap()) as usize;
     assert_eq!(HEADER_LEN + table_len + payload_len, bytes.len());
@@ -151,9 +158,15 @@ fn each_kind_of_damage_is_a_clear_usage_error() {
 
     // A count larger than the table holds.
     let mut more = good.clone();
-    more[12] = 5;
+    more[12] = 6;
     reseal(&mut more);
-    assert!(decode(&more).contains("tensor #4: the tensor table ends inside this entry"));
+    assert!(decode(&more).contains("tensor #5: the tensor table ends inside this entry"));
+
+    // A layout byte other than 0 (as is) or 1 (transposed).
+    let mut bad_layout = good.clone();
+    bad_layout[scheme_at + 1] = 7;
+    reseal(&mut bad_layout);
+    assert!(decode(&bad_layout).contains("layout byte is 7"));
 
     // Every message carries the fix.
     let err = decode_packed(&flipped, "w.envq").unwrap_err();

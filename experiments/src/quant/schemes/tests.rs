@@ -76,6 +76,7 @@ fn codes_stay_on_the_documented_grids() {
             Scheme::Int8PerChannel => (-127, 127),
             Scheme::Int4Symmetric { .. } => (-7, 7),
             Scheme::Int4Asymmetric { .. } => (0, 15),
+            Scheme::Float32 => unreachable!("not in ALL_SCHEMES: it has no grid"),
         };
         assert!(
             codes.iter().all(|q| (lo..=hi).contains(q)),
@@ -286,4 +287,14 @@ fn keep_top_breaks_ties_by_index() {
     );
     assert_eq!(keep_top(&[1.0, 1.0, 1.0], 1), vec![true, false, false]);
     assert_eq!(keep_top(&[1.0], 5), vec![true]);
+}
+
+#[test]
+fn f32_tensors_are_stored_exactly() {
+    let weights = gaussian(3, 10, 1.0, 5);
+    let t = quantize(&weights, 3, 10, Scheme::Float32).unwrap();
+    assert_eq!(t.inconsistency(), None);
+    assert_eq!(t.bits_per_weight(), 32.0);
+    assert_eq!(dequantize(&t), weights);
+    assert_eq!(Scheme::parse("f32").unwrap(), Scheme::Float32);
 }

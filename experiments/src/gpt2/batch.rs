@@ -1,0 +1,257 @@
+//! Batched sampling with a key/value cache, for workloads that continue many
+//! prompts at once (RFT's rejection sampling and greedy evaluation).
+//!
+//! [`super::sample`] re-runs the whole context for every new token, which is
+//! fine for one prompt; sampling thousands of completions that way costs
+//! ~context-length times more. Here each step feeds exactly one token per row
+//! through the model's own layers and appends its keys/values to a cache.
+//! Rows need no padding: every row starts at position 0 and is fed its own
+//! prompt tokens until its prompt is used up, then its sampled tokens (rows
+//! with shorter prompts simply start sampling earlier). Finished rows leave
+//! the batch, so the cost follows the rows still generating.
+
+use burn::prelude::*;
+use burn::tensor::activation::softmax;
+use burn::tensor::{Int, TensorData};
+use rand::{rngs::StdRng, SeedableRng};
+
+use super::model::{gelu_tanh, Block, Gpt2, ModelConfig};
+use super::pick;
+
+/// How to continue a batch of prompts.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchSampleOptions {
+    /// At most this many new tokens per row (the context is also capped at
+    /// the model's block size).
+    pub max_new_tokens: usize,
+    /// 0 = greedy.
+    pub temperature: f32,
+    pub top_k: Option<usize>,
+    /// Row `i` draws from its own generator seeded by (`seed`, `i`), so a
+    /// row's sample does not depend on which other rows share its batch.
+    pub seed: u64,
+    /// A row stops after emitting this token (it is kept in the output).
+    pub stop_token: Option<u32>,
+}
+
+/// Keys and values of one layer: `[rows, heads, positions, head_dim]`.
+struct LayerCache<B: Backend> {
+    keys: Tensor<B, 4>,
+    values: Tensor<B, 4>,
+}
+
+/// For each prompt, the tokens generated after it (prompt not included).
+pub fn sample_batch<B: Backend>(
+    model: &Gpt2<B>,
+    cfg: &ModelConfig,
+    prompts: &[Vec<u32>],
+    opts: BatchSampleOptions,
+    device: &B::Device,
+) -> Vec<Vec<u32>> {
+    // An empty prompt gets token 0 as its start, like `sample`.
+    let mut rows: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| if p.is_empty() { vec![0] } else { p.clone() })
+        .collect();
+    let prompt_len: Vec<usize> = rows.iter().map(Vec::len).collect();
+    let mut rngs: Vec<StdRng> = (0..rows.len())
+        .map(|i| StdRng::seed_from_u64(row_seed(opts.seed, i)))
+        .collect();
+    let mut finished: Vec<bool> = prompt_len
+        .iter()
+        .map(|&len| opts.max_new_tokens == 0 || len >= cfg.block_size)
+        .collect();
+    // Indices (into `rows`) of the rows still in the batch, in cache order.
+    let mut active: Vec<usize> = (0..rows.len()).filter(|&i| !finished[i]).collect();
+    let mut cache: Vec<Option<LayerCache<B>>> = (0..model.h.len()).map(|_| None).collect();
+    let mut position = 0usize;
+    while !active.is_empty() && position < cfg.block_size {
+        let tokens: Vec<i64> = active
+            .iter()
+            .map(|&i| i64::from(rows[i][position]))
+            .collect();
+        let n = tokens.len();
+        let input = Tensor::<B, 2, Int>::from_data(TensorData::new(tokens, [n, 1]), device);
+        let logits = step(model, input, position, &mut cache);
+        let logits: Vec<f32> = logits
+            .into_data()
+            .convert::<f32>()
+            .to_vec()
+            .unwrap_or_default();
+        let vocab = logits.len() / n.max(1);
+        for (slot, &i) in active.iter().enumerate() {
+            // Still reading its prompt: the next token is already known.
+            if position + 1 < rows[i].len() {
+                continue;
+            }
+            let row_logits = &logits[slot * vocab..(slot + 1) * vocab];
+            let token = pick(row_logits, opts.temperature, opts.top_k, &mut rngs[i]);
+            rows[i].push(token);
+            let generated = rows[i].len() - prompt_len[i];
+            finished[i] = opts.stop_token == Some(token)
+                || generated >= opts.max_new_tokens
+                || rows[i].len() >= cfg.block_size;
+        }
+        position += 1;
+        let keep: Vec<usize> = (0..active.len())
+            .filter(|&slot| !finished[active[slot]])
+            .collect();
+        if keep.len() < active.len() {
+            active = keep.iter().map(|&slot| active[slot]).collect();
+            if !active.is_empty() {
+                shrink(&mut cache, &keep, device);
+            }
+        }
+    }
+    rows.iter()
+        .zip(&prompt_len)
+        .map(|(row, &len)| row[len.min(row.len())..].to_vec())
+        .collect()
+}
+
+fn row_seed(seed: u64, row: usize) -> u64 {
+    seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add((row as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9))
+}
+
+/// Keep only the cache rows `keep` (slots of the current batch).
+fn shrink<B: Backend>(cache: &mut [Option<LayerCache<B>>], keep: &[usize], device: &B::Device) {
+    let index: Vec<i64> = keep.iter().map(|&k| k as i64).collect();
+    let index = Tensor::<B, 1, Int>::from_data(TensorData::new(index, [keep.len()]), device);
+    for layer in cache.iter_mut().flatten() {
+        layer.keys = layer.keys.clone().select(0, index.clone());
+        layer.values = layer.values.clone().select(0, index.clone());
+    }
+}
+
+/// One token per row at `position`; returns next-token logits `[rows, vocab]`.
+fn step<B: Backend>(
+    model: &Gpt2<B>,
+    tokens: Tensor<B, 2, Int>,
+    position: usize,
+    cache: &mut [Option<LayerCache<B>>],
+) -> Tensor<B, 2> {
+    let device = tokens.device();
+    let [rows, _] = tokens.dims();
+    let pos =
+        Tensor::<B, 1, Int>::arange(position as i64..position as i64 + 1, &device).reshape([1, 1]);
+    let mut x = model.wte.forward(tokens) + model.wpe.forward(pos);
+    for (block, layer) in model.h.iter().zip(cache.iter_mut()) {
+        x = block_step(block, x, layer);
+    }
+    let x = model.ln_f.forward(x);
+    let d = x.dims()[2];
+    x.reshape([rows, d])
+        .matmul(model.wte.weight.val().transpose())
+}
+
+/// [`Block::forward`] for a single new position, attending to the cache.
+fn block_step<B: Backend>(
+    block: &Block<B>,
+    x: Tensor<B, 3>,
+    layer: &mut Option<LayerCache<B>>,
+) -> Tensor<B, 3> {
+    let [b, _, d] = x.dims();
+    let heads = block.attn.n_head;
+    let hd = d / heads;
+    let qkv = block.attn.c_attn.forward(block.ln_1.forward(x.clone()));
+    let split = |i: usize| {
+        qkv.clone()
+            .slice([0..b, 0..1, i * d..(i + 1) * d])
+            .reshape([b, 1, heads, hd])
+            .swap_dims(1, 2)
+    };
+    let (q, k, v) = (split(0), split(1), split(2));
+    let (keys, values) = match layer.take() {
+        Some(old) => (
+            Tensor::cat(vec![old.keys, k], 2),
+            Tensor::cat(vec![old.values, v], 2),
+        ),
+        None => (k, v),
+    };
+    // The newest position may see every cached one: no mask needed.
+    let scores = q.matmul(keys.clone().swap_dims(2, 3)) / (hd as f64).sqrt();
+    let y = softmax(scores, 3).matmul(values.clone());
+    *layer = Some(LayerCache { keys, values });
+    let x = x + block
+        .attn
+        .c_proj
+        .forward(y.swap_dims(1, 2).reshape([b, 1, d]));
+    let hidden = gelu_tanh(block.mlp.c_fc.forward(block.ln_2.forward(x.clone())));
+    x + block.mlp.c_proj.forward(hidden)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Cpu;
+    use crate::gpt2::{sample, SampleOptions};
+
+    fn tiny() -> (ModelConfig, Gpt2<Cpu>) {
+        let cfg = ModelConfig {
+            n_layer: 2,
+            n_head: 2,
+            n_embd: 16,
+            block_size: 24,
+            vocab_size: 11,
+            dropout: 0.0,
+        };
+        <Cpu as Backend>::seed(&Default::default(), 3);
+        let model = cfg.init::<Cpu>(&Default::default());
+        (cfg, model)
+    }
+
+    #[test]
+    fn cached_greedy_matches_the_full_forward_sampler() {
+        let (cfg, model) = tiny();
+        let prompts = vec![vec![1, 2, 3], vec![4], vec![5, 6, 7, 8, 9]];
+        let opts = BatchSampleOptions {
+            max_new_tokens: 8,
+            temperature: 0.0,
+            top_k: None,
+            seed: 0,
+            stop_token: None,
+        };
+        let batched = sample_batch(&model, &cfg, &prompts, opts, &Default::default());
+        for (prompt, got) in prompts.iter().zip(&batched) {
+            let want = sample(
+                &model,
+                &cfg,
+                prompt,
+                SampleOptions {
+                    tokens: 8,
+                    temperature: 0.0,
+                    top_k: None,
+                    seed: 0,
+                },
+                &Default::default(),
+            );
+            assert_eq!(got, &want, "prompt {prompt:?}");
+        }
+    }
+
+    #[test]
+    fn rows_stop_at_the_stop_token_and_the_block_size() {
+        let (cfg, model) = tiny();
+        let prompts = vec![vec![1; 20], vec![2, 3]];
+        let opts = BatchSampleOptions {
+            max_new_tokens: 50,
+            temperature: 1.0,
+            top_k: None,
+            seed: 9,
+            stop_token: Some(4),
+        };
+        let out = sample_batch(&model, &cfg, &prompts, opts, &Default::default());
+        for (prompt, row) in prompts.iter().zip(&out) {
+            assert!(prompt.len() + row.len() <= cfg.block_size, "{row:?}");
+            if let Some(at) = row.iter().position(|&t| t == 4) {
+                assert_eq!(at + 1, row.len(), "tokens after the stop token: {row:?}");
+            } else {
+                assert_eq!(prompt.len() + row.len(), cfg.block_size);
+            }
+        }
+        // Same seed, different batch company: same sample for the row.
+        let alone = sample_batch(&model, &cfg, &prompts[..1], opts, &Default::default());
+        assert_eq!(alone[0], out[0]);
+    }
+}
