@@ -1,38 +1,13 @@
 //! GPT-2 through the real `envgen` binary: learning, determinism, resume,
 //! SIGINT, config errors, parameter counts. Real Burn training on CPU.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod experiment_common;
 
+use std::path::Path;
+use std::process::Output;
+
+use experiment_common::*;
 use serde_json::Value;
-
-fn envgen() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_envgen"))
-}
-
-fn run_ok(args: &[&str]) -> Output {
-    let out = envgen().args(args).output().expect("spawn envgen");
-    assert!(
-        out.status.success(),
-        "envgen {args:?} failed: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn json_of(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not one JSON document ({e}): {}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    })
-}
-
-fn run_dir_of(doc: &Value) -> PathBuf {
-    PathBuf::from(doc["run_dir"].as_str().expect("run_dir"))
-}
 
 /// A short tiny run: 24 steps, checkpoint every 8 (enough to test mechanics).
 const SHORT: &[&str] = &[
@@ -56,24 +31,8 @@ fn short_run(out: &Path, extra: &[&str]) -> Output {
     envgen().args(&args).output().expect("spawn envgen")
 }
 
-/// Resume an interrupted gpt2 run directory; its JSON document.
-fn resume(dir: &Path) -> Value {
-    json_of(&run_ok(&[
-        "run",
-        "gpt2",
-        "--backend",
-        "cpu",
-        "--json",
-        "--resume",
-        dir.to_str().unwrap(),
-    ]))
-}
-
 fn metric_bits(doc: &Value, key: &str) -> u64 {
-    doc["summary"]["metrics"][key]
-        .as_f64()
-        .unwrap_or_else(|| panic!("{key} in {doc}"))
-        .to_bits()
+    metric(doc, key).to_bits()
 }
 
 #[test]
@@ -119,8 +78,7 @@ fn tiny_preset_learns_against_the_entropy_bound() {
             dir.display()
         );
     }
-    let manifest: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    let manifest = read_json(&dir.join("manifest.json"));
     assert_eq!(manifest["experiment"], "gpt2");
     assert_eq!(manifest["preset"], "tiny");
     assert_eq!(manifest["profile"]["backend"], "cpu");
@@ -167,38 +125,15 @@ fn runs_are_bit_identical_and_resume_is_exact() {
 
     // Interrupted after 12 steps (checkpoint at 8 and at 12), then resumed.
     let stopped = short_run(tmp.path(), &["--stop-after", "12"]);
-    assert_eq!(
-        stopped.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&stopped.stderr)
+    let dir = stopped_after(&stopped, 12);
+    let resumed = resume("gpt2", &dir);
+    assert_resumed_identically(
+        &a,
+        &resumed,
+        &dir,
+        &["final_train_loss", "final_val_loss", "initial_val_loss"],
+        24,
     );
-    let stopped = json_of(&stopped);
-    assert_eq!(stopped["summary"]["status"], "interrupted");
-    assert_eq!(stopped["summary"]["steps_done"], 12);
-    let dir = run_dir_of(&stopped);
-    let resumed = resume(&dir);
-    assert_eq!(resumed["summary"]["status"], "completed");
-    for key in ["final_train_loss", "final_val_loss", "initial_val_loss"] {
-        assert_eq!(
-            metric_bits(&a, key),
-            metric_bits(&resumed, key),
-            "{key} differs after resume"
-        );
-    }
-    let weights = |d: &Path| std::fs::read(d.join("model.safetensors")).unwrap();
-    assert!(
-        weights(&run_dir_of(&a)) == weights(&dir),
-        "final weights differ after resume"
-    );
-    // metrics.jsonl has each step exactly once.
-    let steps: Vec<u64> = std::fs::read_to_string(dir.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok()?["step"].as_u64())
-        .filter(|&s| s > 0)
-        .collect();
-    assert_eq!(steps, (1..=24).collect::<Vec<_>>());
 }
 
 /// Dropout draws its masks from (seed, step, row): it changes the result,
@@ -226,7 +161,7 @@ fn dropout_is_active_repeatable_and_resumable() {
     let stopped = short_run(tmp.path(), &stop);
     assert_eq!(stopped.status.code(), Some(130));
     let dir = run_dir_of(&json_of(&stopped));
-    let resumed = resume(&dir);
+    let resumed = resume("gpt2", &dir);
     for key in ["final_train_loss", "final_val_loss"] {
         assert_eq!(
             metric_bits(&a, key),
@@ -298,7 +233,7 @@ fn sigint_checkpoints_and_exits_130() {
         assert!(started.elapsed().as_secs() < 120, "training did not start");
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    let status = Command::new("kill")
+    let status = std::process::Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()
         .unwrap();

@@ -3,6 +3,7 @@
 //! minimal root filesystem (imported through bollard); real training inside.
 
 mod docker_base;
+mod experiment_common;
 mod run_common;
 
 use std::path::Path;

@@ -3,6 +3,7 @@
 //! starts (munge + slurmctld + slurmd). Real tiny-gpt2 training in the jobs.
 
 mod docker_base;
+mod experiment_common;
 mod run_common;
 
 use std::path::{Path, PathBuf};

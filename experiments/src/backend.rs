@@ -92,3 +92,30 @@ pub fn cuda_usable() -> bool {
         false
     }
 }
+
+/// Evaluate `$body` with the type alias `$B` set to the training backend
+/// `$backend` resolved to (`CpuTrain` or `CudaTrain`):
+/// `with_train_backend!(backend, B => train::<B, _>(task, control, &Default::default()))`.
+///
+/// A macro because the body must be instantiated once per backend type, and
+/// a Rust closure cannot be generic over a type parameter.
+#[macro_export]
+macro_rules! with_train_backend {
+    ($backend:expr, $B:ident => $body:expr) => {
+        match $backend {
+            $crate::backend::Resolved::Cpu => {
+                type $B = $crate::backend::CpuTrain;
+                $body
+            }
+            #[cfg(feature = "cuda")]
+            $crate::backend::Resolved::Cuda => {
+                type $B = $crate::backend::CudaTrain;
+                $body
+            }
+            #[cfg(not(feature = "cuda"))]
+            $crate::backend::Resolved::Cuda => {
+                Err($crate::error::UserError::usage("this build has no CUDA backend").into())
+            }
+        }
+    };
+}

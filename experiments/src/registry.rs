@@ -39,7 +39,9 @@ impl ResolvedConfig {
     }
 }
 
-/// One bundled experiment.
+/// One bundled experiment, as the CLI sees it (config as a TOML value).
+/// Experiments implement [`TypedExperiment`]; the blanket impl below turns
+/// each into an `Experiment`.
 pub trait Experiment: Sync {
     /// The name on the command line.
     fn name(&self) -> &'static str;
@@ -47,9 +49,7 @@ pub trait Experiment: Sync {
     fn description(&self) -> &'static str;
     /// Bundled presets: (name, TOML text). The first is not necessarily the default.
     fn presets(&self) -> &'static [(&'static str, &'static str)];
-    fn default_preset(&self) -> &'static str {
-        "tiny"
-    }
+    fn default_preset(&self) -> &'static str;
     /// Parse and validate a config text (from `origin`: a file name or
     /// `preset NAME`) with overrides. Errors are [`UserError`]s (exit 2).
     fn resolve(
@@ -68,6 +68,80 @@ pub trait Experiment: Sync {
     ) -> anyhow::Result<Summary>;
     /// The human line printed after a run.
     fn summary_line(&self, summary: &Summary) -> String;
+}
+
+/// What identifies an experiment: its name, its one-line description and
+/// its bundled presets (name, TOML text).
+pub struct ExperimentInfo {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub presets: &'static [(&'static str, &'static str)],
+    pub default_preset: &'static str,
+}
+
+/// An experiment with a typed science config. Everything that only moves
+/// the config between TOML values and its type lives in the blanket
+/// [`Experiment`] impl, once.
+pub trait TypedExperiment: Sync {
+    type Config: Serialize + DeserializeOwned;
+    const INFO: ExperimentInfo;
+    /// Checks beyond the schema (usage errors naming the key, exit 2);
+    /// `origin` names the file or preset in messages.
+    fn validate(&self, config: &Self::Config, origin: &str) -> anyhow::Result<()>;
+    /// Rows per optimizer step: micro-batch × accumulation must equal it.
+    fn batch_size(&self, config: &Self::Config) -> usize;
+    /// Trainable parameters, when the experiment has a model.
+    fn parameters(&self, config: &Self::Config) -> Option<u64>;
+    fn run_typed(
+        &self,
+        config: &Self::Config,
+        control: &RunControl,
+        backend: backend::Resolved,
+    ) -> anyhow::Result<Summary>;
+    fn line(&self, summary: &Summary) -> String;
+}
+
+impl<T: TypedExperiment> Experiment for T {
+    fn name(&self) -> &'static str {
+        T::INFO.name
+    }
+    fn description(&self) -> &'static str {
+        T::INFO.description
+    }
+    fn presets(&self) -> &'static [(&'static str, &'static str)] {
+        T::INFO.presets
+    }
+    fn default_preset(&self) -> &'static str {
+        T::INFO.default_preset
+    }
+    fn resolve(
+        &self,
+        text: &str,
+        origin: &str,
+        overrides: &[String],
+    ) -> anyhow::Result<ResolvedConfig> {
+        let loaded = engine::load::<T::Config>(text, origin, overrides)?;
+        self.validate(&loaded.science, origin)?;
+        Ok(ResolvedConfig {
+            preset: None,
+            science: canonical(&loaded.science)?,
+            batch_size: self.batch_size(&loaded.science),
+            hardware: loaded.hardware,
+            parameters: self.parameters(&loaded.science),
+        })
+    }
+    fn run(
+        &self,
+        science: &toml::Value,
+        control: &RunControl,
+        backend: backend::Resolved,
+    ) -> anyhow::Result<Summary> {
+        let config: T::Config = typed(science, "config.toml")?;
+        self.run_typed(&config, control, backend)
+    }
+    fn summary_line(&self, summary: &Summary) -> String {
+        self.line(summary)
+    }
 }
 
 /// Every experiment in this build, in the order `experiments list` shows.

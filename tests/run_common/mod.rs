@@ -46,19 +46,7 @@ pub fn assert_ok(out: &Output, what: &str) {
     );
 }
 
-pub fn json_of(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not one JSON document ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
-
-pub fn run_dir_of(doc: &Value) -> PathBuf {
-    PathBuf::from(doc["run_dir"].as_str().expect("run_dir"))
-}
+pub use crate::experiment_common::{json_of, run_dir_of};
 
 pub fn read(dir: &Path, file: &str) -> Value {
     let text = std::fs::read_to_string(dir.join(file))

@@ -15,3 +15,13 @@ pub mod train;
 pub use config::{config_hash, load, split_batch, HardwareHint, Loaded, OptimConfig, TrainConfig};
 pub use rundir::{Manifest, Profile, Status, Summary};
 pub use train::{train, train_on, AnyBackendTask, RunControl, Task};
+
+/// A seed that depends on (`seed`, `step`, `row`) only: what a task draws
+/// row `row` of step `step` from, so that a resumed run, or the same batch
+/// split into other micro-batches, draws exactly what an uninterrupted run
+/// does.
+pub fn row_seed(seed: u64, step: u64, row: usize) -> u64 {
+    seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(step.wrapping_mul(0xBF58_476D_1CE4_E5B9))
+        .wrapping_add((row as u64).wrapping_mul(0x94D0_49BB_1331_11EB))
+}

@@ -174,6 +174,9 @@ where
 {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<AB, D>>) -> Param<Tensor<AB, D>> {
         let (id, tensor, mapper) = param.consume();
+        // A parameter without a gradient is frozen (`Module::no_grad`, e.g.
+        // the base weights of a LoRA model): no update, no weight decay, no
+        // moments kept.
         let Some(grad) = self.grads.remove::<B, D>(id) else {
             return Param::from_mapped_value(id, tensor, mapper);
         };

@@ -64,6 +64,24 @@ pub fn collect<B: Backend, M: Module<B>>(module: &M, with_values: bool) -> Vec<N
     visitor.out
 }
 
+/// Number of parameter values that require a gradient: all of them for a
+/// freshly built model on an autodiff backend, only the adapters of a LoRA
+/// model (frozen weights are skipped by the optimizer).
+pub fn count_trainable<B: Backend, M: Module<B>>(module: &M) -> usize {
+    struct Count(usize);
+    impl<B: Backend> ModuleVisitor<B> for Count {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            let tensor = param.val();
+            if tensor.is_require_grad() {
+                self.0 += tensor.shape().num_elements();
+            }
+        }
+    }
+    let mut count = Count(0);
+    module.visit(&mut count);
+    count.0
+}
+
 /// Path → id, for the optimizer state.
 pub fn ids_by_name<B: Backend, M: Module<B>>(module: &M) -> HashMap<String, ParamId> {
     collect::<B, M>(module, false)

@@ -285,17 +285,5 @@ pub fn train_on<T: AnyBackendTask>(
     control: &RunControl,
     backend: crate::backend::Resolved,
 ) -> anyhow::Result<Summary> {
-    match backend {
-        crate::backend::Resolved::Cpu => {
-            train::<crate::backend::CpuTrain, T>(task, control, &Default::default())
-        }
-        #[cfg(feature = "cuda")]
-        crate::backend::Resolved::Cuda => {
-            train::<crate::backend::CudaTrain, T>(task, control, &Default::default())
-        }
-        #[cfg(not(feature = "cuda"))]
-        crate::backend::Resolved::Cuda => {
-            Err(crate::error::UserError::usage("this build has no CUDA backend").into())
-        }
-    }
+    crate::with_train_backend!(backend, B => train::<B, T>(task, control, &Default::default()))
 }

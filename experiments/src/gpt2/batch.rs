@@ -15,7 +15,8 @@ use burn::tensor::activation::softmax;
 use burn::tensor::{Int, TensorData};
 use rand::{rngs::StdRng, SeedableRng};
 
-use super::model::{gelu_tanh, Block, Gpt2, ModelConfig};
+use super::lora;
+use super::model::{Block, Gpt2, ModelConfig};
 use super::pick;
 
 /// How to continue a batch of prompts.
@@ -154,7 +155,12 @@ fn block_step<B: Backend>(
     let [b, _, d] = x.dims();
     let heads = block.attn.n_head;
     let hd = d / heads;
-    let qkv = block.attn.c_attn.forward(block.ln_1.forward(x.clone()));
+    let attn = &block.attn;
+    let qkv = lora::forward(
+        &attn.c_attn,
+        attn.c_attn_lora.as_ref(),
+        block.ln_1.forward(x.clone()),
+    );
     let split = |i: usize| {
         qkv.clone()
             .slice([0..b, 0..1, i * d..(i + 1) * d])
@@ -173,12 +179,12 @@ fn block_step<B: Backend>(
     let scores = q.matmul(keys.clone().swap_dims(2, 3)) / (hd as f64).sqrt();
     let y = softmax(scores, 3).matmul(values.clone());
     *layer = Some(LayerCache { keys, values });
-    let x = x + block
-        .attn
-        .c_proj
-        .forward(y.swap_dims(1, 2).reshape([b, 1, d]));
-    let hidden = gelu_tanh(block.mlp.c_fc.forward(block.ln_2.forward(x.clone())));
-    x + block.mlp.c_proj.forward(hidden)
+    let x = x + lora::forward(
+        &attn.c_proj,
+        attn.c_proj_lora.as_ref(),
+        y.swap_dims(1, 2).reshape([b, 1, d]),
+    );
+    x.clone() + block.mlp.forward(block.ln_2.forward(x))
 }
 
 #[cfg(test)]

@@ -60,12 +60,13 @@ pub fn load_tensors<B: Backend>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::backend::Cpu;
     use crate::gpt2::ModelConfig;
 
-    fn small() -> ModelConfig {
+    /// A 2-layer GPT 16 wide (shared with the LoRA tests).
+    pub(crate) fn small() -> ModelConfig {
         ModelConfig {
             n_layer: 2,
             n_head: 2,

@@ -3,6 +3,7 @@
 
 pub mod batch;
 pub mod hf;
+pub mod lora;
 pub mod model;
 
 use std::ops::Range;
@@ -20,7 +21,7 @@ use crate::backend;
 use crate::data::{self, DataConfig, TokenData};
 use crate::engine::{self, OptimConfig, RunControl, Summary, Task, TrainConfig};
 use crate::error::UserError;
-use crate::registry::{self, Experiment, ResolvedConfig};
+use crate::registry::{self, Experiment, ExperimentInfo, TypedExperiment};
 pub use batch::{sample_batch, BatchSampleOptions};
 pub use model::{Gpt2, ModelConfig};
 
@@ -66,46 +67,34 @@ pub fn preset_text(name: &str) -> anyhow::Result<&'static str> {
 pub struct Gpt2Experiment;
 pub static GPT2: Gpt2Experiment = Gpt2Experiment;
 
-impl Experiment for Gpt2Experiment {
-    fn name(&self) -> &'static str {
-        EXPERIMENT
+impl TypedExperiment for Gpt2Experiment {
+    type Config = Gpt2Config;
+    const INFO: ExperimentInfo = ExperimentInfo {
+        name: EXPERIMENT,
+        description:
+            "GPT-2 (nanoGPT-style) language model: tiny CPU run up to the 124M reproduction",
+        presets: PRESETS,
+        default_preset: DEFAULT_PRESET,
+    };
+    fn validate(&self, config: &Gpt2Config, origin: &str) -> anyhow::Result<()> {
+        Ok(config.model.validate(origin)?)
     }
-    fn description(&self) -> &'static str {
-        "GPT-2 (nanoGPT-style) language model: tiny CPU run up to the 124M reproduction"
+    fn batch_size(&self, config: &Gpt2Config) -> usize {
+        config.train.batch_size
     }
-    fn presets(&self) -> &'static [(&'static str, &'static str)] {
-        PRESETS
+    fn parameters(&self, config: &Gpt2Config) -> Option<u64> {
+        Some(config.model.num_params() as u64)
     }
-    fn default_preset(&self) -> &'static str {
-        DEFAULT_PRESET
-    }
-    fn resolve(
+    fn run_typed(
         &self,
-        text: &str,
-        origin: &str,
-        overrides: &[String],
-    ) -> anyhow::Result<ResolvedConfig> {
-        let loaded = engine::load::<Gpt2Config>(text, origin, overrides)?;
-        loaded.science.model.validate(origin)?;
-        Ok(ResolvedConfig {
-            preset: None,
-            science: registry::canonical(&loaded.science)?,
-            batch_size: loaded.science.train.batch_size,
-            hardware: loaded.hardware,
-            parameters: Some(loaded.science.model.num_params() as u64),
-        })
-    }
-    fn run(
-        &self,
-        science: &toml::Value,
+        config: &Gpt2Config,
         control: &RunControl,
         backend: backend::Resolved,
     ) -> anyhow::Result<Summary> {
-        let config: Gpt2Config = registry::typed(science, "config.toml")?;
-        let task = Gpt2Task::new(config)?;
+        let task = Gpt2Task::new(config.clone())?;
         engine::train_on(&task, control, backend)
     }
-    fn summary_line(&self, summary: &Summary) -> String {
+    fn line(&self, summary: &Summary) -> String {
         let m = &summary.metrics;
         format!(
             "{:?} after {} steps in {:.1} s: train loss {}, val loss {} (initial {}), {} tokens/s",
@@ -152,12 +141,7 @@ impl Gpt2Task {
 
     /// A seed that depends on (train.seed, step, row) only.
     fn mixed_seed(&self, step: u64, row: usize) -> u64 {
-        self.config
-            .train
-            .seed
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            .wrapping_add(step.wrapping_mul(0xBF58_476D_1CE4_E5B9))
-            .wrapping_add((row as u64).wrapping_mul(0x94D0_49BB_1331_11EB))
+        engine::row_seed(self.config.train.seed, step, row)
     }
 
     /// Row `row` of the global batch of `step`: a window start drawn from a
@@ -199,11 +183,9 @@ impl<B: AutodiffBackend> Task<B> for Gpt2Task {
     }
 
     fn init_model(&self, device: &B::Device) -> anyhow::Result<Gpt2<B>> {
-        let model = self.config.model.init::<B>(device);
-        match &self.config.init_from {
-            Some(path) => hf::load(model, path),
-            None => Ok(model),
-        }
+        self.config
+            .model
+            .init_from::<B>(self.config.init_from.as_deref(), device)
     }
 
     fn loss(

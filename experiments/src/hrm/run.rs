@@ -35,7 +35,7 @@ use crate::engine::rundir::{finish_run, read_json, write_json, MetricsLog, Statu
 use crate::engine::safetensors_io;
 use crate::engine::train::{inner_device_of, progress_bar, RunControl};
 use crate::error::UserError;
-use crate::registry::{self, Experiment, ResolvedConfig};
+use crate::registry::{self, ExperimentInfo, TypedExperiment};
 
 pub const EXPERIMENT: &str = "hrm-sudoku";
 pub const DEFAULT_PRESET: &str = "tiny";
@@ -44,45 +44,35 @@ pub const DEFAULT_PRESET: &str = "tiny";
 pub struct HrmExperiment;
 pub static HRM: HrmExperiment = HrmExperiment;
 
-impl Experiment for HrmExperiment {
-    fn name(&self) -> &'static str {
-        EXPERIMENT
+impl TypedExperiment for HrmExperiment {
+    type Config = HrmPreset;
+    const INFO: ExperimentInfo = ExperimentInfo {
+        name: EXPERIMENT,
+        description: "HRM (Hierarchical Reasoning Model) on Sudoku: tiny CPU run up to the Sudoku-Extreme-1k paper setup",
+        presets: BUILTIN_PRESETS,
+        default_preset: DEFAULT_PRESET,
+    };
+    fn validate(&self, config: &HrmPreset, origin: &str) -> anyhow::Result<()> {
+        check(config, origin)
     }
-    fn description(&self) -> &'static str {
-        "HRM (Hierarchical Reasoning Model) on Sudoku: tiny CPU run up to the Sudoku-Extreme-1k paper setup"
+    fn batch_size(&self, config: &HrmPreset) -> usize {
+        config.train.global_batch_size
     }
-    fn presets(&self) -> &'static [(&'static str, &'static str)] {
-        BUILTIN_PRESETS
+    fn parameters(&self, config: &HrmPreset) -> Option<u64> {
+        Some(parameters(config) as u64)
     }
-    fn default_preset(&self) -> &'static str {
-        DEFAULT_PRESET
-    }
-    fn resolve(
+    fn run_typed(
         &self,
-        text: &str,
-        origin: &str,
-        overrides: &[String],
-    ) -> anyhow::Result<ResolvedConfig> {
-        let loaded = resolve(text, origin, overrides)?;
-        Ok(ResolvedConfig {
-            preset: None,
-            science: registry::canonical(&loaded.science)?,
-            batch_size: loaded.science.train.global_batch_size,
-            hardware: loaded.hardware,
-            parameters: Some(parameters(&loaded.science) as u64),
-        })
-    }
-    fn run(
-        &self,
-        science: &toml::Value,
+        config: &HrmPreset,
         control: &RunControl,
         backend: crate::backend::Resolved,
     ) -> anyhow::Result<Summary> {
-        let preset: HrmPreset = registry::typed(science, "config.toml")?;
-        preset.validate("config.toml")?;
-        run(&preset, control, backend)
+        // The data paths were checked where the run was resolved; inside a
+        // container or on a Slurm node they may be mounted elsewhere.
+        config.validate("config.toml")?;
+        run(config, control, backend)
     }
-    fn summary_line(&self, summary: &Summary) -> String {
+    fn line(&self, summary: &Summary) -> String {
         let m = &summary.metrics;
         format!(
             "{:?} after {} steps in {:.1} s: held-out blank-cell accuracy {} (initial {}), exact {}, mean ACT steps {}, {} steps/s",
@@ -98,14 +88,8 @@ impl Experiment for HrmExperiment {
     }
 }
 
-/// Parse a preset or config file, apply `--set` overrides and validate.
-pub fn resolve(
-    text: &str,
-    origin: &str,
-    overrides: &[String],
-) -> anyhow::Result<crate::engine::Loaded<HrmPreset>> {
-    let loaded = crate::engine::load::<HrmPreset>(text, origin, overrides)?;
-    let preset = &loaded.science;
+/// The preset's own checks plus: data paths it names exist.
+fn check(preset: &HrmPreset, origin: &str) -> anyhow::Result<()> {
     preset.validate(origin)?;
     let data = &preset.data;
     for (key, path) in [
@@ -121,7 +105,7 @@ pub fn resolve(
             }
         }
     }
-    Ok(loaded)
+    Ok(())
 }
 
 /// Trainable parameters (what `experiments describe` reports).
@@ -328,19 +312,7 @@ pub fn run(
     control: &RunControl,
     backend: crate::backend::Resolved,
 ) -> anyhow::Result<Summary> {
-    match backend {
-        crate::backend::Resolved::Cpu => {
-            train::<crate::backend::CpuTrain>(preset, control, &Default::default())
-        }
-        #[cfg(feature = "cuda")]
-        crate::backend::Resolved::Cuda => {
-            train::<crate::backend::CudaTrain>(preset, control, &Default::default())
-        }
-        #[cfg(not(feature = "cuda"))]
-        crate::backend::Resolved::Cuda => {
-            Err(UserError::usage("this build has no CUDA backend").into())
-        }
-    }
+    crate::with_train_backend!(backend, B => train::<B>(preset, control, &Default::default()))
 }
 
 /// The training loop; writes metrics.jsonl, checkpoints and summary.json.

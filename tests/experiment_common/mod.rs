@@ -1,0 +1,197 @@
+//! Shared by the experiment tests (`gpt2_cli`, `hrm_cli`, `rft_cli`,
+//! `quantize_cli`): the real binary, its JSON output, run directories, and
+//! the "a resumed run ends where an uninterrupted one does" check.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+pub fn envgen() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_envgen"))
+}
+
+/// `envgen ARGS`, whatever its exit status.
+pub fn run(args: &[&str]) -> Output {
+    envgen().args(args).output().expect("spawn envgen")
+}
+
+/// `envgen ARGS`, which must succeed.
+pub fn run_ok(args: &[&str]) -> Output {
+    expect_success(run(args))
+}
+
+/// The output of an `envgen` that must have succeeded.
+pub fn expect_success(out: Output) -> Output {
+    assert!(
+        out.status.success(),
+        "envgen failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// stdout as the one JSON document `--json` promises.
+pub fn json_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not one JSON document ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+pub fn run_dir_of(doc: &Value) -> PathBuf {
+    PathBuf::from(doc["run_dir"].as_str().expect("run_dir"))
+}
+
+pub fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
+}
+
+/// `summary.metrics[key]` of an `envgen run --json` document.
+pub fn metric(doc: &Value, key: &str) -> f64 {
+    doc["summary"]["metrics"][key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} in {doc}"))
+}
+
+/// `envgen run EXPERIMENT --backend cpu --json --resume DIR`, which must
+/// succeed; its JSON document.
+pub fn resume(experiment: &str, dir: &Path) -> Value {
+    json_of(&run_ok(&[
+        "run",
+        experiment,
+        "--backend",
+        "cpu",
+        "--json",
+        "--resume",
+        dir.to_str().unwrap(),
+    ]))
+}
+
+/// A run resumed in `resumed_dir` ended exactly where the uninterrupted
+/// `whole` did: the same bits for every metric in `keys`, the same final
+/// weights, and a metrics.jsonl with steps 1..=`steps` once each.
+pub fn assert_resumed_identically(
+    whole: &Value,
+    resumed: &Value,
+    resumed_dir: &Path,
+    keys: &[&str],
+    steps: u64,
+) {
+    assert_eq!(resumed["summary"]["status"], "completed");
+    for key in keys {
+        assert_eq!(
+            metric(whole, key).to_bits(),
+            metric(resumed, key).to_bits(),
+            "{key} differs after resume"
+        );
+    }
+    let weights = |d: &Path| std::fs::read(d.join("model.safetensors")).unwrap();
+    assert!(
+        weights(&run_dir_of(whole)) == weights(resumed_dir),
+        "final weights differ after resume"
+    );
+    let logged: Vec<u64> = std::fs::read_to_string(resumed_dir.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok()?["step"].as_u64())
+        .filter(|&s| s > 0)
+        .collect();
+    assert_eq!(logged, (1..=steps).collect::<Vec<_>>());
+}
+
+/// A run stopped by `--stop-after STEPS`: exit 130, status `interrupted`
+/// after exactly `steps` steps. Its run directory.
+pub fn stopped_after(out: &Output, steps: u64) -> PathBuf {
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = json_of(out);
+    assert_eq!(doc["summary"]["status"], "interrupted");
+    assert_eq!(doc["summary"]["steps_done"], steps);
+    run_dir_of(&doc)
+}
+
+/// `envgen run quantize --backend cpu --json --out OUT --set source=SOURCE
+/// --set S…`, whatever its exit status.
+pub fn quantize(out: &Path, source: &Path, sets: &[&str]) -> Output {
+    let source = format!("source={}", source.display());
+    let mut args = vec![
+        "run",
+        "quantize",
+        "--backend",
+        "cpu",
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+        "--set",
+        &source,
+    ];
+    for set in sets {
+        args.extend(["--set", set]);
+    }
+    run(&args)
+}
+
+/// The row of `scheme` in a quantize run's `metrics.schemes[]`.
+pub fn scheme_row<'a>(doc: &'a Value, scheme: &str) -> &'a Value {
+    doc["summary"]["metrics"]["schemes"]
+        .as_array()
+        .expect("metrics.schemes")
+        .iter()
+        .find(|r| r["scheme"] == scheme)
+        .unwrap_or_else(|| panic!("no row {scheme} in {doc}"))
+}
+
+/// The rows a quantize run with a `[prune]` table adds, checked against
+/// its f32 row: fewer parameters, smaller files, the unpruned control, and
+/// the recovery fine-tune moving the metric the right way. Returns
+/// (pruned, pruned+recovery) metric values.
+pub fn assert_pruned_rows(doc: &Value, lower_is_better: bool) -> (f64, f64) {
+    let num = |scheme: &str, key: &str| {
+        scheme_row(doc, scheme)[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{key} of {scheme} in {doc}"))
+    };
+    let all = num("f32", "parameters");
+    let kept = num("pruned", "parameters");
+    assert!(kept < all, "pruning kept {kept} of {all} parameters");
+    assert_eq!(num("pruned+recovery", "parameters"), kept);
+    assert_eq!(num("unpruned+recovery", "parameters"), all);
+    assert!(num("pruned", "bytes") < num("f32", "bytes"));
+    let int4 = "pruned+recovery+int4-sym-g32";
+    // Against the *source's* f32 size: pruning and INT4 g32 (≥ 5.8× alone
+    // on these models) multiply.
+    let compression = num(int4, "compression");
+    assert!(
+        compression >= 5.0 * all / kept,
+        "{int4}: {compression}x with {kept} of {all} parameters"
+    );
+    assert!(scheme_row(doc, int4)["file"].is_string());
+    let (pruned, recovered) = (
+        num("pruned", "metric_value"),
+        num("pruned+recovery", "metric_value"),
+    );
+    let improved = if lower_is_better {
+        recovered < pruned
+    } else {
+        recovered > pruned
+    };
+    assert!(
+        improved,
+        "recovery moved the metric from {pruned} to {recovered}"
+    );
+    let prune = &doc["summary"]["metrics"]["prune"];
+    assert!(prune["heads_kept"].as_u64().unwrap() < prune["heads"].as_u64().unwrap());
+    (pruned, recovered)
+}
