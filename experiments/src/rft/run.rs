@@ -35,8 +35,9 @@ use crate::data::Tokenizer;
 use crate::engine::rundir::{read_json, write_json, MetricsLog, Status, Summary};
 use crate::engine::{self, OptimConfig, RunControl, Task, TrainConfig};
 use crate::error::UserError;
+use crate::gpt2::lora::{self, LoraConfig};
 use crate::gpt2::{self, hf, BatchSampleOptions, Gpt2, ModelConfig};
-use crate::registry::{self, Experiment, ResolvedConfig};
+use crate::registry::{ExperimentInfo, TypedExperiment};
 
 pub const EXPERIMENT: &str = "rft";
 
@@ -48,6 +49,10 @@ pub const DEFAULT_PRESET: &str = "tiny";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RftConfig {
+    /// Rounds of (b) sampling + (c) fine-tuning, each starting from the
+    /// previous round's weights (STaR iterates; 1 = the RFT paper's single pass).
+    #[serde(default = "one_round")]
+    pub rounds: u32,
     pub task: TaskConfig,
     pub model: ModelConfig,
     /// Stage (a): supervised training on the reference worked answers.
@@ -58,12 +63,24 @@ pub struct RftConfig {
     pub finetune: FinetuneConfig,
 }
 
+fn one_round() -> u32 {
+    1
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TaskConfig {
     /// Seed of the question generator (same seed, same questions everywhere).
     pub seed: u64,
+    /// Training questions: stage (b) samples answers for all of them and
+    /// the verifier checks those answers against the known result.
     pub train_questions: usize,
+    /// How many of the training questions (the first ones) come with a
+    /// worked reference answer for stage (a). The rest have only their
+    /// result, as in STaR/RFT, where the model must find the reasoning
+    /// itself. Unset = every training question is worked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worked_questions: Option<usize>,
     /// Held-out questions for stage (d).
     pub validation_questions: usize,
     /// Restrict questions to these units (singular names from
@@ -97,32 +114,75 @@ pub enum FinetuneMode {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "FinetuneTable")]
 pub struct FinetuneConfig {
-    /// `full` updates every weight. `lora` is refused with the reason (see
-    /// [`RftConfig::validate`]).
+    /// `full` updates every weight; `lora` freezes them and trains low-rank
+    /// adapters ([`gpt2::lora`]), merged into the weights at the end.
     pub mode: FinetuneMode,
+    /// The adapters (`[finetune.lora]`): only with `mode = "lora"`, where a
+    /// missing table means the defaults.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lora: Option<LoraConfig>,
     pub train: TrainConfig,
     pub optim: OptimConfig,
+}
+
+/// The `[finetune]` table as written. Read through this so that LoRA mode
+/// without a `[finetune.lora]` table gets the defaults filled in, and
+/// config.toml records them.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FinetuneTable {
+    mode: FinetuneMode,
+    #[serde(default)]
+    lora: Option<LoraConfig>,
+    train: TrainConfig,
+    optim: OptimConfig,
+}
+
+impl From<FinetuneTable> for FinetuneConfig {
+    fn from(table: FinetuneTable) -> Self {
+        let lora = match table.mode {
+            FinetuneMode::Lora => Some(table.lora.unwrap_or_default()),
+            FinetuneMode::Full => table.lora,
+        };
+        Self {
+            mode: table.mode,
+            lora,
+            train: table.train,
+            optim: table.optim,
+        }
+    }
+}
+
+impl FinetuneConfig {
+    /// The adapters to train: `Some` exactly in LoRA mode.
+    pub fn adapters(&self) -> Option<LoraConfig> {
+        match self.mode {
+            FinetuneMode::Lora => Some(self.lora.clone().unwrap_or_default()),
+            FinetuneMode::Full => None,
+        }
+    }
 }
 
 impl RftConfig {
     /// Checks beyond the schema; every error names the key and the fix.
     pub fn validate(&self) -> anyhow::Result<()> {
-        if self.finetune.mode == FinetuneMode::Lora {
-            // Burn 0.21 has no LoRA: `Module::apply_lora` / `LoraAdapter`
-            // arrive in burn-core 0.22 (pre-releases). Full fine-tuning of
-            // the tiny GPT takes seconds, so a hand-written adapter would buy
-            // nothing here yet.
+        if self.finetune.mode == FinetuneMode::Full && self.finetune.lora.is_some() {
             return Err(UserError::usage(
-                "finetune.mode = \"lora\": Burn 0.21 (the version envgen is built on) has no LoRA adapters; they arrive with burn 0.22 (Module::apply_lora)",
+                "[finetune.lora] is set but finetune.mode = \"full\" trains every weight",
             )
-            .with_fix("use --set finetune.mode=full (full fine-tuning)")
+            .with_fix("set finetune.mode = \"lora\" or remove the [finetune.lora] table")
             .into());
+        }
+        if let Some(lora) = self.finetune.adapters() {
+            lora.validate(&self.model, "finetune.lora")?;
         }
         for (key, value) in [
             ("task.train_questions", self.task.train_questions),
             ("task.validation_questions", self.task.validation_questions),
+            ("task.worked_questions", self.worked_questions()),
+            ("rounds", self.rounds as usize),
             (
                 "task.max_completion_tokens",
                 self.task.max_completion_tokens,
@@ -133,6 +193,15 @@ impl RftConfig {
                     .with_fix(format!("set {key} to 1 or more"))
                     .into());
             }
+        }
+        if self.worked_questions() > self.task.train_questions {
+            return Err(UserError::usage(format!(
+                "task.worked_questions = {} exceeds task.train_questions = {}",
+                self.worked_questions(),
+                self.task.train_questions
+            ))
+            .with_fix("the worked questions are the first training questions: lower task.worked_questions or raise task.train_questions")
+            .into());
         }
         if self.model.vocab_size < Tokenizer::byte().vocab_size() {
             return Err(UserError::usage(format!(
@@ -161,6 +230,13 @@ impl RftConfig {
             .into());
         }
         Ok(())
+    }
+
+    /// Training questions with a worked answer for stage (a).
+    pub fn worked_questions(&self) -> usize {
+        self.task
+            .worked_questions
+            .unwrap_or(self.task.train_questions)
     }
 
     pub fn split(&self) -> anyhow::Result<Split> {
@@ -224,6 +300,9 @@ pub struct RftTrainTask {
     validation: Vec<Tokenized>,
     /// Start from these weights (stage c) instead of a fresh init (stage a).
     init_from: Option<PathBuf>,
+    /// Train LoRA adapters on frozen weights: stage (c) with
+    /// `finetune.mode = "lora"`.
+    lora: Option<LoraConfig>,
 }
 
 impl RftTrainTask {
@@ -239,27 +318,34 @@ impl RftTrainTask {
             .iter()
             .map(|q| tokenize(&q.prompt(), &q.training_text()))
             .collect();
+        // Stage (c) is the one that starts from (a)'s weights.
+        let lora = init_from.as_ref().and(config.finetune.adapters());
         Self {
             model: config.model.clone(),
             stage: stage.clone(),
             train,
             validation,
             init_from,
+            lora,
         }
+    }
+
+    /// Stage (a)'s task: supervised training on the worked answers of the
+    /// first `task.worked_questions` training questions, from a fresh init.
+    /// (Also the recovery fine-tune of a pruned rft model, `quant::prune`.)
+    pub fn reference(config: &RftConfig, split: &Split) -> Self {
+        let reference = split.train[..config.worked_questions()]
+            .iter()
+            .map(|q| tokenize(&q.prompt(), &q.training_text()))
+            .collect();
+        Self::new(config, &config.pretrain, reference, split, None)
     }
 
     /// Example of row `row` of the batch of `step`: a pure function of
     /// (seed, step, row), as the engine requires.
     fn example_index(&self, step: u64, row: usize) -> usize {
-        let mixed = self
-            .stage
-            .train
-            .seed
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            .wrapping_add(step.wrapping_mul(0xBF58_476D_1CE4_E5B9))
-            .wrapping_add((row as u64).wrapping_mul(0x94D0_49BB_1331_11EB));
         // splitmix64 finalizer: spreads the mixed bits before the modulo.
-        let mut z = mixed;
+        let mut z = engine::row_seed(self.stage.train.seed, step, row);
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^= z >> 31;
@@ -325,11 +411,15 @@ impl<B: AutodiffBackend> Task<B> for RftTrainTask {
     }
 
     fn init_model(&self, device: &B::Device) -> anyhow::Result<Gpt2<B>> {
-        let model = self.model.init::<B>(device);
-        match &self.init_from {
-            Some(path) => hf::load(model, path),
-            None => Ok(model),
-        }
+        let model = self
+            .model
+            .init_from::<B>(self.init_from.as_deref(), device)?;
+        // The same adapted structure on a fresh start and on resume: the
+        // engine then loads a checkpoint's weights and adapters by path.
+        Ok(match &self.lora {
+            Some(lora) => lora.attach(model, device),
+            None => model,
+        })
     }
 
     fn loss(
@@ -367,12 +457,18 @@ impl<B: AutodiffBackend> Task<B> for RftTrainTask {
         (1, "samples")
     }
 
+    /// Writes `model.safetensors`, a plain GPT (adapters merged), and in
+    /// LoRA mode the adapters alone to `adapter.safetensors`.
     fn finish(&self, model: &Gpt2<B>, run_dir: &Path) -> anyhow::Result<()> {
-        hf::save(model, &run_dir.join(MODEL_FILE))
+        if self.lora.is_some() {
+            lora::save_adapters(model, &run_dir.join(ADAPTER_FILE))?;
+        }
+        hf::save(&lora::merge(model.clone()), &run_dir.join(MODEL_FILE))
     }
 }
 
 const MODEL_FILE: &str = "model.safetensors";
+const ADAPTER_FILE: &str = "adapter.safetensors";
 
 // ---------------------------------------------------------------------------
 // Generation: the GPT as the datagen `Sampler`, and greedy evaluation.
@@ -483,7 +579,7 @@ pub fn load_model<B: Backend>(
     path: &Path,
     device: &B::Device,
 ) -> anyhow::Result<Gpt2<B>> {
-    hf::load(config.init::<B>(device), path)
+    config.init_from::<B>(Some(path), device)
 }
 
 // ---------------------------------------------------------------------------
@@ -515,16 +611,10 @@ pub fn run<B: AutodiffBackend>(
     let mut log = MetricsLog::open(&control.run_dir.join("metrics.jsonl"), None)?;
     let split = config.split()?;
     let inner: burn::tensor::Device<B::InnerBackend> = Default::default();
-    let max_new = config.task.max_completion_tokens;
 
     // (a) supervised training on the reference answers.
     let pretrain_dir = stages.join("pretrain");
-    let reference: Vec<Tokenized> = split
-        .train
-        .iter()
-        .map(|q| tokenize(&q.prompt(), &q.training_text()))
-        .collect();
-    let task = RftTrainTask::new(config, &config.pretrain, reference, &split, None);
+    let task = RftTrainTask::reference(config, &split);
     let pretrain = train_stage::<B>(&task, &pretrain_dir, control, control.stop_after, device)?;
     let mut steps_done = pretrain.steps_done;
     if pretrain.status != Status::Completed {
@@ -545,17 +635,149 @@ pub fn run<B: AutodiffBackend>(
         return interrupted(control, started, steps_done);
     }
 
-    // (b) rejection sampling.
-    let datagen_path = stages.join("datagen.json");
+    // (b) + (c), `rounds` times (STaR iterates): sample with the current
+    // weights, keep the verified answers, fine-tune on them; (d) after each.
+    let mut weights = pretrained;
+    let mut rounds: Vec<RoundResult> = Vec::new();
+    for round in 1..=config.rounds {
+        let dir = stages.join(format!("round-{round}"));
+        // Steps a global --stop-after leaves for this round's fine-tuning.
+        let before_round =
+            config.pretrain.train.steps + u64::from(round - 1) * config.finetune.train.steps;
+        let stop_after = control.stop_after.map(|n| n.saturating_sub(before_round));
+        let Some(result) = rft_round::<B>(
+            config, &split, round, &weights, &dir, control, stop_after, &mut log, device,
+        )?
+        else {
+            return interrupted(control, started, steps_done + stage_steps(&dir));
+        };
+        steps_done += result.finetune.steps_done;
+        weights = dir.join(FINETUNE).join(MODEL_FILE);
+        rounds.push(result);
+    }
+    std::fs::copy(&weights, control.run_dir.join(MODEL_FILE))?;
+    let last = rounds.last().expect("rounds >= 1 (validated)");
+    let last_dir = stages.join(format!("round-{}", last.round));
+    let after = &last.eval;
+
+    let total =
+        |f: fn(&DatagenStats) -> usize| rounds.iter().map(|r| f(&r.datagen.stats)).sum::<usize>();
+    let datagen_seconds: f64 = rounds.iter().map(|r| r.datagen.seconds).sum();
+    let mut m = Map::new();
+    m.insert("accuracy_before".into(), json!(before.metrics.accuracy));
+    m.insert("accuracy_after".into(), json!(after.metrics.accuracy));
+    m.insert(
+        "answer_rate_before".into(),
+        json!(before.metrics.answer_rate),
+    );
+    m.insert("answer_rate_after".into(), json!(after.metrics.answer_rate));
+    m.insert("generated".into(), json!(total(|s| s.generated)));
+    m.insert("kept".into(), json!(total(|s| s.kept)));
+    m.insert(
+        "datagen_samples_per_s".into(),
+        json!(total(|s| s.generated) as f64 / datagen_seconds.max(1e-9)),
+    );
+    m.insert("correct".into(), json!(total(|s| s.correct)));
+    m.insert("duplicates".into(), json!(total(|s| s.duplicates)));
+    m.insert(
+        "wrong_reasoning".into(),
+        json!(total(|s| s.wrong_reasoning)),
+    );
+    m.insert(
+        "questions_kept".into(),
+        json!(last.datagen.stats.questions_kept),
+    );
+    m.insert(
+        "rounds".into(),
+        json!(rounds.iter().map(RoundResult::row).collect::<Vec<_>>()),
+    );
+    m.insert("train_questions".into(), json!(split.train.len()));
+    m.insert("worked_questions".into(), json!(config.worked_questions()));
+    m.insert("validation_questions".into(), json!(split.validation.len()));
+    m.insert("finetune_mode".into(), json!(config.finetune.mode));
+    m.insert("parameters".into(), json!(config.model.num_params()));
+    // Every round trains the same structure: the last one's sizes stand for all.
+    m.extend(finetune_size_metrics(config, &last_dir.join(FINETUNE))?);
+    m.insert("eval_samples_per_s".into(), json!(after.samples_per_s));
+    m.insert("pretrain_final_val_loss".into(), final_val_loss(&pretrain));
+    m.insert(
+        "finetune_final_val_loss".into(),
+        final_val_loss(&last.finetune),
+    );
+    finish(control, started, steps_done, Status::Completed, m)
+}
+
+const FINETUNE: &str = "finetune";
+
+fn final_val_loss(stage: &Summary) -> Value {
+    stage
+        .metrics
+        .get("final_val_loss")
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// Steps an interrupted fine-tuning stage in `round_dir` got through.
+fn stage_steps(round_dir: &Path) -> u64 {
+    read_json::<Summary>(&round_dir.join(FINETUNE).join("summary.json")).map_or(0, |s| s.steps_done)
+}
+
+/// What one RFT round produced.
+struct RoundResult {
+    round: u32,
+    datagen: DatagenRecord,
+    finetune: Summary,
+    /// (d) on the weights after this round.
+    eval: Evaluation,
+}
+
+impl RoundResult {
+    /// This round's entry in `metrics.rounds[]`.
+    fn row(&self) -> Value {
+        let stats = &self.datagen.stats;
+        json!({
+            "round": self.round,
+            "generated": stats.generated,
+            "correct": stats.correct,
+            "kept": stats.kept,
+            "questions_kept": stats.questions_kept,
+            "datagen_samples_per_s": self.datagen.samples_per_s,
+            "finetune_final_val_loss": final_val_loss(&self.finetune),
+            "accuracy": self.eval.metrics.accuracy,
+            "answer_rate": self.eval.metrics.answer_rate,
+        })
+    }
+}
+
+/// One round in `dir`: (b) sample with `weights` and keep the verified
+/// answers (`datagen.json`), (c) fine-tune from `weights` on them
+/// (`finetune/`), (d) evaluate (`eval.json`). Finished parts are read back;
+/// `None` when a stop request interrupted it.
+#[allow(clippy::too_many_arguments)]
+fn rft_round<B: AutodiffBackend>(
+    config: &RftConfig,
+    split: &Split,
+    round: u32,
+    weights: &Path,
+    dir: &Path,
+    control: &RunControl,
+    stop_after: Option<u64>,
+    log: &mut MetricsLog,
+    device: &B::Device,
+) -> anyhow::Result<Option<RoundResult>> {
+    let inner: burn::tensor::Device<B::InnerBackend> = Default::default();
+    std::fs::create_dir_all(dir)?;
+    // (b) rejection sampling; each round draws from its own seed.
+    let datagen_path = dir.join("datagen.json");
     let datagen: DatagenRecord = if datagen_path.exists() {
         read_json(&datagen_path)?
     } else {
-        let model = load_model::<B::InnerBackend>(&config.model, &pretrained, &inner)?;
+        let model = load_model::<B::InnerBackend>(&config.model, weights, &inner)?;
         let mut sampler = GptSampler::new(
             &model,
             &config.model,
-            max_new,
-            config.datagen.seed,
+            config.task.max_completion_tokens,
+            config.datagen.seed.wrapping_add(u64::from(round - 1)),
             inner.clone(),
         );
         let t0 = Instant::now();
@@ -563,7 +785,7 @@ pub fn run<B: AutodiffBackend>(
         let seconds = t0.elapsed().as_secs_f64();
         if control.stop.load(Ordering::SeqCst) {
             // Rejection sampling has no partial record: it reruns on resume.
-            return interrupted(control, started, steps_done);
+            return Ok(None);
         }
         let record = DatagenRecord {
             stats: dataset.stats,
@@ -572,22 +794,21 @@ pub fn run<B: AutodiffBackend>(
             examples: dataset.examples,
         };
         write_json(&datagen_path, &record)?;
-        log.write(
-            &json!({"stage": "datagen", "generated": record.stats.generated,
-            "kept": record.stats.kept, "samples_per_s": record.samples_per_s}),
-        )?;
+        log.write(&json!({"stage": "datagen", "round": round,
+            "generated": record.stats.generated, "kept": record.stats.kept,
+            "samples_per_s": record.samples_per_s}))?;
         record
     };
     if datagen.examples.is_empty() {
         return Err(UserError::failed(format!(
-            "rft datagen kept no correct completion out of {} sampled: stage (a) did not teach the model to answer",
+            "rft round {round}: datagen kept no correct completion out of {} sampled: stage (a) did not teach the model to answer",
             datagen.stats.generated
         ))
         .with_fix("train stage (a) longer (--set pretrain.train.steps=...) or sample more (--set datagen.oversample=...)")
         .into());
     }
 
-    // (c) fine-tuning on the kept completions, from (a)'s weights.
+    // (c) fine-tuning on the kept completions, from this round's weights.
     let kept: Vec<Tokenized> = datagen
         .examples
         .iter()
@@ -601,65 +822,49 @@ pub fn run<B: AutodiffBackend>(
         config,
         &finetune_stage,
         kept,
-        &split,
-        Some(pretrained.clone()),
+        split,
+        Some(weights.to_path_buf()),
     );
-    let stop_after = control
-        .stop_after
-        .map(|n| n.saturating_sub(config.pretrain.train.steps));
-    let finetune_dir = stages.join("finetune");
+    let finetune_dir = dir.join(FINETUNE);
     let finetune = train_stage::<B>(&task, &finetune_dir, control, stop_after, device)?;
-    steps_done += finetune.steps_done;
     if finetune.status != Status::Completed {
-        return interrupted(control, started, steps_done);
+        return Ok(None);
     }
-    let tuned = finetune_dir.join(MODEL_FILE);
 
-    // (d, after)
-    let after = eval_stage::<B::InnerBackend>(
+    // (d) after this round.
+    let eval = eval_stage::<B::InnerBackend>(
         config,
-        &tuned,
+        &finetune_dir.join(MODEL_FILE),
         &split.validation,
-        &stages.join("eval-after.json"),
-        &mut log,
+        &dir.join("eval.json"),
+        log,
         &inner,
     )?;
-    std::fs::copy(&tuned, control.run_dir.join(MODEL_FILE))?;
+    Ok(Some(RoundResult {
+        round,
+        datagen,
+        finetune,
+        eval,
+    }))
+}
 
+/// `trainable_parameters` of stage (c) and `adapter_bytes`, the size of its
+/// adapter file (0 in full mode, which trains every parameter).
+fn finetune_size_metrics(
+    config: &RftConfig,
+    finetune_dir: &Path,
+) -> anyhow::Result<Map<String, Value>> {
+    let (trainable, adapter_bytes) = match config.finetune.adapters() {
+        Some(lora) => (
+            lora.num_params(&config.model),
+            std::fs::metadata(finetune_dir.join(ADAPTER_FILE))?.len(),
+        ),
+        None => (config.model.num_params(), 0),
+    };
     let mut m = Map::new();
-    m.insert("accuracy_before".into(), json!(before.metrics.accuracy));
-    m.insert("accuracy_after".into(), json!(after.metrics.accuracy));
-    m.insert(
-        "answer_rate_before".into(),
-        json!(before.metrics.answer_rate),
-    );
-    m.insert("answer_rate_after".into(), json!(after.metrics.answer_rate));
-    m.insert("generated".into(), json!(datagen.stats.generated));
-    m.insert("kept".into(), json!(datagen.stats.kept));
-    m.insert("datagen_samples_per_s".into(), json!(datagen.samples_per_s));
-    m.insert("correct".into(), json!(datagen.stats.correct));
-    m.insert("duplicates".into(), json!(datagen.stats.duplicates));
-    m.insert(
-        "wrong_reasoning".into(),
-        json!(datagen.stats.wrong_reasoning),
-    );
-    m.insert("questions_kept".into(), json!(datagen.stats.questions_kept));
-    m.insert("train_questions".into(), json!(split.train.len()));
-    m.insert("validation_questions".into(), json!(split.validation.len()));
-    m.insert("finetune_mode".into(), json!(config.finetune.mode));
-    m.insert("parameters".into(), json!(config.model.num_params()));
-    m.insert("eval_samples_per_s".into(), json!(after.samples_per_s));
-    for (name, stage) in [("pretrain", &pretrain), ("finetune", &finetune)] {
-        m.insert(
-            format!("{name}_final_val_loss"),
-            stage
-                .metrics
-                .get("final_val_loss")
-                .cloned()
-                .unwrap_or(Value::Null),
-        );
-    }
-    finish(control, started, steps_done, Status::Completed, m)
+    m.insert("trainable_parameters".into(), json!(trainable));
+    m.insert("adapter_bytes".into(), json!(adapter_bytes));
+    Ok(m)
 }
 
 /// A training stage in its own directory: skipped when its summary says
@@ -757,63 +962,40 @@ pub fn run_on(
     control: &RunControl,
     backend: crate::backend::Resolved,
 ) -> anyhow::Result<Summary> {
-    match backend {
-        crate::backend::Resolved::Cpu => {
-            run::<crate::backend::CpuTrain>(config, control, &Default::default())
-        }
-        #[cfg(feature = "cuda")]
-        crate::backend::Resolved::Cuda => {
-            run::<crate::backend::CudaTrain>(config, control, &Default::default())
-        }
-        #[cfg(not(feature = "cuda"))]
-        crate::backend::Resolved::Cuda => {
-            Err(UserError::usage("this build has no CUDA backend").into())
-        }
-    }
+    crate::with_train_backend!(backend, B => run::<B>(config, control, &Default::default()))
 }
 
 /// `rft` in the experiment registry.
 pub struct RftExperiment;
 pub static RFT: RftExperiment = RftExperiment;
 
-impl Experiment for RftExperiment {
-    fn name(&self) -> &'static str {
-        EXPERIMENT
+impl TypedExperiment for RftExperiment {
+    type Config = RftConfig;
+    const INFO: ExperimentInfo = ExperimentInfo {
+        name: EXPERIMENT,
+        description:
+            "rejection-sampling fine-tuning of a small GPT on verified unit-conversion answers",
+        presets: PRESETS,
+        default_preset: DEFAULT_PRESET,
+    };
+    fn validate(&self, config: &RftConfig, _origin: &str) -> anyhow::Result<()> {
+        config.validate()
     }
-    fn description(&self) -> &'static str {
-        "rejection-sampling fine-tuning of a small GPT on verified unit-conversion answers"
+    fn batch_size(&self, config: &RftConfig) -> usize {
+        config.pretrain.train.batch_size
     }
-    fn presets(&self) -> &'static [(&'static str, &'static str)] {
-        PRESETS
+    fn parameters(&self, config: &RftConfig) -> Option<u64> {
+        Some(config.model.num_params() as u64)
     }
-    fn default_preset(&self) -> &'static str {
-        DEFAULT_PRESET
-    }
-    fn resolve(
+    fn run_typed(
         &self,
-        text: &str,
-        origin: &str,
-        overrides: &[String],
-    ) -> anyhow::Result<ResolvedConfig> {
-        let loaded = load_config(text, origin, overrides)?;
-        Ok(ResolvedConfig {
-            preset: None,
-            science: registry::canonical(&loaded.science)?,
-            batch_size: loaded.science.pretrain.train.batch_size,
-            hardware: loaded.hardware,
-            parameters: Some(loaded.science.model.num_params() as u64),
-        })
-    }
-    fn run(
-        &self,
-        science: &toml::Value,
+        config: &RftConfig,
         control: &RunControl,
         backend: crate::backend::Resolved,
     ) -> anyhow::Result<Summary> {
-        let config: RftConfig = registry::typed(science, "config.toml")?;
-        run_on(&config, control, backend)
+        run_on(config, control, backend)
     }
-    fn summary_line(&self, summary: &Summary) -> String {
+    fn line(&self, summary: &Summary) -> String {
         summary_line(summary)
     }
 }
@@ -852,22 +1034,147 @@ mod tests {
             .science
     }
 
+    fn with(overrides: &[&str]) -> anyhow::Result<RftConfig> {
+        let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+        Ok(load_config(PRESETS[0].1, "preset tiny", &overrides)?.science)
+    }
+
     #[test]
-    fn tiny_preset_is_valid_and_lora_is_refused_with_a_reason() {
+    fn tiny_preset_is_valid_and_lora_is_configured_in_lora_mode_only() {
         let config = preset();
         assert_eq!(config.datagen.oversample, 16);
         assert_eq!(config.datagen.temperature, 0.7);
-        let err =
-            load_config(PRESETS[0].1, "preset tiny", &["finetune.mode=lora".into()]).unwrap_err();
-        let text = format!("{err:#}");
-        assert!(
-            text.contains("LoRA") && text.contains("finetune.mode=full"),
-            "{text}"
-        );
-        assert_eq!(crate::error::exit_code_of(&err), 2);
-        let err =
-            load_config(PRESETS[0].1, "preset tiny", &["model.block_size=32".into()]).unwrap_err();
+        assert_eq!(config.finetune.mode, FinetuneMode::Full);
+        assert_eq!(config.finetune.adapters(), None);
+        let err = with(&["model.block_size=32"]).unwrap_err();
         assert!(format!("{err:#}").contains("model.block_size"), "{err:#}");
+
+        // `mode = "lora"` alone: the default adapters, recorded in config.toml.
+        let lora = with(&["finetune.mode=lora"]).unwrap();
+        assert_eq!(lora.finetune.lora, Some(LoraConfig::default()));
+        let text = engine::config::to_canonical_toml(&lora).unwrap();
+        assert!(text.contains("[finetune.lora]\nrank = 8"), "{text}");
+        // Full mode's config.toml (and hash) is what it was before LoRA.
+        let text = engine::config::to_canonical_toml(&config).unwrap();
+        assert!(!text.contains("lora"), "{text}");
+        let small = with(&["finetune.mode=lora", "finetune.lora={rank=4, alpha=8}"]).unwrap();
+        assert_eq!(small.finetune.adapters().map(|l| l.scale()), Some(2.0));
+
+        for (overrides, names) in [
+            (
+                &["finetune.mode=lora", "finetune.lora={rank=65}"][..],
+                "finetune.lora.rank = 65",
+            ),
+            (
+                &["finetune.mode=lora", "finetune.lora={rank=0}"],
+                "finetune.lora.rank = 0",
+            ),
+            (
+                &["finetune.mode=lora", "finetune.lora={alpha=-1}"],
+                "finetune.lora.alpha = -1",
+            ),
+            (
+                &[
+                    "finetune.mode=lora",
+                    "finetune.lora={targets=[\"mlp.c_gate\"]}",
+                ],
+                "mlp.c_gate",
+            ),
+            (&["finetune.mode=lora", "finetune.lora={rnak=4}"], "rnak"),
+            (&["finetune.lora={rank=4}"], "[finetune.lora] is set"),
+        ] {
+            let err = with(overrides).unwrap_err();
+            assert!(format!("{err:#}").contains(names), "{overrides:?}: {err:#}");
+            assert_eq!(crate::error::exit_code_of(&err), 2, "{overrides:?}");
+        }
+    }
+
+    /// Stage (c) in LoRA mode on a small GPT: straight through vs stopped
+    /// after 2 steps and resumed give the same bytes; the base weights stay
+    /// frozen; the saved model is a plain (merged) GPT.
+    #[test]
+    fn lora_finetuning_freezes_the_base_and_resumes_bit_exactly() {
+        type B = crate::backend::CpuTrain;
+        let config = with(&[
+            "finetune.mode=lora",
+            "finetune.lora={rank=2}",
+            "model.n_layer=1",
+            "model.n_embd=16",
+            "task.train_questions=8",
+            "task.worked_questions=4",
+            "task.validation_questions=2",
+            "finetune.train.steps=4",
+            "finetune.train.batch_size=4",
+            "finetune.train.checkpoint_every=2",
+        ])
+        .unwrap();
+        let split = config.split().unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let base_path = tmp.path().join("base.safetensors");
+        let base = config.model.init::<B>(&Default::default());
+        hf::save(&base, &base_path).unwrap();
+        let examples: Vec<Tokenized> = split
+            .train
+            .iter()
+            .map(|q| tokenize(&q.prompt(), &q.training_text()))
+            .collect();
+        let stage = StageConfig {
+            train: config.finetune.train.clone(),
+            optim: config.finetune.optim.clone(),
+        };
+        let task = RftTrainTask::new(&config, &stage, examples, &split, Some(base_path));
+        assert!(task.lora.is_some());
+        let train = |name: &str, resume: bool, stop_after: Option<u64>| {
+            let run_dir = tmp.path().join(name);
+            std::fs::create_dir_all(&run_dir).unwrap();
+            let control = RunControl {
+                run_dir,
+                micro_batch: 4,
+                resume,
+                stop_after,
+                stop: Default::default(),
+                progress: false,
+            };
+            engine::train::<B, _>(&task, &control, &Default::default()).unwrap()
+        };
+        assert_eq!(train("straight", false, None).status, Status::Completed);
+        assert_eq!(train("resumed", false, Some(2)).status, Status::Interrupted);
+        assert_eq!(train("resumed", true, None).status, Status::Completed);
+        for file in [MODEL_FILE, ADAPTER_FILE] {
+            let read = |run: &str| std::fs::read(tmp.path().join(run).join(file)).unwrap();
+            assert_eq!(
+                read("straight"),
+                read("resumed"),
+                "{file} differs after resume"
+            );
+        }
+
+        let tuned =
+            crate::engine::safetensors_io::read(&tmp.path().join("straight").join(MODEL_FILE))
+                .unwrap();
+        let before: std::collections::HashMap<String, Vec<f32>> = hf::named_weights(&base)
+            .into_iter()
+            .map(|(name, _, values)| (name, values))
+            .collect();
+        // Untouched by LoRA: bit-identical to the base.
+        for name in ["wte.weight", "h.0.ln_1.weight", "h.0.attn.c_attn.bias"] {
+            assert_eq!(tuned[name].1, before[name], "{name} changed");
+        }
+        // Adapted and merged: the plain GPT's attention weights moved.
+        assert_ne!(
+            tuned["h.0.attn.c_attn.weight"].1,
+            before["h.0.attn.c_attn.weight"]
+        );
+        assert_eq!(
+            tuned.len(),
+            before.len(),
+            "model.safetensors is a plain GPT"
+        );
+        let adapters =
+            crate::engine::safetensors_io::read(&tmp.path().join("straight").join(ADAPTER_FILE))
+                .unwrap();
+        assert_eq!(adapters.len(), 2 * 4 * config.model.n_layer);
+        assert!(adapters.contains_key("h.0.mlp.c_fc_lora.b"));
     }
 
     #[test]
