@@ -1,46 +1,14 @@
 //! HRM on Sudoku through the real `envgen` binary: the tiny preset learns
-//! on held-out puzzles, resume is exact, bad configs exit 2, and the paper
-//! preset's parameter count. Real Burn training on CPU.
+//! on held-out puzzles (and its model quantizes), resume is exact, bad
+//! configs exit 2, and the paper preset's parameter count. Real Burn
+//! training on CPU.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod experiment_common;
 
-use serde_json::Value;
+use std::path::Path;
+use std::process::Output;
 
-fn envgen() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_envgen"))
-}
-
-fn run_ok(args: &[&str]) -> Output {
-    let out = envgen().args(args).output().expect("spawn envgen");
-    assert!(
-        out.status.success(),
-        "envgen {args:?} failed: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn json_of(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not one JSON document ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
-
-fn run_dir_of(doc: &Value) -> PathBuf {
-    PathBuf::from(doc["run_dir"].as_str().expect("run_dir"))
-}
-
-fn metric(doc: &Value, key: &str) -> f64 {
-    doc["summary"]["metrics"][key]
-        .as_f64()
-        .unwrap_or_else(|| panic!("{key} in {doc}"))
-}
+use experiment_common::*;
 
 /// The default preset, end to end: ≥ 0.30 accuracy on the blank cells of
 /// held-out puzzles (chance is 1/9), from ≈ chance at step 0.
@@ -92,18 +60,53 @@ fn tiny_preset_learns_on_held_out_puzzles() {
             dir.display()
         );
     }
-    let manifest: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    let manifest = read_json(&dir.join("manifest.json"));
     assert_eq!(manifest["experiment"], "hrm-sudoku");
     assert_eq!(manifest["preset"], "tiny");
     assert!(manifest["finished_at"].is_string());
     let lines = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap();
     let evals = lines
         .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|v| v["cell_accuracy"].is_number())
         .count();
     assert!(evals >= 3, "only {evals} evaluations in metrics.jsonl");
+
+    // The trained HRM quantizes: its packed files are scored on the same
+    // held-out puzzles (blank-cell accuracy, exact accuracy alongside).
+    let q = json_of(&expect_success(quantize(
+        tmp.path(),
+        &dir,
+        &["schemes=[\"int8\",\"int4-sym-g32\",\"burn-q8-block32\"]"],
+    )));
+    for r in q["summary"]["metrics"]["schemes"].as_array().unwrap() {
+        eprintln!("{r}");
+    }
+    let base = scheme_row(&q, "f32");
+    assert_eq!(base["metric"], "cell_accuracy");
+    let f32_cell = base["metric_value"].as_f64().unwrap();
+    assert!((f32_cell - cell).abs() < 0.01, "{f32_cell} vs {cell}");
+    assert!(base["exact_accuracy"].is_number());
+    let int8 = scheme_row(&q, "int8");
+    let delta = int8["metric_delta_pct"].as_f64().unwrap();
+    assert!(delta.abs() <= 2.0, "INT8 changed cell accuracy by {delta}%");
+    let int4 = scheme_row(&q, "int4-sym-g32");
+    assert!(int4["compression"].as_f64().unwrap() >= 3.5, "{int4}");
+    let burn = scheme_row(&q, "burn-q8-block32");
+    assert!(burn["metric_value"].is_number() || burn["error"].is_string());
+    // The file on disk is what was scored.
+    let source = envgen_experiments::quant::run::open_source(&dir, 16).unwrap();
+    let file = run_dir_of(&q).join(int8["file"].as_str().unwrap());
+    let again = envgen_experiments::quant::run::evaluate_packed(&*source, &file).unwrap();
+    assert_eq!(
+        again.value.to_bits(),
+        int8["metric_value"].as_f64().unwrap().to_bits()
+    );
+    // Structured pruning knows GPTs only: refused before anything runs.
+    let out = quantize(tmp.path(), &dir, &["prune={mlp_fraction=0.5}"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("is an hrm-sudoku run"), "{stderr}");
 }
 
 /// A very short run: 64 train puzzles, batch 8, 16 steps, eval every 8.
@@ -151,55 +154,25 @@ fn stop_then_resume_matches_an_uninterrupted_run() {
     // Interrupted after 6 steps (checkpoint at 4 and 6), resumed with a
     // different micro-batch: the ACT carry is saved for the global batch.
     let stopped = short_run(tmp.path(), &["--stop-after", "6"]);
-    assert_eq!(
-        stopped.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&stopped.stderr)
-    );
-    let stopped = json_of(&stopped);
-    assert_eq!(stopped["summary"]["status"], "interrupted");
-    assert_eq!(stopped["summary"]["steps_done"], 6);
-    let dir = run_dir_of(&stopped);
+    let dir = stopped_after(&stopped, 6);
     assert!(dir
         .join("checkpoints/step-00000006/act.safetensors")
         .exists());
-    let resumed = json_of(&run_ok(&[
-        "run",
-        "hrm-sudoku",
-        "--backend",
-        "cpu",
-        "--json",
-        "--resume",
-        dir.to_str().unwrap(),
-    ]));
-    assert_eq!(resumed["summary"]["status"], "completed");
+    let resumed = resume("hrm-sudoku", &dir);
     assert_eq!(resumed["summary"]["steps_done"], 16);
-    for key in [
-        "exact_accuracy",
-        "cell_accuracy",
-        "mean_act_steps",
-        "final_train_loss",
-        "initial_cell_accuracy",
-    ] {
-        assert_eq!(
-            metric(&whole, key).to_bits(),
-            metric(&resumed, key).to_bits(),
-            "{key} differs after resume"
-        );
-    }
-    let weights = |d: &Path| std::fs::read(d.join("model.safetensors")).unwrap();
-    assert!(
-        weights(&run_dir_of(&whole)) == weights(&dir),
-        "final weights differ after resume"
+    assert_resumed_identically(
+        &whole,
+        &resumed,
+        &dir,
+        &[
+            "exact_accuracy",
+            "cell_accuracy",
+            "mean_act_steps",
+            "final_train_loss",
+            "initial_cell_accuracy",
+        ],
+        16,
     );
-    let steps: Vec<u64> = std::fs::read_to_string(dir.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok()?["step"].as_u64())
-        .filter(|&s| s > 0)
-        .collect();
-    assert_eq!(steps, (1..=16).collect::<Vec<_>>());
 }
 
 #[test]

@@ -1,64 +1,19 @@
 //! Quantization through the real `envgen` binary on a tiny GPT-2 trained
-//! inside the test: the quality goals of issue #4, the packed files loading
-//! back to the reported numbers, damaged files, and bad sources.
+//! inside the test: the quality goals of issue #4, structured pruning with
+//! recovery, the packed files loading back to the reported numbers, damaged
+//! files, and bad sources. (HRM and RFT sources: `hrm_cli`, `rft_cli`.)
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod experiment_common;
 
 use envgen_experiments::quant::run::{evaluate_packed, open_source};
-use serde_json::Value;
-
-fn envgen() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_envgen"))
-}
-
-fn run(args: &[&str]) -> Output {
-    envgen().args(args).output().expect("spawn envgen")
-}
-
-fn json_of(out: &Output) -> Value {
-    assert!(
-        out.status.success(),
-        "envgen failed: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("one JSON document on stdout")
-}
-
-fn run_dir_of(doc: &Value) -> PathBuf {
-    PathBuf::from(doc["run_dir"].as_str().expect("run_dir"))
-}
-
-fn quantize(out: &Path, source: &Path, extra: &[&str]) -> Output {
-    let source = format!("source={}", source.display());
-    let mut args = vec![
-        "run",
-        "quantize",
-        "--backend",
-        "cpu",
-        "--json",
-        "--out",
-        out.to_str().unwrap(),
-        "--set",
-        &source,
-    ];
-    args.extend(extra);
-    run(&args)
-}
-
-fn row<'a>(rows: &'a [Value], scheme: &str) -> &'a Value {
-    rows.iter()
-        .find(|r| r["scheme"] == scheme)
-        .unwrap_or_else(|| panic!("no row {scheme}"))
-}
+use experiment_common::*;
 
 #[test]
 fn tiny_gpt2_meets_the_quality_goals_and_files_load_back() {
     let tmp = tempfile::tempdir().unwrap();
     // The gpt2 tiny preset, shortened: val loss is already well below its
     // initial value after 200 steps.
-    let gpt2 = json_of(&run(&[
+    let gpt2 = json_of(&run_ok(&[
         "run",
         "gpt2",
         "--backend",
@@ -70,7 +25,13 @@ fn tiny_gpt2_meets_the_quality_goals_and_files_load_back() {
         "train.steps=200",
     ]));
     let source = run_dir_of(&gpt2);
-    let doc = json_of(&quantize(tmp.path(), &source, &[]));
+    // Every scheme of the preset, plus half the heads and MLP neurons
+    // pruned, 50 recovery steps, INT4 g32.
+    let doc = json_of(&expect_success(quantize(
+        tmp.path(),
+        &source,
+        &["prune={mlp_fraction=0.5, head_fraction=0.5}"],
+    )));
     assert_eq!(doc["summary"]["status"], "completed");
     let rows = doc["summary"]["metrics"]["schemes"]
         .as_array()
@@ -79,7 +40,7 @@ fn tiny_gpt2_meets_the_quality_goals_and_files_load_back() {
     for r in &rows {
         eprintln!("{r}");
     }
-    let base = row(&rows, "f32");
+    let base = scheme_row(&doc, "f32");
     assert_eq!(base["metric"], "val_perplexity");
     let f32_ppl = base["metric_value"].as_f64().unwrap();
     let val_loss = gpt2["summary"]["metrics"]["final_val_loss"]
@@ -106,7 +67,7 @@ fn tiny_gpt2_meets_the_quality_goals_and_files_load_back() {
             assert!(r[field].is_number(), "{field} in {r}");
         }
     }
-    let delta = |s: &str| row(&rows, s)["metric_delta_pct"].as_f64().unwrap();
+    let delta = |s: &str| scheme_row(&doc, s)["metric_delta_pct"].as_f64().unwrap();
     assert!(delta("int8") <= 0.5, "INT8 perplexity +{}%", delta("int8"));
     assert!(
         delta("int4-sym-g32") <= 5.0,
@@ -121,7 +82,7 @@ fn tiny_gpt2_meets_the_quality_goals_and_files_load_back() {
         "int4-asym-g64",
         "int4-asym-g128",
     ] {
-        let r = row(&rows, scheme);
+        let r = scheme_row(&doc, scheme);
         let compression = r["compression"].as_f64().unwrap();
         assert!(compression >= 3.5, "{scheme}: {compression}x");
         // bytes is the file on disk.
@@ -132,8 +93,57 @@ fn tiny_gpt2_meets_the_quality_goals_and_files_load_back() {
         );
     }
 
-    // Every packed file, loaded back on its own, evaluates to the number
-    // in the table (bit for bit: same weights, same evaluation).
+    // Pruned, the model loses perplexity; recovery wins part of it back.
+    let (pruned, recovered) = assert_pruned_rows(&doc, true);
+    eprintln!("pruned ppl {pruned:.4}, after recovery {recovered:.4}");
+
+    // Interrupted inside the recovery fine-tune and resumed: the same
+    // pruned rows, bit for bit (the recovery continues from its checkpoint).
+    let source_set = format!("source={}", source.display());
+    let out = run(&[
+        "run",
+        "quantize",
+        "--backend",
+        "cpu",
+        "--json",
+        "--out",
+        tmp.path().to_str().unwrap(),
+        "--set",
+        &source_set,
+        "--set",
+        "schemes=[\"int8\"]",
+        "--set",
+        "prune={mlp_fraction=0.5, head_fraction=0.5}",
+        "--stop-after",
+        "20",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stopped = json_of(&out);
+    assert_eq!(stopped["summary"]["status"], "interrupted");
+    let stopped_dir = run_dir_of(&stopped);
+    assert!(stopped_dir.join("pruned/pruned.json").is_file());
+    assert!(!stopped_dir.join("pruned/pruned+recovery.json").exists());
+    let resumed = resume("quantize", &stopped_dir);
+    assert_eq!(resumed["summary"]["status"], "completed");
+    for scheme in [
+        "int8",
+        "pruned",
+        "pruned+recovery",
+        "pruned+recovery+int4-sym-g32",
+        "unpruned+recovery",
+    ] {
+        let value = |d: &serde_json::Value| scheme_row(d, scheme)["metric_value"].as_f64().unwrap();
+        assert_eq!(value(&doc).to_bits(), value(&resumed).to_bits(), "{scheme}");
+    }
+
+    // Every packed file (the pruned one too), loaded back on its own,
+    // evaluates to the number in the table (bit for bit: same weights, same
+    // evaluation).
     let opened = open_source(&source, 16).unwrap();
     for r in rows.iter().filter(|r| r.get("file").is_some()) {
         let file = run_dir_of(&doc).join(r["file"].as_str().unwrap());
@@ -147,7 +157,7 @@ fn tiny_gpt2_meets_the_quality_goals_and_files_load_back() {
     }
 
     // A truncated and a corrupted file are clear usage errors.
-    let file = run_dir_of(&doc).join(row(&rows, "int8")["file"].as_str().unwrap());
+    let file = run_dir_of(&doc).join(scheme_row(&doc, "int8")["file"].as_str().unwrap());
     let bytes = std::fs::read(&file).unwrap();
     let damaged = tmp.path().join("damaged.envq");
     std::fs::write(&damaged, &bytes[..bytes.len() / 2]).unwrap();

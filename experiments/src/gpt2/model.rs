@@ -7,6 +7,10 @@
 //! so checkpoint paths map to HF names by renaming LayerNorm's
 //! `gamma`/`beta` only. Burn's `Linear` stores its weight as [d_in, d_out],
 //! which is exactly HF's Conv1D layout.
+//!
+//! The four linear layers of a block may carry a LoRA adapter
+//! (`c_attn_lora`, …; [`super::lora`]); `None`, as `init` builds them, is
+//! plain GPT-2.
 
 use burn::module::{Module, Param};
 use burn::nn::{
@@ -18,6 +22,8 @@ use burn::tensor::activation::log_softmax;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use serde::{Deserialize, Serialize};
+
+use super::lora::{self, LoraAdapter};
 
 /// The `[model]` table.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -77,10 +83,36 @@ impl ModelConfig {
         Ok(())
     }
 
+    /// A fresh model, or the weights saved at `path` (`hf::save`'s layout).
+    pub fn init_from<B: Backend>(
+        &self,
+        path: Option<&std::path::Path>,
+        device: &B::Device,
+    ) -> anyhow::Result<Gpt2<B>> {
+        let model = self.init::<B>(device);
+        match path {
+            Some(path) => super::hf::load(model, path),
+            None => Ok(model),
+        }
+    }
+
     pub fn init<B: Backend>(&self, device: &B::Device) -> Gpt2<B> {
+        self.init_shaped(self.n_head, 4 * self.n_embd, device)
+    }
+
+    /// A model whose blocks keep `heads` attention heads of the full
+    /// model's width (`n_embd / n_head`) and `hidden` MLP neurons: the shape
+    /// structured pruning leaves (`quant::prune`). `init` is the unpruned case.
+    pub fn init_shaped<B: Backend>(
+        &self,
+        heads: usize,
+        hidden: usize,
+        device: &B::Device,
+    ) -> Gpt2<B> {
         let normal = |std: f64| Initializer::Normal { mean: 0.0, std };
         let resid_std = 0.02 / ((2 * self.n_layer) as f64).sqrt();
         let d = self.n_embd;
+        let width = heads * (d / self.n_head);
         let linear = |d_in: usize, d_out: usize, std: f64| {
             let mut layer = LinearConfig::new(d_in, d_out)
                 .with_initializer(normal(std))
@@ -95,14 +127,18 @@ impl ModelConfig {
             .map(|_| Block {
                 ln_1: layer_norm(),
                 attn: CausalSelfAttention {
-                    c_attn: linear(d, 3 * d, 0.02),
-                    c_proj: linear(d, d, resid_std),
-                    n_head: self.n_head,
+                    c_attn: linear(d, 3 * width, 0.02),
+                    c_proj: linear(width, d, resid_std),
+                    n_head: heads,
+                    c_attn_lora: None,
+                    c_proj_lora: None,
                 },
                 ln_2: layer_norm(),
                 mlp: Mlp {
-                    c_fc: linear(d, 4 * d, 0.02),
-                    c_proj: linear(4 * d, d, resid_std),
+                    c_fc: linear(d, hidden, 0.02),
+                    c_proj: linear(hidden, d, resid_std),
+                    c_fc_lora: None,
+                    c_proj_lora: None,
                 },
                 dropout: dropout.clone(),
             })
@@ -144,12 +180,16 @@ pub struct CausalSelfAttention<B: Backend> {
     pub c_attn: Linear<B>,
     pub c_proj: Linear<B>,
     pub n_head: usize,
+    pub c_attn_lora: Option<LoraAdapter<B>>,
+    pub c_proj_lora: Option<LoraAdapter<B>>,
 }
 
 #[derive(Module, Debug)]
 pub struct Mlp<B: Backend> {
     pub c_fc: Linear<B>,
     pub c_proj: Linear<B>,
+    pub c_fc_lora: Option<LoraAdapter<B>>,
+    pub c_proj_lora: Option<LoraAdapter<B>>,
 }
 
 /// GELU, tanh approximation (GPT-2's). Written with `x*x*x`: Burn's
@@ -162,6 +202,12 @@ pub fn gelu_tanh<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
 }
 
 impl<B: Backend> CausalSelfAttention<B> {
+    /// Width of one head. Read from `c_attn` (`[C, 3·heads·hd]`) rather than
+    /// `C / heads`: a head-pruned layer keeps fewer heads of the same width.
+    pub fn head_dim(&self) -> usize {
+        self.c_attn.weight.dims()[1] / (3 * self.n_head)
+    }
+
     /// Causal self-attention, computed head-major without moving activations.
     ///
     /// The textbook form splits `c_attn(x)` into heads with a reshape and a
@@ -176,13 +222,10 @@ impl<B: Backend> CausalSelfAttention<B> {
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let [b, t, d] = x.dims();
         let h = self.n_head;
-        let hd = d / h;
+        let hd = self.head_dim();
         let x = x.reshape([b, 1, t, d]);
         // [C, 3C] viewed as [C, 3, H, hd], then [3, H, C, hd]: views only.
-        let w_qkv = self
-            .c_attn
-            .weight
-            .val()
+        let w_qkv = lora::adapted_weight(&self.c_attn, self.c_attn_lora.as_ref())
             .reshape([d, 3, h, hd])
             .permute([1, 2, 0, 3]);
         let b_qkv = self
@@ -210,13 +253,21 @@ impl<B: Backend> CausalSelfAttention<B> {
                 is_causal: true,
             },
         );
-        // [C, C] viewed as [1, H, hd, C]; sum the per-head projections.
-        let w_proj = self.c_proj.weight.val().reshape([1, h, hd, d]);
+        // [H·hd, C] viewed as [1, H, hd, C]; sum the per-head projections.
+        let w_proj =
+            lora::adapted_weight(&self.c_proj, self.c_proj_lora.as_ref()).reshape([1, h, hd, d]);
         let out = y.matmul(w_proj).sum_dim(1).reshape([b, t, d]);
         match &self.c_proj.bias {
             Some(bias) => out + bias.val().reshape([1, 1, d]),
             None => out,
         }
+    }
+}
+
+impl<B: Backend> Mlp<B> {
+    pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
+        let hidden = gelu_tanh(lora::forward(&self.c_fc, self.c_fc_lora.as_ref(), x));
+        lora::forward(&self.c_proj, self.c_proj_lora.as_ref(), hidden)
     }
 }
 
@@ -227,8 +278,7 @@ impl<B: Backend> Block<B> {
             + self
                 .dropout
                 .forward(self.attn.forward(self.ln_1.forward(x)));
-        let hidden = gelu_tanh(self.mlp.c_fc.forward(self.ln_2.forward(x.clone())));
-        x + self.dropout.forward(self.mlp.c_proj.forward(hidden))
+        x.clone() + self.dropout.forward(self.mlp.forward(self.ln_2.forward(x)))
     }
 }
 

@@ -6,36 +6,30 @@
 //! RUN_DIR/packed/<scheme>.envq    the packed model (every tensor; see pack.rs)
 //! RUN_DIR/packed/<scheme>.json    that scheme's row of the table (resume skips it)
 //! RUN_DIR/summary.json            metrics.schemes[] = the rows, f32 baseline first
+//! RUN_DIR/pruned/…                 with a [prune] table: see prune.rs
 //! ```
 //!
-//! A source kind is a [`SourceRun`]: the GPT experiments (gpt2: validation
-//! perplexity; rft: held-out accuracy) implement it here. HRM runs are
-//! refused until that experiment's checkpoint format is settled (issue #3);
-//! adding it means one more `SourceRun` and one arm in [`open_source`].
+//! What a source run is and how it is scored: `source.rs`.
 
 use std::collections::HashMap;
-use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use burn::module::{Module, ModuleVisitor, Param, Quantizer};
-use burn::prelude::*;
-use burn::tensor::quantization::{Calibration, QuantLevel, QuantParam, QuantScheme, QuantValue};
+use burn::tensor::quantization::{QuantLevel, QuantParam, QuantScheme, QuantValue};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use super::pack::{read_packed, write_packed, NamedTensor};
-use super::schemes::{bits_per_weight, dequantize, quantize, Scheme};
-use crate::backend::{Cpu, CpuTrain};
-use crate::engine::rundir::{read_json, write_json, Manifest, Status, Summary};
+use super::prune::{run_pruning, PruneConfig, RowInputs};
+use super::schemes::{bits_per_weight, dequantize, quantize, transpose, Scheme};
+use super::source::named;
+pub use super::source::{open_source, source_kind, Quality, SourceRun};
+use crate::engine::rundir::{read_json, write_json, Status, Summary};
 use crate::engine::safetensors_io::NamedTensors;
-use crate::engine::{self, RunControl, Task};
+use crate::engine::{self, RunControl};
 use crate::error::UserError;
-use crate::gpt2::{hf, Gpt2, Gpt2Config, Gpt2Task, ModelConfig};
-use crate::registry::{self, Experiment, ResolvedConfig};
-use crate::rft::run::{evaluate_accuracy, RftConfig};
-use crate::rft::Question;
+use crate::registry::{ExperimentInfo, TypedExperiment};
 
 pub const EXPERIMENT: &str = "quantize";
 pub const PRESETS: &[(&str, &str)] = &[("tiny", include_str!("../../presets/quantize/tiny.toml"))];
@@ -45,12 +39,16 @@ pub const DEFAULT_PRESET: &str = "tiny";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QuantizeConfig {
-    /// Run directory of a completed gpt2 or rft run.
+    /// Run directory of a completed gpt2, rft or hrm-sudoku run.
     pub source: PathBuf,
     /// Scheme names: `int8`, `int4-sym-gN`, `int4-asym-gN` (envgen's packed
     /// formats) and `burn-q8-block32` / `burn-q4-block32` (Burn's built-in
     /// quantized tensors, evaluated in memory).
     pub schemes: Vec<String>,
+    /// Structured pruning + recovery before quantizing (GPT sources only).
+    /// Absent from config.toml (and its hash) when not used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prune: Option<PruneConfig>,
 }
 
 /// A scheme from the config.
@@ -84,7 +82,7 @@ impl QuantizeConfig {
     pub fn validate(&self) -> anyhow::Result<()> {
         if self.source.as_os_str().is_empty() {
             return Err(UserError::usage("source is not set: quantize needs a trained run")
-                .with_fix("pass --set source=RUN_DIR (a completed `envgen run gpt2` or `envgen run rft` directory)")
+                .with_fix("pass --set source=RUN_DIR (a completed `envgen run gpt2`, `envgen run rft` or `envgen run hrm-sudoku` directory)")
                 .into());
         }
         if self.schemes.is_empty() {
@@ -95,7 +93,18 @@ impl QuantizeConfig {
         for name in &self.schemes {
             Method::parse(name)?;
         }
-        source_kind(&self.source)?;
+        let kind = source_kind(&self.source)?;
+        if let Some(prune) = &self.prune {
+            prune.validate()?;
+            if kind == "hrm-sudoku" {
+                return Err(UserError::usage(format!(
+                    "prune: source {} is an hrm-sudoku run; structured pruning knows the GPT of gpt2 and rft runs",
+                    self.source.display()
+                ))
+                .with_fix("drop the [prune] table (quantization alone works on HRM)")
+                .into());
+            }
+        }
         Ok(())
     }
 }
@@ -111,282 +120,21 @@ pub fn load_config(
 }
 
 // ---------------------------------------------------------------------------
-// Sources.
-
-/// A quality measurement of one set of weights.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Quality {
-    pub value: f64,
-    /// Throughput of the evaluation, in `SourceRun::throughput_unit`s per second.
-    pub per_s: f64,
-}
-
-/// What quantization needs from a trained run.
-pub trait SourceRun {
-    /// The experiment that wrote the run (`gpt2`, `rft`).
-    fn kind(&self) -> &'static str;
-    /// The run's own quality metric, e.g. `val_perplexity`.
-    fn metric(&self) -> &'static str;
-    /// `tokens_per_s` or `samples_per_s`.
-    fn throughput_field(&self) -> &'static str;
-    /// The trained weights: name → (shape, values), and whether the model
-    /// holds each 2-D tensor transposed (a Linear's [d_in, d_out]).
-    fn weights(&self) -> &[(String, Vec<usize>, Vec<f32>)];
-    fn is_transposed(&self, name: &str) -> bool;
-    /// Quality of a full set of weights (same names and shapes).
-    fn evaluate(&self, weights: &NamedTensors) -> anyhow::Result<Quality>;
-    /// Quality after Burn's own `quantize_weights` with `scheme`, and the
-    /// bytes the quantized parameters occupy in memory.
-    fn evaluate_burn(&self, scheme: QuantScheme) -> anyhow::Result<(Quality, usize)>;
-}
-
-/// How a GPT run is scored.
-enum GptMetric {
-    /// gpt2: the engine's validation loss, reported as perplexity.
-    Perplexity(Box<Gpt2Task>),
-    /// rft: greedy accuracy on the held-out questions.
-    Accuracy {
-        questions: Vec<Question>,
-        max_new_tokens: usize,
-    },
-}
-
-/// A gpt2 or rft run: both train the engine's GPT.
-pub struct GptSource {
-    kind: &'static str,
-    model: ModelConfig,
-    weights: Vec<(String, Vec<usize>, Vec<f32>)>,
-    metric: GptMetric,
-    micro_batch: usize,
-}
-
-/// Validation windows per forward pass in gpt2 evaluation.
-const EVAL_MICRO_BATCH: usize = 16;
-/// Questions scored per batch in rft evaluation.
-const ACCURACY_BATCH: usize = 128;
-
-impl GptSource {
-    fn model_from(&self, weights: &NamedTensors) -> anyhow::Result<Gpt2<Cpu>> {
-        hf::load_tensors(
-            self.model.init::<Cpu>(&Default::default()),
-            weights,
-            "quantized weights",
-        )
-    }
-
-    fn score(&self, model: &Gpt2<Cpu>) -> Quality {
-        let device = Default::default();
-        let started = Instant::now();
-        match &self.metric {
-            GptMetric::Perplexity(task) => {
-                let loss =
-                    <Gpt2Task as Task<CpuTrain>>::evaluate(task, model, self.micro_batch, &device);
-                let train = &task.config.train;
-                let tokens =
-                    (train.eval_batches * train.batch_size).max(1) * task.config.model.block_size;
-                Quality {
-                    value: loss.exp(),
-                    per_s: tokens as f64 / started.elapsed().as_secs_f64().max(1e-9),
-                }
-            }
-            GptMetric::Accuracy {
-                questions,
-                max_new_tokens,
-            } => {
-                let eval = evaluate_accuracy(
-                    model,
-                    &self.model,
-                    questions,
-                    *max_new_tokens,
-                    ACCURACY_BATCH,
-                    &device,
-                );
-                Quality {
-                    value: eval.metrics.accuracy,
-                    per_s: eval.samples_per_s,
-                }
-            }
-        }
-    }
-}
-
-impl SourceRun for GptSource {
-    fn kind(&self) -> &'static str {
-        self.kind
-    }
-    fn metric(&self) -> &'static str {
-        match self.metric {
-            GptMetric::Perplexity(_) => "val_perplexity",
-            GptMetric::Accuracy { .. } => "accuracy",
-        }
-    }
-    fn throughput_field(&self) -> &'static str {
-        match self.metric {
-            GptMetric::Perplexity(_) => "tokens_per_s",
-            GptMetric::Accuracy { .. } => "samples_per_s",
-        }
-    }
-    fn weights(&self) -> &[(String, Vec<usize>, Vec<f32>)] {
-        &self.weights
-    }
-    fn is_transposed(&self, name: &str) -> bool {
-        // Every 2-D tensor but the embeddings is a Burn Linear weight [d_in, d_out].
-        !matches!(name, "wte.weight" | "wpe.weight")
-    }
-    fn evaluate(&self, weights: &NamedTensors) -> anyhow::Result<Quality> {
-        Ok(self.score(&self.model_from(weights)?))
-    }
-    fn evaluate_burn(&self, scheme: QuantScheme) -> anyhow::Result<(Quality, usize)> {
-        let f32_weights: NamedTensors = self
-            .weights
-            .iter()
-            .map(|(n, s, v)| (n.clone(), (s.clone(), v.clone())))
-            .collect();
-        let model = self.model_from(&f32_weights)?;
-        // Burn panics on operations a backend lacks for quantized tensors:
-        // report that as this scheme's failure, not the whole run's.
-        std::panic::catch_unwind(AssertUnwindSafe(|| {
-            let mut quantizer = Quantizer {
-                calibration: Calibration::MinMax,
-                scheme,
-            };
-            let model = model.quantize_weights(&mut quantizer);
-            let bytes = parameter_bytes(&model);
-            (self.score(&model), bytes)
-        }))
-        .map_err(|panic| {
-            let text = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "unknown panic".into());
-            UserError::failed(format!("Burn's quantized model failed: {text}")).into()
-        })
-    }
-}
-
-/// Bytes of every float parameter's data as the backend stores it.
-fn parameter_bytes<B: Backend, M: Module<B>>(model: &M) -> usize {
-    struct Bytes(usize);
-    impl<B: Backend> ModuleVisitor<B> for Bytes {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            self.0 += param.val().into_data().as_bytes().len();
-        }
-    }
-    let mut visitor = Bytes(0);
-    model.visit(&mut visitor);
-    visitor.0
-}
-
-fn source_error(dir: &Path, what: impl std::fmt::Display, fix: &str) -> anyhow::Error {
-    UserError::usage(format!("source {}: {what}", dir.display()))
-        .with_fix(fix)
-        .into()
-}
-
-const SOURCE_FIX: &str =
-    "pass --set source=RUN_DIR naming a completed `envgen run gpt2` or `envgen run rft` directory";
-
-/// The kind of a completed run directory quantize can read (`gpt2`, `rft`);
-/// a usage error (exit 2) naming the problem for anything else.
-pub fn source_kind(dir: &Path) -> anyhow::Result<&'static str> {
-    if !dir.is_dir() {
-        return Err(source_error(dir, "no such directory", SOURCE_FIX));
-    }
-    let manifest: Manifest = read_json(&dir.join("manifest.json")).map_err(|_| {
-        source_error(
-            dir,
-            "not a run directory (no readable manifest.json)",
-            SOURCE_FIX,
-        )
-    })?;
-    let kind: &'static str = match manifest.experiment.as_str() {
-        "gpt2" => "gpt2",
-        "rft" => "rft",
-        "hrm-sudoku" => {
-            return Err(source_error(
-                dir,
-                "is an hrm-sudoku run; quantizing HRM checkpoints is not supported yet (their format is settled by the HRM issue #3)",
-                "quantize a gpt2 or rft run for now",
-            ))
-        }
-        other => {
-            return Err(source_error(
-                dir,
-                format!("is a `{other}` run; quantize reads gpt2 and rft runs"),
-                SOURCE_FIX,
-            ))
-        }
-    };
-    let status = read_json::<Summary>(&dir.join("summary.json"))
-        .map(|s| s.status)
-        .ok();
-    let weights_path = dir.join("model.safetensors");
-    if status != Some(Status::Completed) || !weights_path.is_file() {
-        return Err(source_error(
-            dir,
-            format!(
-                "the {kind} run is not completed (status {}, model.safetensors {})",
-                status.map_or("unknown".to_string(), |s| format!("{s:?}").to_lowercase()),
-                if weights_path.is_file() {
-                    "present"
-                } else {
-                    "missing"
-                }
-            ),
-            "finish it first (`envgen run --resume RUN_DIR`), or pick a completed run",
-        ));
-    }
-    Ok(kind)
-}
-
-/// Open a run directory as a quantization source.
-/// `micro_batch`: rows per forward pass when evaluating (a speed knob).
-pub fn open_source(dir: &Path, micro_batch: usize) -> anyhow::Result<Box<dyn SourceRun>> {
-    let kind = source_kind(dir)?;
-    let weights_path = dir.join("model.safetensors");
-    let config_text = std::fs::read_to_string(dir.join("config.toml"))
-        .map_err(|e| source_error(dir, format!("cannot read config.toml: {e}"), SOURCE_FIX))?;
-    let origin = dir.join("config.toml").display().to_string();
-    let (model, metric) = match kind {
-        "gpt2" => {
-            let config: Gpt2Config = engine::load(&config_text, &origin, &[])?.science;
-            let model = config.model.clone();
-            (
-                model,
-                GptMetric::Perplexity(Box::new(Gpt2Task::new(config)?)),
-            )
-        }
-        _ => {
-            let config: RftConfig = engine::load(&config_text, &origin, &[])?.science;
-            let questions = config.split()?.validation;
-            (
-                config.model.clone(),
-                GptMetric::Accuracy {
-                    questions,
-                    max_new_tokens: config.task.max_completion_tokens,
-                },
-            )
-        }
-    };
-    let loaded = hf::load(model.init::<Cpu>(&Default::default()), &weights_path)?;
-    Ok(Box::new(GptSource {
-        kind,
-        weights: hf::named_weights(&loaded),
-        model,
-        metric,
-        micro_batch: micro_batch.max(1),
-    }))
-}
-
-// ---------------------------------------------------------------------------
 // Packing a whole model.
 
 /// Every tensor of `source`: 2-D ones quantized with `scheme` (rows = output
 /// channels), the rest kept in f32.
 pub fn pack_model(source: &dyn SourceRun, scheme: Scheme) -> anyhow::Result<Vec<NamedTensor>> {
-    source
-        .weights()
+    pack_weights(source, source.weights(), scheme)
+}
+
+/// [`pack_model`] for other weights with the source's names (a pruned model).
+pub fn pack_weights(
+    source: &dyn SourceRun,
+    weights: &[(String, Vec<usize>, Vec<f32>)],
+    scheme: Scheme,
+) -> anyhow::Result<Vec<NamedTensor>> {
+    weights
         .iter()
         .map(|(name, shape, values)| {
             let tensor = match shape.as_slice() {
@@ -405,7 +153,10 @@ pub fn pack_model(source: &dyn SourceRun, scheme: Scheme) -> anyhow::Result<Vec<
         .collect()
 }
 
-/// The model's tensors back from a packed file (original names, shapes, layout).
+/// The model's tensors back from a packed file (original names, shapes,
+/// layout). Tensors that are not 2-D were stored as one row: the source's
+/// tensor of the same name says how many dimensions they have (a pruned
+/// model's have fewer elements, the same rank).
 pub fn unpack_model(
     tensors: &[NamedTensor],
     source: &dyn SourceRun,
@@ -424,31 +175,15 @@ pub fn unpack_model(
         } else {
             values
         };
-        // 1-D tensors are stored as one row: take the model's shape.
-        let shape = shapes.get(t.name.as_str()).map_or_else(
-            || {
-                if t.transposed {
-                    vec![cols, rows]
-                } else {
-                    vec![rows, cols]
-                }
-            },
-            |s| (*s).clone(),
-        );
+        let shape = match shapes.get(t.name.as_str()) {
+            Some(s) if s.len() != 2 && s.iter().product::<usize>() == rows * cols => (*s).clone(),
+            Some(s) if s.len() == 1 => vec![rows * cols],
+            _ if t.transposed => vec![cols, rows],
+            _ => vec![rows, cols],
+        };
         out.insert(t.name.clone(), (shape, values));
     }
     Ok(out)
-}
-
-/// Row-major `[rows, cols]` → `[cols, rows]`.
-fn transpose(values: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-    let mut out = vec![0.0; values.len()];
-    for r in 0..rows {
-        for c in 0..cols {
-            out[c * rows + r] = values[r * cols + c];
-        }
-    }
-    out
 }
 
 /// Quality of the model stored in a `.envq` file (what the table reports).
@@ -460,38 +195,47 @@ pub fn evaluate_packed(source: &dyn SourceRun, path: &Path) -> anyhow::Result<Qu
 // ---------------------------------------------------------------------------
 // The run.
 
-/// One row of `metrics.schemes[]`.
-fn row(
-    source: &dyn SourceRun,
-    scheme: &str,
-    bits: f64,
-    bytes: usize,
-    quality: Quality,
-    baseline: Option<f64>,
-) -> Map<String, Value> {
-    let params: usize = source.weights().iter().map(|(_, _, v)| v.len()).sum();
-    let delta = baseline
-        .filter(|b| *b != 0.0)
-        .map(|b| (quality.value - b) / b * 100.0);
+fn parameter_count(weights: &[(String, Vec<usize>, Vec<f32>)]) -> usize {
+    weights.iter().map(|(_, _, v)| v.len()).sum()
+}
+
+/// One row of `metrics.schemes[]`. `compression` is always against the
+/// source's f32 parameters (4 bytes each), whatever the row keeps.
+fn row(source: &dyn SourceRun, input: RowInputs, baseline: f64) -> Map<String, Value> {
+    let source_parameters = parameter_count(source.weights());
+    let delta = if baseline != 0.0 {
+        (input.quality.value - baseline) / baseline * 100.0
+    } else {
+        0.0
+    };
     let mut m = Map::new();
-    m.insert("scheme".into(), json!(scheme));
-    m.insert("bits_per_weight".into(), json!(bits));
-    m.insert("bytes".into(), json!(bytes));
+    m.insert("scheme".into(), json!(input.scheme));
+    m.insert("bits_per_weight".into(), json!(input.bits));
+    m.insert("bytes".into(), json!(input.bytes));
     m.insert(
         "compression".into(),
-        json!((4 * params) as f64 / bytes.max(1) as f64),
+        json!((4 * source_parameters) as f64 / input.bytes.max(1) as f64),
     );
+    m.insert("parameters".into(), json!(input.parameters));
     m.insert("metric".into(), json!(source.metric()));
-    m.insert("metric_value".into(), json!(quality.value));
-    m.insert("metric_delta_pct".into(), json!(delta.unwrap_or(0.0)));
-    m.insert(source.throughput_field().into(), json!(quality.per_s));
+    m.insert("metric_value".into(), json!(input.quality.value));
+    m.insert("metric_delta_pct".into(), json!(delta));
+    if let (Some(name), Some(value)) = (source.secondary_metric(), input.quality.secondary) {
+        m.insert(name.into(), json!(value));
+    }
+    m.insert(source.throughput_field().into(), json!(input.quality.per_s));
     m
 }
 
-/// Nominal bits per weight of the quantized (2-D) tensors under `scheme`.
-fn matrix_bits(source: &dyn SourceRun, scheme: Scheme) -> f64 {
-    let (mut bits, mut weights) = (0.0, 0usize);
-    for (name, shape, values) in source.weights() {
+/// Nominal bits per weight of the quantized (2-D) tensors of `weights`
+/// (the source's names) under `scheme`.
+pub fn matrix_bits(
+    source: &dyn SourceRun,
+    weights: &[(String, Vec<usize>, Vec<f32>)],
+    scheme: Scheme,
+) -> f64 {
+    let (mut bits, mut weights_count) = (0.0, 0usize);
+    for (name, shape, values) in weights {
         if let [rows, cols] = shape.as_slice() {
             let (r, c) = if source.is_transposed(name) {
                 (*cols, *rows)
@@ -499,11 +243,15 @@ fn matrix_bits(source: &dyn SourceRun, scheme: Scheme) -> f64 {
                 (*rows, *cols)
             };
             bits += bits_per_weight(scheme, r, c) * values.len() as f64;
-            weights += values.len();
+            weights_count += values.len();
         }
     }
-    bits / weights.max(1) as f64
+    bits / weights_count.max(1) as f64
 }
+
+/// Validation windows (gpt2) or puzzles (hrm-sudoku) per forward pass when
+/// evaluating: a speed knob only.
+const EVAL_MICRO_BATCH: usize = 16;
 
 pub fn run(config: &QuantizeConfig, control: &RunControl) -> anyhow::Result<Summary> {
     config.validate()?;
@@ -512,21 +260,17 @@ pub fn run(config: &QuantizeConfig, control: &RunControl) -> anyhow::Result<Summ
     let packed_dir = control.run_dir.join("packed");
     std::fs::create_dir_all(&packed_dir)?;
 
-    let f32_weights: NamedTensors = source
-        .weights()
-        .iter()
-        .map(|(n, s, v)| (n.clone(), (s.clone(), v.clone())))
-        .collect();
-    let baseline = source.evaluate(&f32_weights)?;
+    let baseline = source.evaluate(&named(source.weights()))?;
     let source_bytes = std::fs::metadata(config.source.join("model.safetensors"))?.len() as usize;
-    let mut rows = vec![row(
-        &*source,
-        "f32",
-        32.0,
-        source_bytes,
-        baseline,
-        Some(baseline.value),
-    )];
+    let parameters = parameter_count(source.weights());
+    let row = |input: RowInputs| row(&*source, input, baseline.value);
+    let mut rows = vec![row(RowInputs {
+        scheme: "f32",
+        bits: 32.0,
+        bytes: source_bytes,
+        quality: baseline,
+        parameters,
+    })];
     let mut status = Status::Completed;
     for name in &config.schemes {
         if control.stop.load(Ordering::SeqCst) {
@@ -544,16 +288,13 @@ pub fn run(config: &QuantizeConfig, control: &RunControl) -> anyhow::Result<Summ
                 write_packed(&path, &pack_model(&*source, scheme)?)?;
                 // The table reports the file as loaded back, not the
                 // in-memory tensors that were written.
-                let quality = evaluate_packed(&*source, &path)?;
-                let bytes = std::fs::metadata(&path)?.len() as usize;
-                let mut m = row(
-                    &*source,
-                    name,
-                    matrix_bits(&*source, scheme),
-                    bytes,
-                    quality,
-                    Some(baseline.value),
-                );
+                let mut m = row(RowInputs {
+                    scheme: name,
+                    bits: matrix_bits(&*source, source.weights(), scheme),
+                    bytes: std::fs::metadata(&path)?.len() as usize,
+                    quality: evaluate_packed(&*source, &path)?,
+                    parameters,
+                });
                 m.insert(
                     "file".into(),
                     json!(format!(
@@ -563,23 +304,29 @@ pub fn run(config: &QuantizeConfig, control: &RunControl) -> anyhow::Result<Summ
                 );
                 m
             }
-            Method::Burn { bits, block } => burn_row(&*source, name, bits, block, baseline),
+            Method::Burn { bits, block } => burn_row(&*source, name, bits, block, &row),
         };
         write_json(&record, &m)?;
         rows.push(m);
+    }
+    let mut prune_summary = None;
+    if let (Some(prune), Status::Completed) = (&config.prune, status) {
+        match run_pruning(&*source, prune, control, &row)? {
+            Some((pruned_rows, summary)) => {
+                rows.extend(pruned_rows);
+                prune_summary = Some(summary);
+            }
+            None => status = Status::Interrupted,
+        }
     }
     let mut metrics = Map::new();
     metrics.insert("source".into(), json!(config.source));
     metrics.insert("source_kind".into(), json!(source.kind()));
     metrics.insert("metric".into(), json!(source.metric()));
-    metrics.insert(
-        "parameters".into(),
-        json!(source
-            .weights()
-            .iter()
-            .map(|(_, _, v)| v.len())
-            .sum::<usize>()),
-    );
+    metrics.insert("parameters".into(), json!(parameters));
+    if let Some(summary) = prune_summary {
+        metrics.insert("prune".into(), summary);
+    }
     metrics.insert(
         "schemes".into(),
         Value::Array(rows.into_iter().map(Value::Object).collect()),
@@ -602,7 +349,7 @@ fn burn_row(
     name: &str,
     bits: u8,
     block: u8,
-    baseline: Quality,
+    row: &dyn Fn(RowInputs) -> Map<String, Value>,
 ) -> Map<String, Value> {
     let value = if bits == 8 {
         QuantValue::Q8S
@@ -617,14 +364,13 @@ fn burn_row(
     let nominal_bits = f64::from(bits) + 32.0 / f64::from(block);
     match source.evaluate_burn(scheme) {
         Ok((quality, bytes)) => {
-            let mut m = row(
-                source,
-                name,
-                nominal_bits,
+            let mut m = row(RowInputs {
+                scheme: name,
+                bits: nominal_bits,
                 bytes,
                 quality,
-                Some(baseline.value),
-            );
+                parameters: parameter_count(source.weights()),
+            });
             m.insert("in_memory".into(), json!(true));
             m
         }
@@ -643,48 +389,36 @@ fn burn_row(
 pub struct QuantizeExperiment;
 pub static QUANTIZE: QuantizeExperiment = QuantizeExperiment;
 
-impl Experiment for QuantizeExperiment {
-    fn name(&self) -> &'static str {
-        EXPERIMENT
+impl TypedExperiment for QuantizeExperiment {
+    type Config = QuantizeConfig;
+    const INFO: ExperimentInfo = ExperimentInfo {
+        name: EXPERIMENT,
+        description: "post-training INT8/INT4 quantization (and optional structured pruning) of a gpt2, rft or hrm-sudoku run (--set source=RUN_DIR)",
+        presets: PRESETS,
+        default_preset: DEFAULT_PRESET,
+    };
+    fn validate(&self, config: &QuantizeConfig, _origin: &str) -> anyhow::Result<()> {
+        config.validate()
     }
-    fn description(&self) -> &'static str {
-        "post-training INT8/INT4 weight quantization of a gpt2 or rft run (--set source=RUN_DIR)"
+    /// Nothing is trained: one "row" per step keeps the CLI's micro-batch
+    /// arithmetic trivial.
+    fn batch_size(&self, _config: &QuantizeConfig) -> usize {
+        1
     }
-    fn presets(&self) -> &'static [(&'static str, &'static str)] {
-        PRESETS
+    fn parameters(&self, _config: &QuantizeConfig) -> Option<u64> {
+        None
     }
-    fn default_preset(&self) -> &'static str {
-        DEFAULT_PRESET
-    }
-    fn resolve(
+    /// Evaluation runs on the CPU backend whatever was asked: the packed
+    /// weights are dequantized to f32 there (see docs/experiments/quantize.md).
+    fn run_typed(
         &self,
-        text: &str,
-        origin: &str,
-        overrides: &[String],
-    ) -> anyhow::Result<ResolvedConfig> {
-        let loaded = load_config(text, origin, overrides)?;
-        Ok(ResolvedConfig {
-            preset: None,
-            science: registry::canonical(&loaded.science)?,
-            // Nothing is trained: one "row" per step keeps the CLI's
-            // micro-batch arithmetic trivial.
-            batch_size: 1,
-            hardware: loaded.hardware,
-            parameters: None,
-        })
-    }
-    fn run(
-        &self,
-        science: &toml::Value,
+        config: &QuantizeConfig,
         control: &RunControl,
         _backend: crate::backend::Resolved,
     ) -> anyhow::Result<Summary> {
-        // Evaluation runs on the CPU backend whatever was asked: the packed
-        // weights are dequantized to f32 there (see docs/experiments/quantize.md).
-        let config: QuantizeConfig = registry::typed(science, "config.toml")?;
-        run(&config, control)
+        run(config, control)
     }
-    fn summary_line(&self, summary: &Summary) -> String {
+    fn line(&self, summary: &Summary) -> String {
         summary_line(summary)
     }
 }
@@ -780,7 +514,7 @@ mod tests {
                    "started_at": "", "finished_at": null})
         };
         write_json(&dir.path().join("manifest.json"), &manifest("hrm-sudoku")).unwrap();
-        check(dir.path(), "not supported yet");
+        check(dir.path(), "the hrm-sudoku run is not completed");
         write_json(&dir.path().join("manifest.json"), &manifest("quantize")).unwrap();
         check(dir.path(), "is a `quantize` run");
         write_json(&dir.path().join("manifest.json"), &manifest("gpt2")).unwrap();

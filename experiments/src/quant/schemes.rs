@@ -479,6 +479,17 @@ pub fn select_rows(weights: &[f32], cols: usize, row_mask: &[bool]) -> Vec<f32> 
         .collect()
 }
 
+/// Row-major `[rows, cols]` → `[cols, rows]`.
+pub fn transpose(values: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut out = vec![0.0; values.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            out[c * rows + r] = values[r * cols + c];
+        }
+    }
+    out
+}
+
 /// Columns of a row-major `[rows, cols]` matrix where `col_mask` is true.
 pub fn select_cols(weights: &[f32], cols: usize, col_mask: &[bool]) -> Vec<f32> {
     weights
