@@ -152,10 +152,11 @@ fn block_step<B: Backend>(
     x: Tensor<B, 3>,
     layer: &mut Option<LayerCache<B>>,
 ) -> Tensor<B, 3> {
-    let [b, _, d] = x.dims();
-    let heads = block.attn.n_head;
-    let hd = d / heads;
+    let [b, _, _] = x.dims();
     let attn = &block.attn;
+    // Heads × head width; less than the model width in a head-pruned block.
+    let (heads, hd) = (attn.n_head, attn.head_dim());
+    let width = heads * hd;
     let qkv = lora::forward(
         &attn.c_attn,
         attn.c_attn_lora.as_ref(),
@@ -163,7 +164,7 @@ fn block_step<B: Backend>(
     );
     let split = |i: usize| {
         qkv.clone()
-            .slice([0..b, 0..1, i * d..(i + 1) * d])
+            .slice([0..b, 0..1, i * width..(i + 1) * width])
             .reshape([b, 1, heads, hd])
             .swap_dims(1, 2)
     };
@@ -182,7 +183,7 @@ fn block_step<B: Backend>(
     let x = x + lora::forward(
         &attn.c_proj,
         attn.c_proj_lora.as_ref(),
-        y.swap_dims(1, 2).reshape([b, 1, d]),
+        y.swap_dims(1, 2).reshape([b, 1, width]),
     );
     x.clone() + block.mlp.forward(block.ln_2.forward(x))
 }
@@ -210,6 +211,14 @@ mod tests {
     #[test]
     fn cached_greedy_matches_the_full_forward_sampler() {
         let (cfg, model) = tiny();
+        matches_full_forward(&cfg, &model);
+        // A pruned model: one head of width 8 and 40 MLP neurons per block.
+        let pruned = cfg.init_shaped::<Cpu>(1, 40, &Default::default());
+        assert_eq!(pruned.h[0].attn.head_dim(), 8);
+        matches_full_forward(&cfg, &pruned);
+    }
+
+    fn matches_full_forward(cfg: &ModelConfig, model: &Gpt2<Cpu>) {
         let prompts = vec![vec![1, 2, 3], vec![4], vec![5, 6, 7, 8, 9]];
         let opts = BatchSampleOptions {
             max_new_tokens: 8,
@@ -218,11 +227,11 @@ mod tests {
             seed: 0,
             stop_token: None,
         };
-        let batched = sample_batch(&model, &cfg, &prompts, opts, &Default::default());
+        let batched = sample_batch(model, cfg, &prompts, opts, &Default::default());
         for (prompt, got) in prompts.iter().zip(&batched) {
             let want = sample(
-                &model,
-                &cfg,
+                model,
+                cfg,
                 prompt,
                 SampleOptions {
                     tokens: 8,
