@@ -99,24 +99,15 @@ fn tiny_gpt2_meets_the_quality_goals_and_files_load_back() {
 
     // Interrupted inside the recovery fine-tune and resumed: the same
     // pruned rows, bit for bit (the recovery continues from its checkpoint).
-    let source_set = format!("source={}", source.display());
-    let out = run(&[
-        "run",
-        "quantize",
-        "--backend",
-        "cpu",
-        "--json",
-        "--out",
-        tmp.path().to_str().unwrap(),
-        "--set",
-        &source_set,
-        "--set",
-        "schemes=[\"int8\"]",
-        "--set",
-        "prune={mlp_fraction=0.5, head_fraction=0.5}",
-        "--stop-after",
-        "20",
-    ]);
+    let out = quantize_with(
+        tmp.path(),
+        &source,
+        &[
+            "schemes=[\"int8\"]",
+            "prune={mlp_fraction=0.5, head_fraction=0.5}",
+        ],
+        &["--stop-after", "20"],
+    );
     assert_eq!(
         out.status.code(),
         Some(130),

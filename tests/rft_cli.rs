@@ -42,7 +42,8 @@ fn tiny_preset_raises_held_out_accuracy() {
         doc["summary"]["wall_s"].as_f64().unwrap()
     );
     // Issue #4: the tiny preset raises held-out accuracy by at least 10
-    // points. The run is deterministic on CPU (same seeds, same numbers).
+    // points. Deterministic on one CPU; across CPUs and pretraining seeds it
+    // measured +12.4 to +14.8 on 1000 held-out questions (docs/experiments/rft.md).
     assert!(
         after >= before + 0.10,
         "accuracy {before} -> {after}: less than +10 points"

@@ -125,6 +125,11 @@ pub fn stopped_after(out: &Output, steps: u64) -> PathBuf {
 /// `envgen run quantize --backend cpu --json --out OUT --set source=SOURCE
 /// --set S…`, whatever its exit status.
 pub fn quantize(out: &Path, source: &Path, sets: &[&str]) -> Output {
+    quantize_with(out, source, sets, &[])
+}
+
+/// [`quantize`] with more arguments after the `--set`s (`--stop-after N`).
+pub fn quantize_with(out: &Path, source: &Path, sets: &[&str], extra: &[&str]) -> Output {
     let source = format!("source={}", source.display());
     let mut args = vec![
         "run",
@@ -140,6 +145,7 @@ pub fn quantize(out: &Path, source: &Path, sets: &[&str]) -> Output {
     for set in sets {
         args.extend(["--set", set]);
     }
+    args.extend(extra);
     run(&args)
 }
 
