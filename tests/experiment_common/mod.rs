@@ -201,3 +201,14 @@ pub fn assert_pruned_rows(doc: &Value, lower_is_better: bool) -> (f64, f64) {
     assert!(prune["heads_kept"].as_u64().unwrap() < prune["heads"].as_u64().unwrap());
     (pruned, recovered)
 }
+
+/// `computed` (in memory) is the number `reported` in a JSON document,
+/// bit for bit up to serde_json's default float parser, which may land one
+/// unit in the last place off the decimal it reads.
+pub fn assert_reported(computed: f64, reported: f64, what: &str) {
+    let ulps = (computed.to_bits() as i64 - reported.to_bits() as i64).abs();
+    assert!(
+        ulps <= 1,
+        "{what}: computed {computed:e}, reported {reported:e} ({ulps} ulps apart)"
+    );
+}
