@@ -132,6 +132,16 @@ fn tiny_gpt2_meets_the_quality_goals_and_files_load_back() {
         assert_eq!(value(&doc).to_bits(), value(&resumed).to_bits(), "{scheme}");
     }
 
+    // Pruning that would leave no head is refused before a run directory
+    // is made.
+    let runs = || std::fs::read_dir(tmp.path()).unwrap().count();
+    let before = runs();
+    let out = quantize(tmp.path(), &source, &["prune={head_fraction=0.9}"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("leaves no unit"), "{stderr}");
+    assert_eq!(runs(), before, "a run directory was made");
+
     // Every packed file (the pruned one too), loaded back on its own,
     // evaluates to the number in the table (bit for bit: same weights, same
     // evaluation).

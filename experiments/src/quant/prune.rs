@@ -448,29 +448,23 @@ pub fn run_pruning(
         return Ok(None);
     }
     let recovery_dir = dir.join("recovery");
-    let mut recovered: Option<NamedTensors> = None;
     let ok = cached("pruned+recovery", &mut || {
         let Some(weights) = recover(gpt, &pruned, config, &recovery_dir, control)? else {
             return Ok(None);
         };
-        let m = row(RowInputs {
+        Ok(Some(row(RowInputs {
             scheme: "pruned+recovery",
             bits: 32.0,
             bytes: file_bytes(&recovery_dir.join(MODEL_FILE))?,
             quality: gpt.evaluate(&weights)?,
             parameters: kept_parameters,
-        });
-        recovered = Some(weights);
-        Ok(Some(m))
+        })))
     })?;
     if !ok {
         return Ok(None);
     }
-    let recovered = match recovered {
-        Some(w) => w,
-        None => safetensors_io::read(&recovery_dir.join(MODEL_FILE))?,
-    };
-    let recovered_list = as_list(&recovered);
+    // The recovered weights as the fine-tune saved them (also on a resume).
+    let recovered_list = as_list(&safetensors_io::read(&recovery_dir.join(MODEL_FILE))?);
     for name in &config.schemes {
         let scheme = Scheme::parse(name)?;
         let label = format!("pruned+recovery+{name}");

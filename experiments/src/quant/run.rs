@@ -24,7 +24,7 @@ use super::pack::{read_packed, write_packed, NamedTensor};
 use super::prune::{run_pruning, PruneConfig, RowInputs};
 use super::schemes::{bits_per_weight, dequantize, quantize, transpose, Scheme};
 use super::source::named;
-pub use super::source::{open_source, source_kind, Quality, SourceRun};
+pub use super::source::{gpt_model_of, open_source, source_kind, Quality, SourceRun};
 use crate::engine::rundir::{read_json, write_json, Status, Summary};
 use crate::engine::safetensors_io::NamedTensors;
 use crate::engine::{self, RunControl};
@@ -96,13 +96,20 @@ impl QuantizeConfig {
         let kind = source_kind(&self.source)?;
         if let Some(prune) = &self.prune {
             prune.validate()?;
-            if kind == "hrm-sudoku" {
-                return Err(UserError::usage(format!(
-                    "prune: source {} is an hrm-sudoku run; structured pruning knows the GPT of gpt2 and rft runs",
-                    self.source.display()
-                ))
-                .with_fix("drop the [prune] table (quantization alone works on HRM)")
-                .into());
+            match gpt_model_of(&self.source)? {
+                // Fractions that would leave no head or neuron: refused now,
+                // not after the unpruned schemes have run.
+                Some(model) => {
+                    prune.shape(&model)?;
+                }
+                None => {
+                    return Err(UserError::usage(format!(
+                        "prune: source {} is an {kind} run; structured pruning knows the GPT of gpt2 and rft runs",
+                        self.source.display()
+                    ))
+                    .with_fix("drop the [prune] table (quantization alone works on HRM)")
+                    .into())
+                }
             }
         }
         Ok(())

@@ -386,19 +386,33 @@ pub fn source_kind(dir: &Path) -> anyhow::Result<&'static str> {
     Ok(kind)
 }
 
+/// The science config a run directory recorded (`config.toml`).
+fn run_config<T: serde::Serialize + serde::de::DeserializeOwned>(dir: &Path) -> anyhow::Result<T> {
+    let path = dir.join("config.toml");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| source_error(dir, format!("cannot read config.toml: {e}"), SOURCE_FIX))?;
+    Ok(engine::load(&text, &path.display().to_string(), &[])?.science)
+}
+
+/// The GPT of a gpt2 or rft run directory (`None` for other kinds): what
+/// the `[prune]` table is checked against before anything runs.
+pub fn gpt_model_of(dir: &Path) -> anyhow::Result<Option<ModelConfig>> {
+    Ok(match source_kind(dir)? {
+        "gpt2" => Some(run_config::<Gpt2Config>(dir)?.model),
+        "rft" => Some(run_config::<RftConfig>(dir)?.model),
+        _ => None,
+    })
+}
+
 /// Open a run directory as a quantization source.
 /// `micro_batch`: rows per forward pass when evaluating (a speed knob).
 pub fn open_source(dir: &Path, micro_batch: usize) -> anyhow::Result<Box<dyn SourceRun>> {
     let kind = source_kind(dir)?;
-    let config_path = dir.join("config.toml");
-    let config_text = std::fs::read_to_string(&config_path)
-        .map_err(|e| source_error(dir, format!("cannot read config.toml: {e}"), SOURCE_FIX))?;
-    let origin = config_path.display().to_string();
     let weights_path = dir.join("model.safetensors");
     let micro_batch = micro_batch.max(1);
     if kind == "hrm-sudoku" {
-        let preset: HrmPreset = engine::load(&config_text, &origin, &[])?.science;
-        preset.validate(&origin)?;
+        let preset: HrmPreset = run_config(dir)?;
+        preset.validate(&dir.join("config.toml").display().to_string())?;
         // The run's own held-out puzzles: `data.dir`, or the dataset the run
         // built in its directory (never rebuilt here: that would write into
         // another run's directory).
@@ -423,13 +437,13 @@ pub fn open_source(dir: &Path, micro_batch: usize) -> anyhow::Result<Box<dyn Sou
         }));
     }
     let (model, gpt_kind) = if kind == "gpt2" {
-        let config: Gpt2Config = engine::load(&config_text, &origin, &[])?.science;
+        let config: Gpt2Config = run_config(dir)?;
         (
             config.model.clone(),
             GptKind::Gpt2(Box::new(Gpt2Task::new(config)?)),
         )
     } else {
-        let config: RftConfig = engine::load(&config_text, &origin, &[])?.science;
+        let config: RftConfig = run_config(dir)?;
         let split = config.split()?;
         (
             config.model.clone(),
