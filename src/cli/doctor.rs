@@ -4,7 +4,8 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use crate::compat::{evaluate, CheckRequest, ImageFacts, KnowledgeBase, Status, Verdict};
+use crate::compat::summary::{summarize, FamilySummary, GpuSummary};
+use crate::compat::{evaluate, CheckRequest, ImageFacts, KnowledgeBase, Reason, Status, Verdict};
 use crate::error::{Result, UserError};
 use crate::host::{Host, HostSource};
 
@@ -25,32 +26,26 @@ pub struct Args {
     /// Describe the driver version instead of probing, e.g. 535.261.03.
     #[arg(long, value_name = "VERSION")]
     pub assume_driver: Option<String>,
+    /// Print every catalog verdict (ok rows too), not just the summary or the answer.
+    #[arg(long)]
+    pub all: bool,
     /// One JSON document on stdout.
     #[arg(long)]
     pub json: bool,
 }
 
-/// The `--json` document of the contract, fields in the contract's order.
+/// The `--json` document: the contract's `host` and `verdicts` (what was
+/// asked; the whole catalog when nothing was), plus `summary` ("what runs
+/// here" per GPU, when nothing was asked) or `catalog` (every catalog verdict,
+/// when something was).
 #[derive(serde::Serialize)]
 struct Report<'a> {
     host: &'a Host,
     verdicts: &'a [Verdict],
-}
-
-/// Facts about an envgen profile named by its bare name (`cpu`), else about
-/// an image the local Docker daemon has (its `NVIDIA_REQUIRE_CUDA` /
-/// `CUDA_VERSION` env and envgen labels: a built `envgen/cuda12.8:0.1.0` is
-/// read from the daemon), else about the profile a default tag names. A
-/// daemon that does not answer simply knows no image.
-pub fn local_image_facts(reference: &str) -> Option<ImageFacts> {
-    if let Some(facts) = crate::image::profile_facts(reference) {
-        return Some(facts);
-    }
-    let profile = reference
-        .strip_prefix("envgen/")
-        .map(|rest| rest.split(':').next().unwrap_or(rest));
-    crate::image::local_image_facts(reference)
-        .or_else(|| profile.and_then(crate::image::profile_facts))
+    #[serde(skip_serializing_if = "Option::is_none")]
+    summary: Option<Vec<GpuSummary>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    catalog: Option<&'a [Verdict]>,
 }
 
 /// `--assume-driver` must look like a driver version ("535.261.03", "580.65").
@@ -65,16 +60,22 @@ fn validate_driver(value: &str) -> Result<()> {
     .into())
 }
 
-/// The image facts for `reference`: catalog/profile first, then the local
-/// daemon, else a bare entry the verdict engine reports as `unknown-image`.
+/// The image facts for `reference` (see [`crate::image::image_facts`]), else
+/// a bare entry the verdict engine reports as `unknown-image`.
 fn image_facts(kb: &KnowledgeBase, reference: &str) -> ImageFacts {
-    kb.image(reference)
-        .or_else(|| local_image_facts(reference))
-        .unwrap_or_else(|| ImageFacts {
-            reference: reference.to_string(),
-            origin: "unknown".to_string(),
-            ..ImageFacts::default()
-        })
+    crate::image::image_facts(kb, reference).unwrap_or_else(|| ImageFacts {
+        reference: reference.to_string(),
+        origin: "unknown".to_string(),
+        ..ImageFacts::default()
+    })
+}
+
+impl Args {
+    /// Did the user ask about something (an image, a wheel, a precision)?
+    /// Then the answer is about that, not the catalog.
+    fn asks_something(&self) -> bool {
+        !self.images.is_empty() || self.pytorch.is_some() || self.precision.is_some()
+    }
 }
 
 pub fn execute(args: Args) -> Result<i32> {
@@ -91,26 +92,39 @@ pub fn execute(args: Args) -> Result<i32> {
         crate::probe::probe_host()
     };
 
-    let whole_catalog = args.images.is_empty();
-    let request = CheckRequest {
-        images: if whole_catalog {
-            kb.images().to_vec()
-        } else {
-            args.images.iter().map(|r| image_facts(kb, r)).collect()
-        },
-        pytorch: args.pytorch.clone(),
-        precision: args.precision,
+    let catalog_request = CheckRequest::only_images(kb.images().to_vec());
+    let (verdicts, catalog) = if args.asks_something() {
+        let request = CheckRequest {
+            images: args.images.iter().map(|r| image_facts(kb, r)).collect(),
+            pytorch: args.pytorch.clone(),
+            precision: args.precision,
+        };
+        let catalog = (args.json || args.all).then(|| evaluate(kb, &host, &catalog_request));
+        (evaluate(kb, &host, &request), catalog)
+    } else {
+        (evaluate(kb, &host, &catalog_request), None)
     };
-    let verdicts = evaluate(kb, &host, &request);
 
     if args.json {
         let document = Report {
             host: &host,
             verdicts: &verdicts,
+            summary: (!args.asks_something()).then(|| summarize(&verdicts)),
+            catalog: catalog.as_deref(),
         };
         write_stdout(&format!("{}\n", serde_json::to_string_pretty(&document)?))?;
     } else {
-        let text = render_host(&host) + &render_verdicts(&host, &verdicts, whole_catalog);
+        let mut text = render_host(&host);
+        if args.asks_something() {
+            text += &render_requested(&host, &verdicts);
+            if let Some(catalog) = &catalog {
+                text += &render_catalog(&host, catalog, true);
+            }
+        } else if args.all || host.gpus.is_empty() {
+            text += &render_catalog(&host, &verdicts, args.all);
+        } else {
+            text += &render_summary(&host, &summarize(&verdicts));
+        }
         write_stdout(&text)?;
     }
     Ok(exit_code(&args, &host, &verdicts))
@@ -132,18 +146,10 @@ fn write_stdout(text: &str) -> Result<()> {
 /// 1 only when something the user asked for by name fails on a GPU that
 /// exists; the catalog sweep and a GPU-less host are reports, not failures.
 fn exit_code(args: &Args, host: &Host, verdicts: &[Verdict]) -> i32 {
-    if host.gpus.is_empty() {
-        return 0;
-    }
-    let requested = |verdict: &Verdict| {
-        args.images.contains(&verdict.image)
-            || (args.pytorch.is_some() && verdict.image.starts_with("pytorch:"))
-            || (args.precision.is_some() && verdict.image.starts_with("precision:"))
-    };
     let failed = verdicts
         .iter()
-        .any(|verdict| verdict.status == Status::Fail && requested(verdict));
-    i32::from(failed)
+        .any(|verdict| verdict.status == Status::Fail);
+    i32::from(args.asks_something() && !host.gpus.is_empty() && failed)
 }
 
 fn source_name(source: HostSource) -> &'static str {
@@ -260,18 +266,172 @@ fn status_word(status: Status) -> &'static str {
     }
 }
 
-/// The verdict table (image × GPU), then each distinct problem's message and
-/// fix once. For the whole catalog only warn/fail rows are listed, with a
-/// count of the ok ones, so the screen stays readable.
-pub fn render_verdicts(host: &Host, verdicts: &[Verdict], whole_catalog: bool) -> String {
+/// "GPU 0", "GPUs 0, 1", "GPUs 0–7".
+fn gpu_label(indices: &[u32]) -> String {
+    match indices {
+        [] => "no GPU".to_string(),
+        [one] => format!("GPU {one}"),
+        [first, .., last] if indices.windows(2).all(|w| w[1] == w[0] + 1) => {
+            format!("GPUs {first}–{last}")
+        }
+        _ => {
+            let list: Vec<String> = indices.iter().map(u32::to_string).collect();
+            format!("GPUs {}", list.join(", "))
+        }
+    }
+}
+
+fn write_reason(out: &mut String, indent: &str, reason: &Reason) {
+    let _ = writeln!(
+        out,
+        "{indent}[{}] {}: {}",
+        status_word(reason.status),
+        reason.code,
+        reason.message
+    );
+    if !reason.fix.is_empty() {
+        let _ = writeln!(out, "{indent}    fix: {}", reason.fix);
+    }
+}
+
+/// The answer to what was asked (`--image`, `--pytorch`, `--precision`):
+/// one block per subject, GPUs with the same verdict merged, each reason
+/// with its message and fix. `run --where docker` refuses an image with the
+/// same text.
+pub fn render_requested(host: &Host, verdicts: &[Verdict]) -> String {
     let mut out = String::from("\nVerdicts\n");
+    if verdicts.is_empty() {
+        let _ = writeln!(out, "  nothing to check");
+        return out;
+    }
+    // (subject, status, reasons) → GPU indices, in first-seen order.
+    let mut groups: Vec<(&Verdict, Vec<u32>)> = Vec::new();
+    for verdict in verdicts {
+        let same = groups.iter_mut().find(|(v, _)| {
+            v.image == verdict.image && v.status == verdict.status && v.reasons == verdict.reasons
+        });
+        match same {
+            Some((_, indices)) => indices.extend(verdict.gpu_index),
+            None => groups.push((verdict, verdict.gpu_index.into_iter().collect())),
+        }
+    }
+    for (verdict, indices) in groups {
+        let on = if indices.is_empty() {
+            "this host".to_string()
+        } else {
+            let names: BTreeSet<&str> = indices
+                .iter()
+                .filter_map(|i| host.gpus.iter().find(|g| g.index == *i))
+                .map(|g| g.name.as_str())
+                .collect();
+            let names: Vec<&str> = names.into_iter().collect();
+            format!("{} ({})", gpu_label(&indices), names.join(", "))
+        };
+        let _ = writeln!(
+            out,
+            "  {} on {on}: {}",
+            verdict.image,
+            status_word(verdict.status)
+        );
+        for reason in &verdict.reasons {
+            write_reason(&mut out, "    ", reason);
+        }
+    }
+    out
+}
+
+/// "What runs here", per GPU (identical GPUs once): per catalog family the
+/// newest clean image, the newest with a caveat, and where it stops working.
+pub fn render_summary(host: &Host, summaries: &[GpuSummary]) -> String {
+    let mut out = String::from("\nWhat runs here\n");
+    let driver = host.driver_version.as_deref().unwrap_or("unknown");
+    for summary in summaries {
+        let names: BTreeSet<String> = summary
+            .gpu_indices
+            .iter()
+            .filter_map(|i| host.gpus.iter().find(|g| g.index == *i))
+            .map(|g| {
+                format!(
+                    "{}, CC {}",
+                    g.name,
+                    g.compute_capability.as_deref().unwrap_or("unknown")
+                )
+            })
+            .collect();
+        let names: Vec<String> = names.into_iter().collect();
+        let _ = writeln!(
+            out,
+            "  {} ({}) on driver {driver}:",
+            gpu_label(&summary.gpu_indices),
+            names.join("; ")
+        );
+        for family in &summary.families {
+            render_family(&mut out, family);
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\n  Ask about one image with --image REF (also a local Docker image), a wheel with\n  \
+         --pytorch 2.7.1+cu128, a precision with --precision bf16; every verdict: --all."
+    );
+    out
+}
+
+fn render_family(out: &mut String, family: &FamilySummary) {
+    let _ = writeln!(
+        out,
+        "    {} ({} checked)",
+        family.family.label(),
+        family.checked
+    );
+    match &family.newest_clean {
+        Some(pick) => {
+            let _ = writeln!(out, "      runs cleanly:     {}", pick.image);
+        }
+        None => {
+            let _ = writeln!(out, "      runs cleanly:     none in the catalog");
+        }
+    }
+    if let Some(pick) = &family.newest_with_caveat {
+        let _ = writeln!(out, "      runs, with care:  {}", pick.image);
+        for reason in &pick.reasons {
+            write_reason(out, "        ", reason);
+        }
+    }
+    for stop in &family.stops {
+        let span = if stop.to_newest {
+            format!("from {} on", stop.first)
+        } else if stop.first == stop.last {
+            stop.first.clone()
+        } else {
+            format!("{} … {}", stop.first, stop.last)
+        };
+        let _ = writeln!(
+            out,
+            "      fails {span} ({} image{}): {}",
+            stop.count,
+            if stop.count == 1 { "" } else { "s" },
+            stop.reason.code
+        );
+        let _ = writeln!(out, "        {}", stop.reason.message);
+        if !stop.reason.fix.is_empty() {
+            let _ = writeln!(out, "        fix: {}", stop.reason.fix);
+        }
+    }
+}
+
+/// The catalog table (image × GPU), then each distinct problem's message and
+/// fix once. Unless `show_ok` (`--all`), only warn/fail rows are listed, with
+/// a count of the ok ones.
+pub fn render_catalog(host: &Host, verdicts: &[Verdict], show_ok: bool) -> String {
+    let mut out = String::from("\nCatalog\n");
     if verdicts.is_empty() {
         let _ = writeln!(out, "  nothing to check");
         return out;
     }
     // With no GPU every catalog image gets the same `no-gpu` verdict: one
     // line says it better than a row per image.
-    if whole_catalog && host.gpus.is_empty() {
+    if !show_ok && host.gpus.is_empty() {
         let images = verdicts
             .iter()
             .map(|v| v.image.as_str())
@@ -286,7 +446,7 @@ pub fn render_verdicts(host: &Host, verdicts: &[Verdict], whole_catalog: bool) -
     }
     let shown: Vec<&Verdict> = verdicts
         .iter()
-        .filter(|v| !whole_catalog || v.status != Status::Ok)
+        .filter(|v| show_ok || v.status != Status::Ok)
         .collect();
     let hidden_ok = verdicts.len() - shown.len();
     let width = shown
@@ -323,7 +483,7 @@ pub fn render_verdicts(host: &Host, verdicts: &[Verdict], whole_catalog: bool) -
         let gpus = host.gpus.len().max(1);
         let _ = writeln!(
             out,
-            "  … and {hidden_ok} ok verdict(s) not listed ({} image(s) × {gpus} GPU(s) checked; name one with --image to see it)",
+            "  … and {hidden_ok} ok verdict(s) not listed ({} image(s) × {gpus} GPU(s) checked; --all lists them)",
             verdicts.iter().map(|v| v.image.as_str()).collect::<BTreeSet<_>>().len(),
         );
     }
@@ -337,16 +497,7 @@ pub fn render_verdicts(host: &Host, verdicts: &[Verdict], whole_catalog: bool) -
     if !problems.is_empty() {
         let _ = writeln!(out, "\nProblems");
         for reason in problems {
-            let _ = writeln!(
-                out,
-                "  [{}] {}: {}",
-                status_word(reason.status),
-                reason.code,
-                reason.message
-            );
-            if !reason.fix.is_empty() {
-                let _ = writeln!(out, "      fix: {}", reason.fix);
-            }
+            write_reason(&mut out, "  ", reason);
         }
     }
     out
@@ -382,15 +533,16 @@ mod tests {
             verdict("b:1", Status::Fail, "driver-too-old"),
             verdict("c:1", Status::Fail, "driver-too-old"),
         ];
-        let text = render_verdicts(&host, &verdicts, true);
+        let text = render_catalog(&host, &verdicts, false);
         assert!(!text.contains("a:1"), "{text}");
         assert!(text.contains("b:1") && text.contains("c:1"), "{text}");
         assert!(text.contains("1 ok verdict"), "{text}");
+        assert!(text.contains("--all lists them"), "{text}");
         assert_eq!(text.matches("driver-too-old message").count(), 1, "{text}");
         assert!(text.contains("fix: driver-too-old fix"), "{text}");
 
-        let explicit = render_verdicts(&host, &verdicts, false);
-        assert!(explicit.contains("a:1"), "{explicit}");
+        let all = render_catalog(&host, &verdicts, true);
+        assert!(all.contains("a:1"), "{all}");
     }
 
     #[test]
@@ -399,7 +551,7 @@ mod tests {
             verdict("a:1", Status::Warn, "no-gpu"),
             verdict("b:1", Status::Warn, "no-gpu"),
         ];
-        let text = render_verdicts(&Host::default(), &verdicts, true);
+        let text = render_catalog(&Host::default(), &verdicts, false);
         assert!(
             text.contains("none of the 2 catalog images") && text.contains("--assume-gpu"),
             "{text}"
@@ -417,12 +569,44 @@ mod tests {
             precision: None,
             assume_gpus: vec![],
             assume_driver: None,
+            all: false,
             json: true,
         };
         let verdicts = vec![verdict("b:1", Status::Fail, "driver-too-old")];
         assert_eq!(exit_code(&args(&[]), &host, &verdicts), 0);
         assert_eq!(exit_code(&args(&["b:1"]), &host, &verdicts), 1);
         assert_eq!(exit_code(&args(&["b:1"]), &Host::default(), &verdicts), 0);
+    }
+
+    #[test]
+    fn requested_verdicts_merge_identical_gpus_and_show_message_and_fix() {
+        let mut host = Host::default();
+        for index in 0..4 {
+            host.gpus.push(crate::host::Gpu {
+                index,
+                name: "NVIDIA A100-SXM4-80GB".into(),
+                ..Default::default()
+            });
+        }
+        let verdicts: Vec<Verdict> = (0..4)
+            .map(|gpu| Verdict {
+                gpu_index: Some(gpu),
+                ..verdict("precision:fp8", Status::Fail, "fp8-unsupported")
+            })
+            .collect();
+        let text = render_requested(&host, &verdicts);
+        assert_eq!(text.matches("precision:fp8").count(), 1, "{text}");
+        assert!(
+            text.contains("precision:fp8 on GPUs 0–3 (NVIDIA A100-SXM4-80GB): fail"),
+            "{text}"
+        );
+        assert!(
+            text.contains("[fail] fp8-unsupported: fp8-unsupported message"),
+            "{text}"
+        );
+        assert!(text.contains("fix: fp8-unsupported fix"), "{text}");
+        assert_eq!(gpu_label(&[0, 2, 5]), "GPUs 0, 2, 5");
+        assert_eq!(gpu_label(&[3]), "GPU 3");
     }
 
     #[test]

@@ -14,6 +14,7 @@
 
 pub mod data;
 pub mod require;
+pub mod summary;
 pub mod verdict;
 pub mod version;
 

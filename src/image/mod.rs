@@ -2,7 +2,7 @@
 //! through templates, locked by digest and hash (`containers/envgen.lock`),
 //! built through the Docker Engine API, exported for HPC.
 //!
-//! Surface used elsewhere: [`local_image_facts`] and [`profile_facts`] (doctor),
+//! Surface used elsewhere: [`image_facts`] (doctor, run --where docker),
 //! [`ensure_built`] and [`build::default_tag`] (run --where docker).
 
 pub mod build;
@@ -38,6 +38,21 @@ pub fn profile_facts(name: &str) -> Option<ImageFacts> {
         origin: "profile".into(),
         ..Default::default()
     })
+}
+
+/// What doctor and `run --where docker` know about `reference`, in order: a
+/// catalog image (`env/images.toml`), an envgen profile by bare name
+/// (`cpu`), an image the local Docker daemon has (a built
+/// `envgen/cuda12.8:0.1.0` is read from the daemon), else the profile a
+/// default tag names. `None`: nothing is known (`unknown-image`).
+pub fn image_facts(kb: &crate::compat::KnowledgeBase, reference: &str) -> Option<ImageFacts> {
+    if let Some(facts) = kb.image(reference).or_else(|| profile_facts(reference)) {
+        return Some(facts);
+    }
+    let profile = reference
+        .strip_prefix("envgen/")
+        .map(|rest| rest.split(':').next().unwrap_or(rest));
+    local_image_facts(reference).or_else(|| profile.and_then(profile_facts))
 }
 
 /// Facts about an image the local Docker daemon has: its CUDA env

@@ -49,35 +49,27 @@ pub async fn inspect(docker: &Docker, reference: &str) -> Result<(String, Option
     Ok((id, image.repo_digests.and_then(|d| d.into_iter().next())))
 }
 
-/// Refuse an image doctor says fails on this host, with doctor's reasons.
+/// Refuse an image doctor says fails on this host, with the text
+/// `envgen doctor --image REF` prints for it.
 pub fn check_verdict(host: &Host, reference: &str, facts: Option<ImageFacts>) -> Result<()> {
     let kb = KnowledgeBase::embedded();
     let facts = kb
         .image(reference)
         .or(facts)
-        .or_else(|| crate::cli::doctor::local_image_facts(reference));
+        .or_else(|| crate::image::image_facts(kb, reference));
     let Some(facts) = facts else {
         // Nothing known about the image: doctor would say `unknown-image`
         // (a warning); the container's own envgen reports what it finds.
         return Ok(());
     };
     let verdicts = evaluate(kb, host, &CheckRequest::only_images(vec![facts]));
-    let failures: Vec<String> = verdicts
-        .iter()
-        .filter(|v| v.status == VerdictStatus::Fail)
-        .flat_map(|v| {
-            v.reasons
-                .iter()
-                .filter(|r| r.status == VerdictStatus::Fail)
-                .map(|r| format!("{}: {} (fix: {})", r.code, r.message, r.fix))
-        })
-        .collect();
-    if failures.is_empty() {
+    if host.gpus.is_empty() || !verdicts.iter().any(|v| v.status == VerdictStatus::Fail) {
         return Ok(());
     }
+    let answer = crate::cli::doctor::render_requested(host, &verdicts);
     Err(UserError::environment(format!(
-        "doctor says image {reference} will not run on this host:\n  {}",
-        failures.join("\n  ")
+        "doctor says image {reference} will not run on this host:{}",
+        answer.trim_end().trim_start_matches("\nVerdicts")
     ))
     .with_fix(format!(
         "see `envgen doctor --image {reference}`; pick another profile or backend"
@@ -218,6 +210,13 @@ mod tests {
         assert_eq!(crate::error::exit_code_of(&err), 3);
         let text = format!("{err:#}");
         assert!(text.contains("forward-compat-unsupported"), "{text}");
+        // Word for word what `envgen doctor --image` prints for it.
+        let verdicts = evaluate(kb, &old, &CheckRequest::only_images(vec![facts.clone()]));
+        let doctor = crate::cli::doctor::render_requested(&old, &verdicts);
+        assert!(
+            text.contains(doctor.trim_start_matches("\nVerdicts").trim_end()),
+            "{text}\n---\n{doctor}"
+        );
         // A new enough driver passes.
         let new = kb
             .assumed_host(&["RTX 5070 Ti".to_string()], Some("580.65.06"))

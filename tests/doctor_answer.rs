@@ -1,0 +1,182 @@
+//! `envgen doctor` answers the question asked (issue #15): with `--image`,
+//! `--pytorch` or `--precision` only those verdicts are printed; with none,
+//! a short "what runs here" per GPU; `--all` prints the whole catalog table.
+//! Hosts are assumed or FAKE nvidia-smi fixtures (no GPU on this machine).
+
+mod doctor_common;
+
+use doctor_common::{bin_dir, doctor, json_of};
+
+fn text_of(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+const A100_FP8: &[&str] = &[
+    "--assume-gpu",
+    "A100-80GB",
+    "--assume-driver",
+    "535.104.05",
+    "--precision",
+    "fp8",
+];
+
+#[test]
+fn a_precision_question_gets_one_verdict_and_nothing_else() {
+    let bin = bin_dir(false);
+    let output = doctor(bin.path(), None, None, A100_FP8);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let text = text_of(&output);
+    let verdict_lines: Vec<&str> = text.lines().filter(|l| l.contains(": fail")).collect();
+    assert_eq!(verdict_lines.len(), 1, "{text}");
+    assert!(
+        verdict_lines[0].contains("precision:fp8 on GPU 0"),
+        "{text}"
+    );
+    assert!(text.contains("[fail] fp8-unsupported:"), "{text}");
+    assert!(text.contains("fix: "), "{text}");
+    for unrelated in ["nvcr.io", "nvidia/cuda:", "Problems", "What runs here"] {
+        assert!(!text.contains(unrelated), "{unrelated} in:\n{text}");
+    }
+    assert!(text.lines().count() < 12, "short answer expected:\n{text}");
+
+    // JSON: the answer under `verdicts`, the catalog under its own key.
+    let mut args = A100_FP8.to_vec();
+    args.push("--json");
+    let output = doctor(bin.path(), None, None, &args);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let json = json_of(&output);
+    let verdicts = json["verdicts"].as_array().expect("verdicts");
+    assert_eq!(verdicts.len(), 1, "{json}");
+    assert_eq!(verdicts[0]["image"], "precision:fp8");
+    assert_eq!(verdicts[0]["reasons"][0]["code"], "fp8-unsupported");
+    let catalog = json["catalog"].as_array().expect("catalog key");
+    assert!(catalog.len() > 100, "{} catalog verdicts", catalog.len());
+    assert!(json.get("summary").is_none(), "{json}");
+
+    // --all adds the catalog table to the answer.
+    let mut args = A100_FP8.to_vec();
+    args.push("--all");
+    let text = text_of(&doctor(bin.path(), None, None, &args));
+    assert!(
+        text.contains("precision:fp8 on GPU 0")
+            && text.contains("nvidia/cuda:12.2.2-runtime-ubuntu22.04"),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_image_question_shows_that_image_only() {
+    let bin = bin_dir(false);
+    let image = "nvidia/cuda:13.0.0-runtime-ubuntu24.04";
+    let output = doctor(
+        bin.path(),
+        None,
+        None,
+        &[
+            "--assume-gpu",
+            "RTX 5070 Ti",
+            "--assume-driver",
+            "535.261.03",
+            "--image",
+            image,
+        ],
+    );
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let text = text_of(&output);
+    assert!(text.contains(&format!("{image} on GPU 0")), "{text}");
+    assert!(text.contains("forward-compat-unsupported"), "{text}");
+    assert!(!text.contains("nvcr.io"), "{text}");
+    assert_eq!(
+        text.matches("nvidia/cuda:13.0.0-runtime").count(),
+        1,
+        "{text}"
+    );
+}
+
+#[test]
+fn no_question_gets_what_runs_here_per_gpu() {
+    let bin = bin_dir(false);
+    let args = ["--assume-gpu", "A30", "--assume-driver", "535.261.03"];
+    let output = doctor(bin.path(), None, None, &args);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let text = text_of(&output);
+    assert!(text.contains("What runs here"), "{text}");
+    assert!(
+        text.contains("GPU 0 (NVIDIA A30, CC 8.0) on driver 535.261.03"),
+        "{text}"
+    );
+    // R535 = CUDA 12.2: the newest clean nvidia/cuda tag is 12.2.2; newer
+    // ones run on an A30 only through forward compatibility.
+    assert!(
+        text.contains("runs cleanly:     nvidia/cuda:12.2.2-runtime-ubuntu22.04"),
+        "{text}"
+    );
+    assert!(text.contains("forward-compat-required"), "{text}");
+    assert!(!text.contains("IMAGE "), "no table without --all:\n{text}");
+    assert!(text.lines().count() < 40, "short summary expected:\n{text}");
+
+    // --all: every verdict, ok rows included.
+    let mut all = args.to_vec();
+    all.push("--all");
+    let text = text_of(&doctor(bin.path(), None, None, &all));
+    assert!(text.contains("IMAGE "), "{text}");
+    assert!(
+        text.lines().filter(|l| l.contains("  ok  ")).count() > 10,
+        "{text}"
+    );
+
+    // JSON keeps the whole catalog in `verdicts` and adds the summary.
+    let mut json_args = args.to_vec();
+    json_args.push("--json");
+    let json = json_of(&doctor(bin.path(), None, None, &json_args));
+    assert!(json["verdicts"].as_array().is_some_and(|v| v.len() > 100));
+    let summary = json["summary"].as_array().expect("summary");
+    assert_eq!(summary.len(), 1, "{json}");
+    assert_eq!(summary[0]["gpu_indices"], serde_json::json!([0]));
+    let families: Vec<&str> = summary[0]["families"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["family"].as_str())
+        .collect();
+    assert_eq!(families, ["ngc-pytorch", "nvidia-cuda"]);
+}
+
+#[test]
+fn where_the_catalog_stops_working_is_named_with_the_fix() {
+    let bin = bin_dir(false);
+    // A V100 on R580: Volta is gone from NGC ≥ 25.01 and from CUDA 13.
+    let output = doctor(
+        bin.path(),
+        None,
+        None,
+        &["--assume-gpu", "V100-32GB", "--assume-driver", "580.65.06"],
+    );
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let text = text_of(&output);
+    assert!(
+        text.contains("runs cleanly:     nvcr.io/nvidia/pytorch:24.12-py3"),
+        "{text}"
+    );
+    assert!(
+        text.contains("fails from nvcr.io/nvidia/pytorch:25.01-py3 on"),
+        "{text}"
+    );
+    assert!(
+        text.contains("fails from nvidia/cuda:13.0.0-* on") && text.contains("arch-dropped"),
+        "{text}"
+    );
+}
+
+#[test]
+fn identical_gpus_share_one_summary() {
+    let bin = bin_dir(true);
+    let output = doctor(bin.path(), Some("multi-4xa100-535"), None, &[]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let text = text_of(&output);
+    assert_eq!(text.matches("on driver 535.261.03:").count(), 1, "{text}");
+    assert!(
+        text.contains("GPUs 0–3 (NVIDIA A100-SXM4-80GB, CC 8.0)"),
+        "{text}"
+    );
+}
