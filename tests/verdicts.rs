@@ -633,6 +633,22 @@ fn exact_cuda_12_9_1_rule_refuses_geforce_on_r545() {
 }
 
 #[test]
+fn exact_cuda_12_8_1_rule_admits_tesla_but_not_geforce_on_r535() {
+    // Verbatim 12.8.1 NVIDIA_REQUIRE_CUDA: brand=tesla,driver>=535,driver<536 is
+    // an alternative, brand=geforce is not. R535 = CUDA 12.2 (Table 3).
+    let v = image_verdict("A30", "535.261.03", catalog(CUDA_12_8));
+    expect(&v, Status::Warn, &["forward-compat-required"]);
+    let v = image_verdict("RTX 4090", "535.261.03", catalog(CUDA_12_8));
+    expect(&v, Status::Fail, &["driver-too-old"]);
+    assert!(
+        v.reasons[0]
+            .message
+            .contains("unsatisfied condition: cuda>=12.8"),
+        "{v:#?}"
+    );
+}
+
+#[test]
 fn unreadable_require_cuda_is_reported_not_a_panic() {
     let image = ImageFacts {
         reference: "local/broken:1".into(),

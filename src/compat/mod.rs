@@ -773,6 +773,16 @@ mod tests {
             .expect("12.9.0 rule");
         assert!(generated.starts_with("cuda>=12.9 brand=") && generated.contains("geforce"));
         assert_ne!(generated, exact.rule);
+        // The verbatim 13.0.2 string is what the generated 13.x shape gives,
+        // which checks that shape against a real image.
+        let verbatim_13 = file
+            .require_cuda_exact
+            .iter()
+            .find(|row| row.cuda == "13.0.2")
+            .expect("13.0.2 exact row");
+        let (generated_13, _) =
+            require_cuda_rule(&file.require_cuda, &Version::parse("13.0.2").unwrap()).unwrap();
+        assert_eq!(generated_13, verbatim_13.rule);
         // Every exact string parses.
         for row in &file.require_cuda_exact {
             require::RequireRule::parse(&row.rule).unwrap_or_else(|e| panic!("{}: {e}", row.cuda));
