@@ -527,16 +527,35 @@ fn unknown_image_is_a_warning() {
 
 #[test]
 fn catalog_row_with_unconfirmed_cuda_says_so() {
-    // NGC 24.09's CUDA is still UNCONFIRMED (no stored 24.09 release notes):
+    // NGC 25.07's CUDA is not sourced at all (no stored notes, no Triton 25.07):
     // the driver isn't checked. (This case used 24.02 until its CUDA was
     // sourced from the Triton 24.02 notes; see ngc_24_02_driver_is_now_checked.)
     let v = image_verdict(
         "A30",
         "570.124.06",
-        catalog("nvcr.io/nvidia/pytorch:24.09-py3"),
+        catalog("nvcr.io/nvidia/pytorch:25.07-py3"),
     );
     expect(&v, Status::Warn, &["unknown-image"]);
     assert!(v.reasons[0].message.contains("UNCONFIRMED"), "{v:#?}");
+}
+
+#[test]
+fn second_hand_ngc_cuda_is_checked_and_says_so() {
+    // 24.09's CUDA 12.6.1 is second-hand (a transcription of its notes,
+    // runtimes report 12.6): the driver is checked, and the reason says the
+    // CUDA it rests on is UNCONFIRMED. R535 = CUDA 12.2; A30 is data-center.
+    let v = image_verdict(
+        "A30",
+        "535.261.03",
+        catalog("nvcr.io/nvidia/pytorch:24.09-py3"),
+    );
+    expect(&v, Status::Warn, &["forward-compat-required"]);
+    assert!(
+        v.reasons[0]
+            .message
+            .contains("UNCONFIRMED data: cuda (second-hand"),
+        "{v:#?}"
+    );
 }
 
 #[test]
@@ -567,8 +586,9 @@ fn ngc_25_02_needs_turing_as_published() {
 #[test]
 fn no_sourced_ngc_release_is_an_unknown_image_on_h100_r580() {
     // Every NGC PyTorch release whose CUDA is published (Triton / PyTorch
-    // release notes of that month) gets a real verdict; only the releases no
-    // stored notes cover stay unknown-image (docs/doctor.md, UNCONFIRMED facts).
+    // release notes of that month) or known second-hand gets a real verdict;
+    // only 25.07, which no stored source covers, stays unknown-image
+    // (docs/doctor.md, UNCONFIRMED facts).
     let host = host("H100", "580.65.06");
     let ngc: Vec<ImageFacts> = kb()
         .images()
@@ -583,17 +603,8 @@ fn no_sourced_ngc_release_is_an_unknown_image_on_h100_r580() {
         .filter(|v| v.codes().contains(&"unknown-image"))
         .map(|v| v.image.as_str())
         .collect();
-    assert_eq!(
-        unknown,
-        [
-            "nvcr.io/nvidia/pytorch:24.09-py3",
-            "nvcr.io/nvidia/pytorch:24.11-py3",
-            "nvcr.io/nvidia/pytorch:25.07-py3",
-            "nvcr.io/nvidia/pytorch:25.09-py3",
-            "nvcr.io/nvidia/pytorch:25.11-py3",
-        ]
-    );
-    // R580 = CUDA 13.0 covers every sourced release up to 25.10: none fails.
+    assert_eq!(unknown, ["nvcr.io/nvidia/pytorch:25.07-py3"]);
+    // R580 = CUDA 13.0 covers every release up to 25.11: none fails.
     // (25.12 is CUDA 13.1: its verdict rests on the inferred 13.x
     // NVIDIA_REQUIRE_CUDA, whose branch list has no 580, and says so.)
     for v in verdicts
