@@ -527,14 +527,136 @@ fn unknown_image_is_a_warning() {
 
 #[test]
 fn catalog_row_with_unconfirmed_cuda_says_so() {
-    // NGC 24.02's CUDA is UNCONFIRMED (compat.md §4): the driver isn't checked.
+    // NGC 25.07's CUDA is not sourced at all (no stored notes, no Triton 25.07):
+    // the driver isn't checked. (This case used 24.02 until its CUDA was
+    // sourced from the Triton 24.02 notes; see ngc_24_02_driver_is_now_checked.)
     let v = image_verdict(
         "A30",
         "570.124.06",
-        catalog("nvcr.io/nvidia/pytorch:24.02-py3"),
+        catalog("nvcr.io/nvidia/pytorch:25.07-py3"),
     );
     expect(&v, Status::Warn, &["unknown-image"]);
     assert!(v.reasons[0].message.contains("UNCONFIRMED"), "{v:#?}");
+}
+
+#[test]
+fn second_hand_ngc_cuda_is_checked_and_says_so() {
+    // 24.09's CUDA 12.6.1 is second-hand (a transcription of its notes,
+    // runtimes report 12.6): the driver is checked, and the reason says the
+    // CUDA it rests on is UNCONFIRMED. R535 = CUDA 12.2; A30 is data-center.
+    let v = image_verdict(
+        "A30",
+        "535.261.03",
+        catalog("nvcr.io/nvidia/pytorch:24.09-py3"),
+    );
+    expect(&v, Status::Warn, &["forward-compat-required"]);
+    assert!(
+        v.reasons[0]
+            .message
+            .contains("UNCONFIRMED data: cuda (second-hand"),
+        "{v:#?}"
+    );
+}
+
+#[test]
+fn ngc_24_02_driver_is_now_checked() {
+    // Triton 24.02 notes: "based on CUDA 12.3.2". R535 is CUDA 12.2 (Table 3),
+    // so an A30 (data-center) runs it through forward compat; on R570 it is fine.
+    let image = catalog("nvcr.io/nvidia/pytorch:24.02-py3");
+    assert_eq!(image.cuda.as_deref(), Some("12.3.2"));
+    let v = image_verdict("A30", "535.261.03", image.clone());
+    expect(&v, Status::Warn, &["forward-compat-required"]);
+    let v = image_verdict("A30", "570.124.06", image);
+    expect(&v, Status::Ok, &[]);
+}
+
+#[test]
+fn ngc_25_02_needs_turing_as_published() {
+    // Triton 25.02: "supports CUDA compute capability 7.5 and later" — the
+    // floor was marked UNCONFIRMED before; now the message carries no caveat.
+    let v = image_verdict(
+        "V100-32GB",
+        "570.124.06",
+        catalog("nvcr.io/nvidia/pytorch:25.02-py3"),
+    );
+    expect(&v, Status::Fail, &["arch-dropped"]);
+    assert!(!v.reasons[0].message.contains("UNCONFIRMED"), "{v:#?}");
+}
+
+#[test]
+fn no_sourced_ngc_release_is_an_unknown_image_on_h100_r580() {
+    // Every NGC PyTorch release whose CUDA is published (Triton / PyTorch
+    // release notes of that month) or known second-hand gets a real verdict;
+    // only 25.07, which no stored source covers, stays unknown-image
+    // (docs/doctor.md, UNCONFIRMED facts).
+    let host = host("H100", "580.65.06");
+    let ngc: Vec<ImageFacts> = kb()
+        .images()
+        .iter()
+        .filter(|i| i.reference.starts_with("nvcr.io/nvidia/pytorch:"))
+        .cloned()
+        .collect();
+    assert_eq!(ngc.len(), 24);
+    let verdicts = evaluate(kb(), &host, &CheckRequest::only_images(ngc));
+    let unknown: Vec<&str> = verdicts
+        .iter()
+        .filter(|v| v.codes().contains(&"unknown-image"))
+        .map(|v| v.image.as_str())
+        .collect();
+    assert_eq!(unknown, ["nvcr.io/nvidia/pytorch:25.07-py3"]);
+    // R580 = CUDA 13.0 covers every release up to 25.11: none fails.
+    // (25.12 is CUDA 13.1: its verdict rests on the inferred 13.x
+    // NVIDIA_REQUIRE_CUDA, whose branch list has no 580, and says so.)
+    for v in verdicts
+        .iter()
+        .filter(|v| !unknown.contains(&v.image.as_str()))
+    {
+        if v.image.ends_with("25.12-py3") {
+            assert!(
+                v.reasons.iter().all(|r| r.message.contains("UNCONFIRMED")),
+                "{v:#?}"
+            );
+        } else {
+            assert_ne!(v.status, Status::Fail, "{v:#?}");
+        }
+    }
+}
+
+#[test]
+fn exact_cuda_12_9_1_rule_refuses_geforce_on_r545() {
+    // The verbatim NVIDIA_REQUIRE_CUDA of 12.9.1 images lists no geforce brand
+    // (env/images.toml [[require_cuda_exact]]): an RTX 4090 on R545 (CUDA 12.3)
+    // is refused by the runtime. 12.9.0 has no exact string; its generated rule
+    // still lists brand=geforce,driver>=545, so it stays minor-version compat.
+    let v = image_verdict(
+        "RTX 4090",
+        "545.29.06",
+        catalog("nvidia/cuda:12.9.1-runtime-ubuntu24.04"),
+    );
+    expect(&v, Status::Fail, &["driver-too-old"]);
+    assert!(v.reasons[0].message.contains("cuda>=12.9"), "{v:#?}");
+    let v = image_verdict(
+        "RTX 4090",
+        "545.29.06",
+        catalog("nvidia/cuda:12.9.0-runtime-ubuntu24.04"),
+    );
+    expect(&v, Status::Warn, &["minor-version-compat"]);
+}
+
+#[test]
+fn exact_cuda_12_8_1_rule_admits_tesla_but_not_geforce_on_r535() {
+    // Verbatim 12.8.1 NVIDIA_REQUIRE_CUDA: brand=tesla,driver>=535,driver<536 is
+    // an alternative, brand=geforce is not. R535 = CUDA 12.2 (Table 3).
+    let v = image_verdict("A30", "535.261.03", catalog(CUDA_12_8));
+    expect(&v, Status::Warn, &["forward-compat-required"]);
+    let v = image_verdict("RTX 4090", "535.261.03", catalog(CUDA_12_8));
+    expect(&v, Status::Fail, &["driver-too-old"]);
+    assert!(
+        v.reasons[0]
+            .message
+            .contains("unsatisfied condition: cuda>=12.8"),
+        "{v:#?}"
+    );
 }
 
 #[test]

@@ -128,6 +128,8 @@ pub struct ImagesFile {
     pub ngc_pytorch: Vec<NgcPytorchRow>,
     pub cuda_base: Vec<CudaBaseRow>,
     pub require_cuda: Vec<RequireCudaShape>,
+    #[serde(default)]
+    pub require_cuda_exact: Vec<RequireCudaExact>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -139,6 +141,17 @@ pub struct NgcPytorchRow {
     pub cudnn: Option<String>,
     pub ubuntu: Option<String>,
     pub python: Option<String>,
+    /// The "requires NVIDIA Driver release N or later" of the release notes,
+    /// as published (a branch such as "575"). Recorded, not used for verdicts:
+    /// it is below the CUDA toolkit's own driver for CUDA 12.8 and 13.x, so
+    /// the minimum driver is derived from `cuda` via env/cuda.toml instead.
+    pub driver_min_linux: Option<String>,
+    /// The data-center driver releases the notes say also work ("470.57",
+    /// "525.85", …), as published. Recorded, not used for verdicts (the CUDA 13
+    /// notes repeat the 12.x list; the image's NVIDIA_REQUIRE_CUDA decides).
+    #[serde(default)]
+    pub forward_compat_branches: Vec<String>,
+    /// "Release YY.MM supports CUDA compute capability X.Y and later".
     pub min_compute_capability: Option<String>,
     #[serde(default)]
     pub unconfirmed: Vec<String>,
@@ -163,6 +176,18 @@ pub struct RequireCudaShape {
     pub cuda_major: u32,
     pub brands: Vec<String>,
     pub driver_branches: Vec<u32>,
+    #[serde(default)]
+    pub unconfirmed: Vec<String>,
+    pub source: String,
+}
+
+/// A verbatim NVIDIA_REQUIRE_CUDA for the `nvidia/cuda` tags of one CUDA version.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequireCudaExact {
+    /// The full CUDA version of the tags ("12.9.1").
+    pub cuda: String,
+    pub rule: String,
     #[serde(default)]
     pub unconfirmed: Vec<String>,
     pub source: String,

@@ -564,12 +564,38 @@ fn require_cuda_rule(shapes: &[data::RequireCudaShape], cuda: &Version) -> Optio
     Some((rule, !shape.unconfirmed.is_empty()))
 }
 
+/// The NVIDIA_REQUIRE_CUDA of the `nvidia/cuda` tags of one CUDA version, and
+/// what about it is UNCONFIRMED: the verbatim string of `[[require_cuda_exact]]`
+/// when there is one for exactly this version, else the generated rule.
+fn base_require_cuda(file: &data::ImagesFile, cuda: &str) -> Option<(String, Vec<String>)> {
+    let version = Version::parse(cuda)?;
+    if let Some(exact) = file
+        .require_cuda_exact
+        .iter()
+        .find(|row| Version::parse(&row.cuda).as_ref() == Some(&version))
+    {
+        return Some((exact.rule.clone(), exact.unconfirmed.clone()));
+    }
+    let (rule, shaky) = require_cuda_rule(&file.require_cuda, &version)?;
+    let notes = if shaky {
+        vec!["require_cuda (brand / driver branch lists)".to_string()]
+    } else {
+        Vec::new()
+    };
+    Some((rule, notes))
+}
+
 /// Catalog rows → [`ImageFacts`]: NGC releases one-to-one, `nvidia/cuda`
 /// rows expanded to every version × Ubuntu × flavour tag.
 fn expand_images(file: &data::ImagesFile) -> Vec<ImageFacts> {
     let mut images = Vec::new();
     for row in &file.ngc_pytorch {
         let mut unconfirmed = row.unconfirmed.clone();
+        // NGC images are not built FROM nvidia/cuda and their own rule was not
+        // read, so they keep the generated per-major shape (not the exact
+        // nvidia/cuda strings). The minimum driver comes from `cuda` via
+        // env/cuda.toml, not from the published `driver_min_linux`, which is
+        // lower than the toolkit's own driver for CUDA 12.8 and 13.x.
         let require = row
             .cuda
             .as_deref()
@@ -595,7 +621,7 @@ fn expand_images(file: &data::ImagesFile) -> Vec<ImageFacts> {
     }
     for row in &file.cuda_base {
         for cuda in &row.cuda {
-            let rule = Version::parse(cuda).and_then(|v| require_cuda_rule(&file.require_cuda, &v));
+            let rule = base_require_cuda(file, cuda);
             for ubuntu in &row.ubuntu {
                 let flavours = [
                     ("runtime".to_string(), false),
@@ -624,8 +650,8 @@ fn expand_images(file: &data::ImagesFile) -> Vec<ImageFacts> {
                     if with_cudnn {
                         unconfirmed.push("cudnn minor version".into());
                     }
-                    if rule.as_ref().is_some_and(|(_, shaky)| *shaky) {
-                        unconfirmed.push("require_cuda (brand / driver branch lists)".into());
+                    if let Some((_, notes)) = &rule {
+                        unconfirmed.extend(notes.iter().cloned());
                     }
                     images.push(ImageFacts {
                         reference: format!("nvidia/cuda:{cuda}-{flavour}-ubuntu{ubuntu}"),
@@ -667,6 +693,119 @@ mod tests {
             .any(|w| w.spec == "2.7.1+cu128" && w.cuda == "12.8"));
         assert_eq!(kb.cudnn_rows().len(), 8);
         assert!(kb.gpus.iter().all(|g| !g.source.is_empty()));
+    }
+
+    /// Every NGC PyTorch release 24.01–25.12 has a row. A row's CUDA is
+    /// first-hand (that month's NVIDIA release notes, cited by URL, with the
+    /// published driver facts), second-hand (marked `cuda (…)` in
+    /// `unconfirmed`: quotations and runtime reports), or absent (`cuda`
+    /// unconfirmed). The lists below are what docs/doctor.md states.
+    #[test]
+    fn ngc_rows_are_complete_and_sourced() {
+        let file: data::ImagesFile = toml::from_str(IMAGES_TOML).expect("images.toml");
+        let tags: Vec<&str> = file.ngc_pytorch.iter().map(|r| r.tag.as_str()).collect();
+        for year in [24, 25] {
+            for month in 1..=12 {
+                let tag = format!("{year}.{month:02}");
+                assert!(tags.contains(&tag.as_str()), "no row for NGC {tag}");
+            }
+        }
+        let (mut second_hand, mut without_cuda) = (Vec::new(), Vec::new());
+        for row in &file.ngc_pytorch {
+            // "cuda patch (published as …)": the notes give only major.minor.
+            let cuda_caveat = row
+                .unconfirmed
+                .iter()
+                .find(|u| u.starts_with("cuda") && !u.starts_with("cuda patch (published"));
+            match (&row.cuda, cuda_caveat) {
+                (None, caveat) => {
+                    assert_eq!(caveat.map(String::as_str), Some("cuda"), "{}", row.tag);
+                    without_cuda.push(row.tag.as_str());
+                }
+                (Some(_), Some(caveat)) => {
+                    assert!(
+                        caveat.len() > "cuda".len(),
+                        "{}: say where it comes from",
+                        row.tag
+                    );
+                    second_hand.push(row.tag.as_str());
+                }
+                (Some(_), None) => {
+                    assert!(
+                        row.source.contains("release-notes/rel-"),
+                        "{}: first-hand CUDA without a release-notes page",
+                        row.tag
+                    );
+                    // The published driver facts come with it (25.12's notes
+                    // give none: they refer to the CUDA Compatibility guide).
+                    if row.tag != "25.12" {
+                        assert!(row.driver_min_linux.is_some(), "{}", row.tag);
+                        assert!(!row.forward_compat_branches.is_empty(), "{}", row.tag);
+                        assert!(row.min_compute_capability.is_some() || row.tag == "24.12");
+                    }
+                }
+            }
+            for field in ["driver_min_linux", "forward_compat_branches"] {
+                let set = match field {
+                    "driver_min_linux" => row.driver_min_linux.is_some(),
+                    _ => !row.forward_compat_branches.is_empty(),
+                };
+                assert!(
+                    !(set && row.unconfirmed.iter().any(|u| u == field)),
+                    "{}: {field} is set and marked unconfirmed",
+                    row.tag
+                );
+            }
+        }
+        assert_eq!(
+            second_hand,
+            ["24.09", "24.11", "25.05", "25.09", "25.11"],
+            "update docs/doctor.md (UNCONFIRMED facts) when this list changes"
+        );
+        assert_eq!(without_cuda, ["25.07"], "update docs/doctor.md too");
+    }
+
+    #[test]
+    fn exact_require_cuda_is_used_for_a_tag_that_has_one() {
+        let file: data::ImagesFile = toml::from_str(IMAGES_TOML).expect("images.toml");
+        let exact = file
+            .require_cuda_exact
+            .iter()
+            .find(|row| row.cuda == "12.9.1")
+            .expect("12.9.1 exact row");
+        for flavour in ["runtime", "cudnn-devel"] {
+            let image = kb()
+                .image(&format!("nvidia/cuda:12.9.1-{flavour}-ubuntu24.04"))
+                .expect("12.9.1 tag");
+            assert_eq!(image.require_cuda.as_deref(), Some(exact.rule.as_str()));
+            // The exact 12.9.1 string admits no GeForce forward compat.
+            assert!(!exact.rule.contains("geforce"));
+            assert!(image
+                .unconfirmed
+                .iter()
+                .any(|u| u.starts_with("require_cuda (read from")));
+        }
+        // A version without an exact string keeps the generated rule.
+        let generated = kb()
+            .image("nvidia/cuda:12.9.0-runtime-ubuntu24.04")
+            .and_then(|i| i.require_cuda.clone())
+            .expect("12.9.0 rule");
+        assert!(generated.starts_with("cuda>=12.9 brand=") && generated.contains("geforce"));
+        assert_ne!(generated, exact.rule);
+        // The verbatim 13.0.2 string is what the generated 13.x shape gives,
+        // which checks that shape against a real image.
+        let verbatim_13 = file
+            .require_cuda_exact
+            .iter()
+            .find(|row| row.cuda == "13.0.2")
+            .expect("13.0.2 exact row");
+        let (generated_13, _) =
+            require_cuda_rule(&file.require_cuda, &Version::parse("13.0.2").unwrap()).unwrap();
+        assert_eq!(generated_13, verbatim_13.rule);
+        // Every exact string parses.
+        for row in &file.require_cuda_exact {
+            require::RequireRule::parse(&row.rule).unwrap_or_else(|e| panic!("{}: {e}", row.cuda));
+        }
     }
 
     #[test]
