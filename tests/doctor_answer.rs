@@ -180,3 +180,60 @@ fn identical_gpus_share_one_summary() {
         "{text}"
     );
 }
+
+/// `--image` with an image only the local Docker daemon has: its
+/// `NVIDIA_REQUIRE_CUDA` / `CUDA_VERSION` env is read through the Engine API
+/// and judged before anything runs. The image is a FAKE stand-in for a CUDA
+/// 12.8 image (config only, built `FROM scratch`: nothing can be pulled here).
+#[test]
+fn a_local_docker_image_is_judged_by_its_env() {
+    assert!(
+        std::env::var_os("DOCKER_HOST").is_some(),
+        "this test needs the private Docker daemon: run ./scripts/test.sh (it starts dockerd and exports DOCKER_HOST)"
+    );
+    let context = tempfile::tempdir().unwrap();
+    std::fs::write(
+        context.path().join("Dockerfile"),
+        "FROM scratch\nENV NVIDIA_REQUIRE_CUDA=\"cuda>=12.8\" CUDA_VERSION=12.8.1\nLABEL io.envgen.test=\"FAKE CUDA 12.8 image: env only\"\n",
+    )
+    .unwrap();
+    let tag = "envgen-test/fake-cuda:12.8";
+    let build = std::process::Command::new("docker")
+        .args(["build", "-q", "-t", tag])
+        .arg(context.path())
+        .output()
+        .expect("docker build");
+    assert!(build.status.success(), "{build:?}");
+
+    // The env inherits DOCKER_HOST: doctor reaches the same daemon.
+    let bin = bin_dir(false);
+    let ask = |driver: &str| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_envgen"));
+        command.args([
+            "doctor",
+            "--image",
+            tag,
+            "--assume-gpu",
+            "RTX 5070 Ti",
+            "--assume-driver",
+            driver,
+        ]);
+        command.env("PATH", bin.path()).env("ENVGEN_NO_NVML", "1");
+        command.output().expect("run envgen")
+    };
+    let old = ask("535.261.03");
+    assert_eq!(old.status.code(), Some(1), "{old:?}");
+    let text = text_of(&old);
+    assert!(text.contains(&format!("{tag} on GPU 0")), "{text}");
+    assert!(
+        text.contains("unsatisfied condition: cuda>=12.8"),
+        "the image's own NVIDIA_REQUIRE_CUDA is evaluated:\n{text}"
+    );
+    let new = ask("570.172.08");
+    assert_eq!(new.status.code(), Some(0), "{new:?}");
+    assert!(
+        text_of(&new).contains(&format!("{tag} on GPU 0")),
+        "{new:?}"
+    );
+    assert!(!text_of(&new).contains("unknown-image"), "{new:?}");
+}
