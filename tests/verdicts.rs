@@ -527,16 +527,22 @@ fn unknown_image_is_a_warning() {
 
 #[test]
 fn catalog_row_with_unconfirmed_cuda_says_so() {
-    // NGC 25.07's CUDA is not sourced at all (no stored notes, no Triton 25.07):
-    // the driver isn't checked. (This case used 24.02 until its CUDA was
-    // sourced from the Triton 24.02 notes; see ngc_24_02_driver_is_now_checked.)
-    let v = image_verdict(
-        "A30",
-        "570.124.06",
-        catalog("nvcr.io/nvidia/pytorch:25.07-py3"),
+    // NGC 25.07's CUDA is not published in any stored source; it is bounded
+    // by 25.06 (12.9.1) and 25.08 (13.0.0), so the driver is checked as 12.9
+    // and the verdict says what it rests on. A30 on R535 (= CUDA 12.2): a
+    // data-center GPU runs CUDA 12.9 through forward compat.
+    let image = catalog("nvcr.io/nvidia/pytorch:25.07-py3");
+    assert_eq!(image.cuda.as_deref(), Some("12.9"));
+    let v = image_verdict("A30", "535.261.03", image.clone());
+    expect(&v, Status::Warn, &["forward-compat-required"]);
+    assert!(
+        v.reasons[0]
+            .message
+            .contains("UNCONFIRMED data: cuda (bounded"),
+        "{v:#?}"
     );
-    expect(&v, Status::Warn, &["unknown-image"]);
-    assert!(v.reasons[0].message.contains("UNCONFIRMED"), "{v:#?}");
+    let v = image_verdict("A30", "575.57.08", image);
+    expect(&v, Status::Ok, &[]);
 }
 
 #[test]
@@ -587,8 +593,8 @@ fn ngc_25_02_needs_turing_as_published() {
 fn no_sourced_ngc_release_is_an_unknown_image_on_h100_r580() {
     // Every NGC PyTorch release whose CUDA is published (Triton / PyTorch
     // release notes of that month) or known second-hand gets a real verdict;
-    // only 25.07, which no stored source covers, stays unknown-image
-    // (docs/doctor.md, UNCONFIRMED facts).
+    // 25.07, which no stored source covers, is bounded by its neighbours
+    // (docs/doctor.md, UNCONFIRMED facts): no release is unknown-image.
     let host = host("H100", "580.65.06");
     let ngc: Vec<ImageFacts> = kb()
         .images()
@@ -603,7 +609,7 @@ fn no_sourced_ngc_release_is_an_unknown_image_on_h100_r580() {
         .filter(|v| v.codes().contains(&"unknown-image"))
         .map(|v| v.image.as_str())
         .collect();
-    assert_eq!(unknown, ["nvcr.io/nvidia/pytorch:25.07-py3"]);
+    assert!(unknown.is_empty(), "{unknown:?}");
     // R580 = CUDA 13.0 covers every release up to 25.11: none fails.
     // (25.12 is CUDA 13.1: its verdict rests on the inferred 13.x
     // NVIDIA_REQUIRE_CUDA, whose branch list has no 580, and says so.)
