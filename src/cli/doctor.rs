@@ -120,10 +120,10 @@ pub fn execute(args: Args) -> Result<i32> {
             if let Some(catalog) = &catalog {
                 text += &render_catalog(&host, catalog, true);
             }
-        } else if args.all || host.gpus.is_empty() {
-            text += &render_catalog(&host, &verdicts, args.all);
+        } else if args.all {
+            text += &render_catalog(&host, &verdicts, true);
         } else {
-            text += &render_summary(&host, &summarize(&verdicts));
+            text += &render_summary(&host, &verdicts);
         }
         write_stdout(&text)?;
     }
@@ -342,10 +342,15 @@ pub fn render_requested(host: &Host, verdicts: &[Verdict]) -> String {
 
 /// "What runs here", per GPU (identical GPUs once): per catalog family the
 /// newest clean image, the newest with a caveat, and where it stops working.
-pub fn render_summary(host: &Host, summaries: &[GpuSummary]) -> String {
+pub fn render_summary(host: &Host, verdicts: &[Verdict]) -> String {
     let mut out = String::from("\nWhat runs here\n");
+    if host.gpus.is_empty() {
+        out += &no_gpu_line(verdicts);
+        return out;
+    }
+    let summaries = summarize(verdicts);
     let driver = host.driver_version.as_deref().unwrap_or("unknown");
-    for summary in summaries {
+    for summary in &summaries {
         let names: BTreeSet<String> = summary
             .gpu_indices
             .iter()
@@ -420,6 +425,20 @@ fn render_family(out: &mut String, family: &FamilySummary) {
     }
 }
 
+/// With no GPU every catalog image gets the same `no-gpu` verdict: one line
+/// says it better than a row per image.
+fn no_gpu_line(verdicts: &[Verdict]) -> String {
+    let images = verdicts
+        .iter()
+        .map(|v| v.image.as_str())
+        .collect::<BTreeSet<_>>()
+        .len();
+    format!(
+        "  no-gpu: none of the {images} catalog images can use a GPU on this host; they run here only on the CPU\n  \
+         fix: check a GPU host you don't have with --assume-gpu NAME --assume-driver VERSION (e.g. --assume-gpu A30 --assume-driver 535.261.03)\n"
+    )
+}
+
 /// The catalog table (image × GPU), then each distinct problem's message and
 /// fix once. Unless `show_ok` (`--all`), only warn/fail rows are listed, with
 /// a count of the ok ones.
@@ -429,19 +448,8 @@ pub fn render_catalog(host: &Host, verdicts: &[Verdict], show_ok: bool) -> Strin
         let _ = writeln!(out, "  nothing to check");
         return out;
     }
-    // With no GPU every catalog image gets the same `no-gpu` verdict: one
-    // line says it better than a row per image.
     if !show_ok && host.gpus.is_empty() {
-        let images = verdicts
-            .iter()
-            .map(|v| v.image.as_str())
-            .collect::<BTreeSet<_>>()
-            .len();
-        let _ = writeln!(
-            out,
-            "  no-gpu: none of the {images} catalog images can use a GPU on this host; they run here only on the CPU\n  \
-             fix: check a GPU host you don't have with --assume-gpu NAME --assume-driver VERSION (e.g. --assume-gpu A30 --assume-driver 535.261.03)"
-        );
+        out += &no_gpu_line(verdicts);
         return out;
     }
     let shown: Vec<&Verdict> = verdicts
