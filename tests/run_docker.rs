@@ -31,6 +31,9 @@ fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
 fn import_image(tag: &str, marker: &str) -> String {
     let root = tempfile::tempdir().unwrap();
     minimal_rootfs(root.path());
+    // Like every Debian/Ubuntu image: root's home is private.
+    std::fs::create_dir_all(root.path().join("root")).unwrap();
+    set_mode(&root.path().join("root"), 0o700);
     std::fs::write(root.path().join("etc/envgen-test-marker"), marker).unwrap();
     let tar_dir = tempfile::tempdir().unwrap();
     let tarball = tar_dir.path().join("rootfs.tar");
@@ -390,9 +393,11 @@ fn assert_same_bits(native: &serde_json::Value, docker: &serde_json::Value) {
     }
 }
 
-/// envgen as root, its run directory and data under a 0700 home (as in
+/// envgen as root, its run directory and data under root's 0700 home (as in
 /// `--out ~/.cache/x/runs` for root): the container's user (uid 1000) gets
 /// them at neutral paths, reads and writes them, and trains the same bits.
+/// (Mounted at the same path, the run directory sat under the image's own
+/// 0700 /root, which uid 1000 cannot enter: "Permission denied".)
 #[test]
 fn as_root_under_a_0700_home_the_container_trains_the_same_bits() {
     require_docker();
@@ -401,7 +406,10 @@ fn as_root_under_a_0700_home_the_container_trains_the_same_bits() {
         "this test is about envgen running as root (the suite runs as root)"
     );
     let image = import_image("private-home", "private-home");
-    let home = tempfile::tempdir().unwrap();
+    let home = tempfile::Builder::new()
+        .prefix("envgen-test-home-")
+        .tempdir_in("/root")
+        .unwrap();
     set_mode(home.path(), 0o700);
     std::fs::create_dir_all(home.path().join(".cache/x")).unwrap();
     set_mode(&home.path().join(".cache"), 0o700);
