@@ -96,12 +96,82 @@ fn clean_command(program: impl AsRef<std::ffi::OsStr>) -> Command {
     command
 }
 
+/// `git clone` of REPO at `head` into `clone`, then `cargo build` there into
+/// `target` (seeded with this run's dependencies).
+fn clone_and_build(head: &str, clone: &Path, target: &Path) {
+    ok(run(
+        "git",
+        &[
+            "clone",
+            "--quiet",
+            "--no-checkout",
+            REPO,
+            clone.to_str().unwrap(),
+        ],
+    ));
+    ok(run(
+        "git",
+        &["-C", clone.to_str().unwrap(), "checkout", "--quiet", head],
+    ));
+    seeded_target(target);
+    let started = std::time::Instant::now();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let built = clean_command(&cargo)
+        .args(["build", "--workspace", "--locked", "--offline"])
+        .env("CARGO_TARGET_DIR", target)
+        .current_dir(clone)
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{}", text(&built));
+    eprintln!(
+        "fresh clone {}: envgen built in {:.0} s",
+        clone.display(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// sha256 of `binary` as it goes into an image: `strip --strip-all`, like
+/// `envgen image build` stages it.
+fn stripped_sha256(binary: &Path) -> String {
+    let out = tempfile::tempdir().unwrap();
+    let stripped = out.path().join("envgen");
+    ok(run(
+        "strip",
+        &[
+            "--strip-all",
+            "-o",
+            stripped.to_str().unwrap(),
+            binary.to_str().unwrap(),
+        ],
+    ));
+    envgen::image::lock::sha256_hex(&std::fs::read(stripped).unwrap())
+}
+
 fn envgen_in(clone: &Path, binary: &Path, args: &[&str]) -> Output {
     clean_command(binary)
         .args(args)
         .current_dir(clone)
         .output()
         .unwrap()
+}
+
+/// The diff_id of an image's last layer (the envgen layer).
+fn inspect_last_layer(tag: &str) -> String {
+    let layers: Vec<String> = serde_json::from_slice(
+        &ok(run(
+            "docker",
+            &[
+                "image",
+                "inspect",
+                "--format",
+                "{{json .RootFS.Layers}}",
+                tag,
+            ],
+        ))
+        .stdout,
+    )
+    .unwrap();
+    layers.last().unwrap().clone()
 }
 
 fn stdout(output: &Output) -> String {
@@ -121,36 +191,8 @@ fn a_fresh_clone_verifies_renders_pinned_and_builds_cpu_without_flags() {
         .tempdir_in(target_dir())
         .unwrap();
     let clone = work.path().join("envgen");
-    ok(run(
-        "git",
-        &[
-            "clone",
-            "--quiet",
-            "--no-checkout",
-            REPO,
-            clone.to_str().unwrap(),
-        ],
-    ));
-    ok(run(
-        "git",
-        &["-C", clone.to_str().unwrap(), "checkout", "--quiet", &head],
-    ));
-
     let target = work.path().join("target");
-    seeded_target(&target);
-    let started = std::time::Instant::now();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let built = clean_command(&cargo)
-        .args(["build", "--workspace", "--locked", "--offline"])
-        .env("CARGO_TARGET_DIR", &target)
-        .current_dir(&clone)
-        .output()
-        .unwrap();
-    assert!(built.status.success(), "{}", text(&built));
-    eprintln!(
-        "fresh clone: envgen built in {:.0} s",
-        started.elapsed().as_secs_f64()
-    );
+    clone_and_build(&head, &clone, &target);
     let binary = target.join("debug/envgen");
     // verify: every profile matches the committed lock, with this binary.
     let verified = envgen_in(&clone, &binary, &["image", "verify"]);
@@ -250,6 +292,41 @@ fn a_fresh_clone_verifies_renders_pinned_and_builds_cpu_without_flags() {
         "docker",
         &["run", "--rm", "--network", "none", &tag, "--version"],
     ));
+    let envgen_layer = inspect_last_layer(&tag);
+
+    // The same commit built in another directory (other path, other depth)
+    // gives the same stripped binary, hence the same envgen layer.
+    let other = tempfile::Builder::new()
+        .prefix("fresh-clone-other-directory-")
+        .tempdir_in(target_dir())
+        .unwrap();
+    let other_clone = other.path().join("a/b/envgen-elsewhere");
+    let other_target = other.path().join("target");
+    clone_and_build(&head, &other_clone, &other_target);
+    let other_binary = other_target.join("debug/envgen");
+    assert_eq!(
+        stripped_sha256(&other_binary),
+        stripped_sha256(&binary),
+        "one commit, two directories: the envgen that goes into images must be the same bytes"
+    );
+    let rebuilt = clean_command(&other_binary)
+        .args([
+            "image",
+            "build",
+            "cpu",
+            "--tag",
+            "envgen-test/cpu:other-directory",
+        ])
+        .current_dir(&other_clone)
+        .env("ENVGEN_BASE_STAND_IN", "debian:bookworm-slim")
+        .output()
+        .unwrap();
+    assert_eq!(rebuilt.status.code(), Some(0), "{}", text(&rebuilt));
+    assert_eq!(
+        inspect_last_layer("envgen-test/cpu:other-directory"),
+        envgen_layer,
+        "the envgen layer's diff_id is the same for a given commit"
+    );
     assert!(
         stdout(&version).contains(&format!("envgen {}", env!("CARGO_PKG_VERSION"))),
         "{}",
