@@ -130,21 +130,12 @@ fn clone_and_build(head: &str, clone: &Path, target: &Path) {
     );
 }
 
-/// sha256 of `binary` as it goes into an image: `strip --strip-all`, like
-/// `envgen image build` stages it.
-fn stripped_sha256(binary: &Path) -> String {
-    let out = tempfile::tempdir().unwrap();
-    let stripped = out.path().join("envgen");
-    ok(run(
-        "strip",
-        &[
-            "--strip-all",
-            "-o",
-            stripped.to_str().unwrap(),
-            binary.to_str().unwrap(),
-        ],
-    ));
-    envgen::image::lock::sha256_hex(&std::fs::read(stripped).unwrap())
+/// sha256 of `binary` as `envgen image build` stages it into the image.
+fn staged_sha256(binary: &Path) -> String {
+    let staging = tempfile::tempdir().unwrap();
+    envgen::image::build::stage_binary(binary, staging.path()).unwrap();
+    let staged = staging.path().join(envgen::image::build::STAGED_BINARY);
+    envgen::image::lock::sha256_hex(&std::fs::read(staged).unwrap())
 }
 
 fn envgen_in(clone: &Path, binary: &Path, args: &[&str]) -> Output {
@@ -305,8 +296,8 @@ fn a_fresh_clone_verifies_renders_pinned_and_builds_cpu_without_flags() {
     clone_and_build(&head, &other_clone, &other_target);
     let other_binary = other_target.join("debug/envgen");
     assert_eq!(
-        stripped_sha256(&other_binary),
-        stripped_sha256(&binary),
+        staged_sha256(&other_binary),
+        staged_sha256(&binary),
         "one commit, two directories: the envgen that goes into images must be the same bytes"
     );
     let rebuilt = clean_command(&other_binary)

@@ -272,9 +272,14 @@ pub fn check_glibc(
 /// `rootfs/`, copied with `COPY rootfs/ /` (see Dockerfile.hbs for why).
 pub const STAGED_BINARY: &str = "rootfs/usr/local/bin/envgen";
 
-/// Stage the binary: a copy without symbols and debug sections when `strip` exists
-/// (smaller context and layer; `strip` output is a pure function of its input).
-fn stage_binary(binary: &Path, staging: &Path) -> Result<()> {
+/// Stage the binary: a copy without symbols, debug sections and the GNU
+/// build ID when `strip` exists (smaller context and layer; `strip` output is
+/// a pure function of its input). The build ID goes too because the linker
+/// computes it over the whole binary, debug information included, which
+/// records the directory the crate was built in: with it, one commit built in
+/// two checkouts differs in exactly those 20 bytes; without it, the staged
+/// binary — hence the envgen layer — is the same (tests/fresh_clone.rs).
+pub fn stage_binary(binary: &Path, staging: &Path) -> Result<()> {
     let dest = staging.join(STAGED_BINARY);
     if let Some(parent) = dest.parent() {
         std::fs::create_dir_all(parent)?;
@@ -282,6 +287,7 @@ fn stage_binary(binary: &Path, staging: &Path) -> Result<()> {
     let stripped = which::which("strip").ok().is_some_and(|strip| {
         std::process::Command::new(strip)
             .arg("--strip-all")
+            .arg("--remove-section=.note.gnu.build-id")
             .arg("-o")
             .arg(&dest)
             .arg(binary)
