@@ -520,6 +520,13 @@ fn push_to_the_loopback_registry_resolves_digests_and_rebuilds_from_a_pinned_bas
     assert_eq!(entry["digest_source"].as_str(), Some("registry"), "{entry}");
     let digest = entry["digest"].as_str().unwrap().to_string();
     assert!(repo_digest.contains(&digest), "{digest} vs {repo_digest}");
+    // --check-remote: the registry still has that digest for the tag.
+    let checked = ok(envgen_image(dir, "lock", &["cpu", "--check-remote"]));
+    assert!(
+        stdout(&checked).contains(&format!("ok: cpu: {base} is {digest} at the registry")),
+        "{}",
+        text(&checked)
+    );
 
     // Build from FROM …@sha256 with the base only in the registry, and push.
     ok(docker(&["rmi", &base]));
@@ -557,6 +564,43 @@ fn push_to_the_loopback_registry_resolves_digests_and_rebuilds_from_a_pinned_bas
         manifest["layers"].as_array().is_some_and(|l| l.len() >= 2),
         "{manifest}"
     );
+    // The tag moves (another image pushed under it): --check-remote and
+    // verify report it as drift, and --check-remote wrote nothing.
+    let lock_before = std::fs::read_to_string(dir.join("envgen.lock")).unwrap();
+    ok(docker(&["tag", &tag, &base]));
+    ok(docker(&["push", &base]));
+    let moved = envgen_image(dir, "lock", &["cpu", "--check-remote"]);
+    assert_eq!(moved.status.code(), Some(1), "{}", text(&moved));
+    assert!(
+        stdout(&moved).contains(&format!("drift: cpu: digest — locked {digest}")),
+        "{}",
+        text(&moved)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("envgen.lock")).unwrap(),
+        lock_before
+    );
+    let verify_moved = envgen_image(dir, "verify", &["cpu"]);
+    assert_eq!(
+        verify_moved.status.code(),
+        Some(1),
+        "{}",
+        text(&verify_moved)
+    );
+    // The committed lock, where Docker Hub and nvcr.io cannot be reached:
+    // nothing re-checked, nothing failed.
+    let committed = Path::new(env!("CARGO_MANIFEST_DIR")).join("containers");
+    let offline = ok(envgen_image(&committed, "lock", &["--check-remote"]));
+    for name in ["cpu", "cuda12.8", "ngc-pytorch-25.06"] {
+        assert!(
+            stdout(&offline)
+                .lines()
+                .any(|l| l.starts_with(&format!("note: {name}: "))
+                    && l.contains("not re-checked: offline")),
+            "{name}: {}",
+            text(&offline)
+        );
+    }
     // And digest resolution now finds the pushed image in the registry.
     let relock = containers_copy();
     ok(envgen_image(

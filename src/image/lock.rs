@@ -200,7 +200,7 @@ pub fn compute_entry(
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Drift {
     pub profile: String,
-    /// e.g. "files.Dockerfile", "binary_sha256", "digest".
+    /// e.g. "files.Dockerfile", "apt.NAME", "digest".
     pub entry: String,
     pub locked: String,
     pub now: String,
