@@ -441,6 +441,16 @@ fn as_root_under_a_0700_home_the_container_trains_the_same_bits() {
         manifest["data_files"][0]["sha256"], native_manifest["data_files"][0]["sha256"],
         "{manifest}"
     );
+    assert_eq!(
+        manifest["data_files"][0]["path"].as_str(),
+        Some(corpus.to_str().unwrap()),
+        "the manifest names the host file, not its mount: {manifest}"
+    );
+    let summary = read(&dir, "summary.json");
+    assert_eq!(
+        summary["metrics"]["data_files"][0]["path"].as_str(),
+        Some(corpus.to_str().unwrap())
+    );
     // Written by the container's unprivileged user.
     let owner =
         std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(dir.join("summary.json")).unwrap());

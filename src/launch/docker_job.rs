@@ -67,6 +67,15 @@ pub fn map_paths(science: &mut toml::Value, map: &[(PathBuf, PathBuf)]) {
     walk(science, "", map);
 }
 
+/// The host path of a path inside the container (data mounts only), for
+/// provenance written by the container's envgen (`data_files[].path`).
+pub fn host_path(inside: &str, data_dirs: &[PathBuf]) -> Option<PathBuf> {
+    let rest = Path::new(inside).strip_prefix(CONTAINER_DATA_DIR).ok()?;
+    let mut parts = rest.components();
+    let index: usize = parts.next()?.as_os_str().to_str()?.parse().ok()?;
+    Some(data_dirs.get(index)?.join(parts.as_path()))
+}
+
 /// Parse [`PATH_MAP_ENV`].
 pub fn path_map_from_env() -> Vec<(PathBuf, PathBuf)> {
     std::env::var(PATH_MAP_ENV)
@@ -250,7 +259,30 @@ pub async fn run(
         job.image, spec.user, spec.name
     );
     let outcome = run_container(docker, &spec, interrupt).await?;
-    let summary: Option<Summary> = rundir::read_json(&run_dir.join("summary.json")).ok();
+    let mut summary: Option<Summary> = rundir::read_json(&run_dir.join("summary.json")).ok();
+    // The container recorded the data files at their mount paths: give them
+    // their host paths back (the summary's copy goes into the manifest).
+    if let Some(files) = summary
+        .as_mut()
+        .and_then(|s| s.metrics.get_mut("data_files"))
+        .and_then(|f| f.as_array_mut())
+    {
+        for file in files {
+            let host = file["path"]
+                .as_str()
+                .and_then(|inside| host_path(inside, &job.data_dirs));
+            if let Some(host) = host {
+                file["path"] = json!(host);
+            }
+        }
+        if let Some(summary) = &summary {
+            let path = run_dir.join("summary.json");
+            rundir::write_json(&path, summary)?;
+            // Keep it the run directory owner's, like the rest of the run.
+            let owner = std::fs::metadata(&run_dir)?;
+            std::os::unix::fs::chown(&path, Some(owner.uid()), Some(owner.gid()))?;
+        }
+    }
     let summary = match summary {
         Some(s) if s.status != Status::Running => s,
         // Ctrl-C here, or `docker stop`/`docker kill` from outside (128+2/9/15).
@@ -323,6 +355,17 @@ mod tests {
             science["data"]["name"].as_str(),
             Some("/home/u/private/data/x")
         );
+    }
+
+    #[test]
+    fn data_mount_paths_map_back_to_the_host() {
+        let dirs = vec![PathBuf::from("/a"), PathBuf::from("/home/u/data")];
+        assert_eq!(
+            host_path("/run/envgen/data/1/sub/x.bin", &dirs),
+            Some(PathBuf::from("/home/u/data/sub/x.bin"))
+        );
+        assert_eq!(host_path("/run/envgen/data/7/x", &dirs), None);
+        assert_eq!(host_path("/elsewhere/x", &dirs), None);
     }
 
     #[test]
