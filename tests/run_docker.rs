@@ -31,6 +31,9 @@ fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
 fn import_image(tag: &str, marker: &str) -> String {
     let root = tempfile::tempdir().unwrap();
     minimal_rootfs(root.path());
+    // Like every Debian/Ubuntu image: root's home is private.
+    std::fs::create_dir_all(root.path().join("root")).unwrap();
+    set_mode(&root.path().join("root"), 0o700);
     std::fs::write(root.path().join("etc/envgen-test-marker"), marker).unwrap();
     let tar_dir = tempfile::tempdir().unwrap();
     let tarball = tar_dir.path().join("rootfs.tar");
@@ -354,4 +357,165 @@ fn detach_is_for_slurm_only() {
         0,
         "no run directory"
     );
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+fn is_root() -> bool {
+    std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0
+}
+
+/// A text corpus under `dir` (its own directory 0755, files 0644).
+fn corpus_in(dir: &Path) -> std::path::PathBuf {
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    set_mode(&data, 0o755);
+    let file = data.join("corpus.txt");
+    let text: String = (0..300)
+        .map(|i| format!("line {i}: a private home is no obstacle to a container.\n"))
+        .collect();
+    std::fs::write(&file, text).unwrap();
+    set_mode(&file, 0o644);
+    file
+}
+
+/// Native and Docker runs of the same config give the same bits.
+fn assert_same_bits(native: &serde_json::Value, docker: &serde_json::Value) {
+    for key in ["final_train_loss", "final_val_loss"] {
+        assert_eq!(
+            loss_bits(&native["summary"], key),
+            loss_bits(&docker["summary"], key),
+            "{key}: the container must train exactly as the native run"
+        );
+    }
+}
+
+/// envgen as root, its run directory and data under root's 0700 home (as in
+/// `--out ~/.cache/x/runs` for root): the container's user (uid 1000) gets
+/// them at neutral paths, reads and writes them, and trains the same bits.
+/// (Mounted at the same path, the run directory sat under the image's own
+/// 0700 /root, which uid 1000 cannot enter: "Permission denied".)
+#[test]
+fn as_root_under_a_0700_home_the_container_trains_the_same_bits() {
+    require_docker();
+    assert!(
+        is_root(),
+        "this test is about envgen running as root (the suite runs as root)"
+    );
+    let image = import_image("private-home", "private-home");
+    let home = tempfile::Builder::new()
+        .prefix("envgen-test-home-")
+        .tempdir_in("/root")
+        .unwrap();
+    set_mode(home.path(), 0o700);
+    std::fs::create_dir_all(home.path().join(".cache/x")).unwrap();
+    set_mode(&home.path().join(".cache"), 0o700);
+    let out = home.path().join(".cache/x/runs");
+    let corpus = corpus_in(home.path());
+    let source = format!("data.path={}", corpus.display());
+    let mut docs = Vec::new();
+    for place in [
+        &["--where", "native"][..],
+        &["--where", "docker", "--image", &image],
+    ] {
+        let mut extra = vec!["--set", "data.source=text", "--set", &source];
+        extra.extend(place);
+        let run = short_run(&out, &extra);
+        assert_ok(&run, &format!("{place:?} under a 0700 home"));
+        docs.push(json_of(&run));
+    }
+    assert_same_bits(&docs[0], &docs[1]);
+    let dir = run_dir_of(&docs[1]);
+    assert!(dir.starts_with(&out), "{}", dir.display());
+    let manifest = read(&dir, "manifest.json");
+    assert_eq!(manifest["where"], "docker");
+    let native_manifest = read(&run_dir_of(&docs[0]), "manifest.json");
+    assert_eq!(manifest["config_hash"], native_manifest["config_hash"]);
+    // The config keeps the host path; the data hash is the same on both sides.
+    let config = std::fs::read_to_string(dir.join("config.toml")).unwrap();
+    assert!(config.contains(&corpus.display().to_string()), "{config}");
+    assert_eq!(
+        manifest["data_files"][0]["sha256"], native_manifest["data_files"][0]["sha256"],
+        "{manifest}"
+    );
+    assert_eq!(
+        manifest["data_files"][0]["path"].as_str(),
+        Some(corpus.to_str().unwrap()),
+        "the manifest names the host file, not its mount: {manifest}"
+    );
+    let summary = read(&dir, "summary.json");
+    assert_eq!(
+        summary["metrics"]["data_files"][0]["path"].as_str(),
+        Some(corpus.to_str().unwrap())
+    );
+    // Written by the container's unprivileged user.
+    let owner =
+        std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(dir.join("summary.json")).unwrap());
+    assert_eq!(owner, 1000);
+    assert!(leftover_containers(&dir).is_empty());
+}
+
+/// The uid the unprivileged test runs envgen as (no passwd entry is needed).
+const OTHER_UID: u32 = 4242;
+
+/// envgen run by an unprivileged user (uid 4242, in the socket's group):
+/// the container runs as that user, writes the run directory under its
+/// 0700 home, and trains the same bits as that user's native run.
+#[test]
+fn an_unprivileged_user_runs_in_docker_with_the_same_bits() {
+    require_docker();
+    assert!(
+        is_root(),
+        "the test switches to an unprivileged uid with setpriv (the suite runs as root)"
+    );
+    use std::os::unix::fs::MetadataExt as _;
+    let image = import_image("unprivileged", "unprivileged");
+    let socket = std::env::var("DOCKER_HOST").unwrap();
+    let socket = socket.trim_start_matches("unix://");
+    let socket_gid = std::fs::metadata(socket).unwrap().gid();
+    assert_ne!(
+        socket_gid, 0,
+        "the test daemon's socket must belong to a group (scripts/services/docker.sh passes --group docker)"
+    );
+    // A copy of envgen the user can execute wherever the checkout is.
+    let bin_dir = tempfile::tempdir().unwrap();
+    set_mode(bin_dir.path(), 0o755);
+    let binary = bin_dir.path().join("envgen");
+    std::fs::copy(env!("CARGO_BIN_EXE_envgen"), &binary).unwrap();
+    set_mode(&binary, 0o755);
+    let home = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(home.path(), Some(OTHER_UID), Some(OTHER_UID)).unwrap();
+    set_mode(home.path(), 0o700);
+    let out = home.path().join("runs");
+    let run_as_user = |place: &[&str]| {
+        let mut args = vec!["run", "gpt2"];
+        args.extend(SHORT);
+        args.extend(["--out", out.to_str().unwrap()]);
+        args.extend(place);
+        std::process::Command::new("setpriv")
+            .arg(format!("--reuid={OTHER_UID}"))
+            .arg(format!("--regid={OTHER_UID}"))
+            .arg(format!("--groups={socket_gid}"))
+            .arg(&binary)
+            .args(&args)
+            .current_dir(home.path())
+            .env("HOME", home.path())
+            .env_remove("ENVGEN_RUN_IMAGE")
+            .output()
+            .unwrap()
+    };
+    let native = run_as_user(&["--where", "native"]);
+    assert_ok(&native, "native run as uid 4242");
+    let docker = run_as_user(&["--where", "docker", "--image", &image]);
+    assert_ok(&docker, "docker run as uid 4242");
+    let (native, docker) = (json_of(&native), json_of(&docker));
+    assert_same_bits(&native, &docker);
+    let dir = run_dir_of(&docker);
+    let summary = std::fs::metadata(dir.join("summary.json")).unwrap();
+    assert_eq!(summary.uid(), OTHER_UID, "the container ran as the caller");
+    assert_eq!(dir.metadata().unwrap().uid(), OTHER_UID);
+    assert!(leftover_containers(&dir).is_empty());
 }

@@ -6,6 +6,13 @@
 # this runs in has no iptables and no bridge: containers get `--bridge=none`,
 # and envgen builds use host networking for RUN steps (apt can still reach the
 # mirror). The storage driver is overlay2 when the kernel allows it, else vfs.
+#
+# The socket belongs to the `docker` group (created if missing), so the tests
+# can run envgen as an unprivileged user in that group. No registry is
+# reachable here, so the pinned `debian:bookworm-slim@sha256:…` cannot be
+# pulled: ENVGEN_BASE_STAND_IN lets envgen build on the test's local stand-in
+# tagged `debian:bookworm-slim` (tests/docker_base), loudly and with a label;
+# a user's machine without it pulls the pinned digest.
 
 # The socket and exec root (containerd's sockets) live under a short /tmp
 # path named after the state directory: unix socket paths are limited to
@@ -18,10 +25,14 @@ docker_start() {
   # docker.io for the daemon (and a CLI for debugging); the image tests also
   # need debootstrap (they make their own base image) and charliecloud (export).
   apt_install docker.io debootstrap charliecloud curl
+  getent group docker >/dev/null || groupadd --system docker
+  export ENVGEN_BASE_STAND_IN="debian:bookworm-slim"
   local state="$ENVGEN_TEST_STATE/docker"
   local run_dir
   run_dir="$(docker_run_dir)"
   mkdir -p "$state/data" "$run_dir/exec"
+  # Other users reach the socket through the docker group (the socket's own mode).
+  chmod 0755 "$run_dir"
   local sock="$run_dir/docker.sock"
   if [ -S "$sock" ] && [ -f "$state/dockerd.pid" ] && kill -0 "$(cat "$state/dockerd.pid")" 2>/dev/null; then
     export DOCKER_HOST="unix://$sock" ENVGEN_TEST_DOCKER=1
@@ -45,6 +56,7 @@ docker_start() {
     --exec-root "$run_dir/exec" \
     --pidfile "$state/dockerd.pid" \
     --host "unix://$sock" \
+    --group docker \
     --storage-driver "$driver" \
     --iptables=false --ip-masq=false --bridge=none \
     >"$state/dockerd.log" 2>&1 &

@@ -7,7 +7,7 @@ use crate::error::{Result, UserError};
 use crate::image::build::{self, BuildRequest, LockCheck};
 use crate::image::docker;
 use crate::image::export::{self, Format};
-use crate::image::lock::{self, Lockfile, Resolution};
+use crate::image::lock::{self, DigestSource, Lockfile, Resolution};
 use crate::image::{render, Containers};
 
 /// Options every image subcommand takes.
@@ -69,16 +69,16 @@ pub enum Command {
         profile: Option<String>,
         #[arg(long, value_name = "REF", requires = "profile")]
         base: Option<String>,
-        #[arg(long, value_name = "PATH")]
-        binary: Option<PathBuf>,
+        /// Write nothing: re-resolve each locked base at its registry and report
+        /// a different digest as drift (exit 1); offline, say "not re-checked: offline".
+        #[arg(long, conflicts_with = "base")]
+        check_remote: bool,
         #[command(flatten)]
         common: Common,
     },
     /// Recompute the lock and name every drifted entry (exit 1 on drift).
     Verify {
         profile: Option<String>,
-        #[arg(long, value_name = "PATH")]
-        binary: Option<PathBuf>,
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -173,20 +173,23 @@ pub fn execute(cmd: Command) -> Result<i32> {
         Command::Lock {
             profile,
             base,
-            binary,
+            check_remote,
             common,
         } => {
             let containers = Containers::locate(common.containers.as_deref())?;
-            lock_cmd(&containers, profile.as_deref(), base, binary.as_deref())
+            if check_remote {
+                check_remote_cmd(&containers, profile.as_deref())
+            } else {
+                lock_cmd(&containers, profile.as_deref(), base)
+            }
         }
         Command::Verify {
             profile,
-            binary,
             json,
             common,
         } => {
             let containers = Containers::locate(common.containers.as_deref())?;
-            verify_cmd(&containers, profile.as_deref(), binary.as_deref(), json)
+            verify_cmd(&containers, profile.as_deref(), json)
         }
         Command::Export {
             profile,
@@ -336,12 +339,7 @@ fn selected(containers: &Containers, profile: Option<&str>) -> Result<Vec<crate:
     }
 }
 
-fn lock_cmd(
-    containers: &Containers,
-    profile: Option<&str>,
-    base: Option<String>,
-    binary: Option<&Path>,
-) -> Result<i32> {
+fn lock_cmd(containers: &Containers, profile: Option<&str>, base: Option<String>) -> Result<i32> {
     let Some(path) = containers.lock_path() else {
         return Err(UserError::usage(
             "no containers directory to write envgen.lock into (using the embedded profiles)",
@@ -350,7 +348,6 @@ fn lock_cmd(
         .into());
     };
     let profiles = selected(containers, profile)?;
-    let binary_sha = build::binary_sha256(&build::binary_path(binary)?)?;
     let bases: Vec<String> = profiles
         .iter()
         .map(|p| base.clone().unwrap_or_else(|| p.base.reference.clone()))
@@ -358,24 +355,13 @@ fn lock_cmd(
     let resolutions = resolve_all(&bases);
     let mut lockfile = Lockfile::read(&path)?;
     for ((profile, base), resolution) in profiles.iter().zip(&bases).zip(&resolutions) {
-        // A base that cannot be resolved here (no registry access) keeps the
-        // digest it was locked at, rather than losing its pin.
-        let kept = lockfile
+        let old = lockfile
             .profiles
             .get(&profile.name)
-            .filter(|old| {
-                resolution.digest.is_none() && old.base == *base && old.digest != lock::UNRESOLVED
-            })
+            .filter(|old| old.base == *base)
             .map(|old| old.resolution());
-        if kept.is_some() {
-            eprintln!(
-                "{}: {base} not resolvable now ({}); keeping the locked digest",
-                profile.name,
-                resolution.reason.as_deref().unwrap_or("")
-            );
-        }
-        let resolution = kept.as_ref().unwrap_or(resolution);
-        let entry = lock::compute_entry(containers, profile, base, resolution, &binary_sha)?;
+        let resolution = merge_resolution(old.as_ref(), resolution);
+        let entry = lock::compute_entry(containers, profile, base, &resolution)?;
         match &resolution.digest {
             Some(digest) => eprintln!(
                 "{}: {base} → {digest} ({:?})",
@@ -394,18 +380,110 @@ fn lock_cmd(
     Ok(0)
 }
 
-fn verify_cmd(
-    containers: &Containers,
-    profile: Option<&str>,
-    binary: Option<&Path>,
-    json: bool,
-) -> Result<i32> {
+/// What a re-lock writes, given the old entry's resolution and the one found now.
+/// A base that cannot be resolved here (no registry access) keeps the digest
+/// it was locked at rather than losing its pin; a content pin (registry,
+/// RepoDigest, cited) is not replaced by a local image ID (only this daemon's
+/// view); the registry's answer always wins, keeping the amd64 digest when the
+/// index digest is unchanged.
+pub fn merge_resolution(old: Option<&Resolution>, now: &Resolution) -> Resolution {
+    let Some(old) = old else {
+        return now.clone();
+    };
+    let keep = (now.digest.is_none() && old.digest.is_some())
+        || (old.pinnable().is_some() && now.source == DigestSource::ImageId);
+    if keep {
+        eprintln!(
+            "note: keeping the locked digest {} ({:?}): {}",
+            old.digest.as_deref().unwrap_or(""),
+            old.source,
+            now.reason.as_deref().unwrap_or("only a local image ID now")
+        );
+        return old.clone();
+    }
+    let mut now = now.clone();
+    if now.source == DigestSource::Registry && now.digest == old.digest {
+        now.amd64 = now.amd64.or_else(|| old.amd64.clone());
+    }
+    now
+}
+
+/// Re-resolve each locked base at its registry; `None` when offline (with why).
+fn registry_digests(bases: &[String]) -> Vec<std::result::Result<String, String>> {
+    let Ok(runtime) = docker::runtime() else {
+        return bases
+            .iter()
+            .map(|_| Err("no async runtime".into()))
+            .collect();
+    };
+    runtime.block_on(async {
+        match docker::connect().await {
+            Ok(daemon) => {
+                let mut out = Vec::new();
+                for base in bases {
+                    out.push(docker::registry_digest(&daemon, base).await);
+                }
+                out
+            }
+            Err(err) => {
+                let reason = format!(
+                    "no Docker daemon to ask the registry through ({})",
+                    err.to_string().lines().next().unwrap_or("")
+                );
+                bases.iter().map(|_| Err(reason.clone())).collect()
+            }
+        }
+    })
+}
+
+/// `envgen image lock --check-remote`: compare each locked digest with the
+/// registry's answer now; write nothing.
+fn check_remote_cmd(containers: &Containers, profile: Option<&str>) -> Result<i32> {
+    let lockfile = read_lock(containers)?;
+    let profiles = selected(containers, profile)?;
+    let locked: Vec<(String, lock::LockEntry)> = profiles
+        .iter()
+        .filter_map(|p| {
+            lockfile
+                .profiles
+                .get(&p.name)
+                .map(|l| (p.name.clone(), l.clone()))
+        })
+        .collect();
+    let bases: Vec<String> = locked.iter().map(|(_, l)| l.base.clone()).collect();
+    let mut drift = 0;
+    for ((name, entry), now) in locked.iter().zip(registry_digests(&bases)) {
+        match now {
+            Ok(digest) if digest == entry.digest => {
+                println!("ok: {name}: {} is {digest} at the registry", entry.base)
+            }
+            Ok(digest) => {
+                drift += 1;
+                println!(
+                    "drift: {name}: digest — locked {} ({:?}), registry now {digest} (base {}: the tag moved, or the cited record was wrong)",
+                    entry.digest, entry.digest_source, entry.base
+                );
+            }
+            Err(reason) => println!(
+                "note: {name}: {} locked at {} ({:?}), not re-checked: offline ({reason})",
+                entry.base, entry.digest, entry.digest_source
+            ),
+        }
+    }
+    for p in &profiles {
+        if !lockfile.profiles.contains_key(&p.name) {
+            println!("note: {}: not locked", p.name);
+        }
+    }
+    Ok(if drift == 0 { 0 } else { 1 })
+}
+
+fn verify_cmd(containers: &Containers, profile: Option<&str>, json: bool) -> Result<i32> {
     let path = containers
         .lock_path()
         .unwrap_or_else(|| PathBuf::from("containers/envgen.lock"));
     let lockfile = read_lock(containers)?;
     let profiles = selected(containers, profile)?;
-    let binary_sha = build::binary_sha256(&build::binary_path(binary)?)?;
     let mut drifts = Vec::new();
     let mut notes = Vec::new();
     let mut to_resolve = Vec::new();
@@ -420,21 +498,25 @@ fn verify_cmd(
             });
             continue;
         };
-        let now = lock::compute_entry(
-            containers,
-            profile,
-            &locked.base,
-            &locked.resolution(),
-            &binary_sha,
-        )?;
+        let now = lock::compute_entry(containers, profile, &locked.base, &locked.resolution())?;
         drifts.extend(lock::compare(&profile.name, locked, &now));
         to_resolve.push((profile.name.clone(), locked.clone()));
     }
-    // Re-resolve the bases: a moved tag is drift; an unreachable base is said, not hidden.
+    // Re-resolve the bases: a moved tag is drift; an unreachable registry is said, not hidden.
     let bases: Vec<String> = to_resolve.iter().map(|(_, l)| l.base.clone()).collect();
     for ((name, locked), now) in to_resolve.iter().zip(resolve_all(&bases)) {
+        let moved = |now_digest: &str, why: &str| lock::Drift {
+            profile: name.clone(),
+            entry: "digest".into(),
+            locked: locked.digest.clone(),
+            now: now_digest.into(),
+            source: format!("base {} ({why})", locked.base),
+        };
         match (locked.digest.as_str(), now.digest.as_deref()) {
-            (lock::UNRESOLVED, None) => notes.push(format!(
+            (lock::UNRESOLVED, Some(digest)) if now.source != DigestSource::ImageId => {
+                drifts.push(moved(digest, "now resolvable: re-lock to pin it"))
+            }
+            (lock::UNRESOLVED, _) => notes.push(format!(
                 "{name}: base {} is not pinned (digest unresolved: {})",
                 locked.base,
                 locked
@@ -442,30 +524,28 @@ fn verify_cmd(
                     .as_deref()
                     .unwrap_or("no reason recorded")
             )),
-            (lock::UNRESOLVED, Some(digest)) => drifts.push(lock::Drift {
-                profile: name.clone(),
-                entry: "digest".into(),
-                locked: lock::UNRESOLVED.into(),
-                now: digest.into(),
-                source: format!("base {} (now resolvable: re-lock to pin it)", locked.base),
-            }),
-            (locked_digest, None) => notes.push(format!(
-                "{name}: base {} locked at {locked_digest}, not re-checked now ({})",
-                locked.base,
-                now.reason.as_deref().unwrap_or("")
-            )),
-            (locked_digest, Some(digest)) => {
-                // The same source must agree; an ID vs a manifest digest are not comparable.
-                if now.source == locked.digest_source && locked_digest != digest {
-                    drifts.push(lock::Drift {
-                        profile: name.clone(),
-                        entry: "digest".into(),
-                        locked: locked_digest.into(),
-                        now: digest.into(),
-                        source: format!("base {} (the tag moved)", locked.base),
-                    });
+            (locked_digest, Some(digest))
+                if now.source == DigestSource::Registry
+                    && locked.digest_source != DigestSource::ImageId =>
+            {
+                if locked_digest != digest {
+                    drifts.push(moved(digest, "the registry has another digest for the tag"));
                 }
             }
+            (locked_digest, Some(digest))
+                if now.source == locked.digest_source && locked_digest != digest =>
+            {
+                drifts.push(moved(digest, "the tag moved"))
+            }
+            (_, Some(_)) if now.source == locked.digest_source => {}
+            (locked_digest, _) => notes.push(format!(
+                "{name}: base {} locked at {locked_digest} ({}), not re-checked: offline ({})",
+                locked.base,
+                source_name(locked.digest_source),
+                now.reason
+                    .as_deref()
+                    .unwrap_or("only a local image answers for it")
+            )),
         }
     }
     if json {
@@ -488,4 +568,14 @@ fn verify_cmd(
         }
     }
     Ok(if drifts.is_empty() { 0 } else { 1 })
+}
+
+fn source_name(source: DigestSource) -> &'static str {
+    match source {
+        DigestSource::Registry => "read from the registry",
+        DigestSource::RepoDigest => "the local daemon's RepoDigest",
+        DigestSource::ImageId => "local image ID",
+        DigestSource::Cited => "cited from a public record, not yet checked against the registry",
+        DigestSource::Unresolved => "unresolved",
+    }
 }

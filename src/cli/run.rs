@@ -511,6 +511,15 @@ fn run_here(args: &Args, experiment: &dyn Experiment, decision: &Decision) -> Re
         stop: install_stop_handler("stopping after this step (checkpoint follows)"),
         progress: !args.json,
     };
+    let mut science = science;
+    if args.launched {
+        // In a container the data is mounted at neutral paths: map the host
+        // paths the config names (its hash was checked above, unchanged).
+        crate::launch::docker_job::map_paths(
+            &mut science,
+            &crate::launch::docker_job::path_map_from_env(),
+        );
+    }
     let sampler = GpuSampler::start(&run_dir.join("metrics.jsonl"), GPU_SAMPLE_INTERVAL);
     let outcome = experiment.run(&science, &control, resolved);
     drop(sampler);

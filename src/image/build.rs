@@ -32,9 +32,8 @@ pub enum LockCheck {
     /// The profile must be locked and match the lock entirely (`envgen image build`).
     #[default]
     Strict,
-    /// Base pin, rendered files and package pins must match; the binary may
-    /// differ (the launcher puts the running envgen in: see [`ensure_built`]).
-    /// An unlocked profile builds unpinned.
+    /// Like `Strict`, but an unlocked profile builds unpinned (the launcher:
+    /// see [`ensure_built`]).
     RecipeOnly,
     /// Ignore the lock (`--unlocked`).
     Skip,
@@ -113,11 +112,12 @@ pub fn binary_sha256(path: &Path) -> Result<String> {
 }
 
 /// Refuse to build when the lock is missing or does not match the inputs.
+/// The envgen binary is not an input the lock pins (it is derived from the
+/// source revision): it goes into the labels and the run manifest.
 pub fn check_lock(
     containers: &Containers,
     profile: &Profile,
     base: &str,
-    binary_sha: &str,
     policy: LockCheck,
 ) -> Result<Option<LockEntry>> {
     if policy == LockCheck::Skip {
@@ -142,11 +142,8 @@ pub fn check_lock(
         ))
         .into());
     };
-    let now = lock::compute_entry(containers, profile, base, &locked.resolution(), binary_sha)?;
-    let drifts: Vec<lock::Drift> = lock::compare(&profile.name, locked, &now)
-        .into_iter()
-        .filter(|d| policy == LockCheck::Strict || d.entry != "binary_sha256")
-        .collect();
+    let now = lock::compute_entry(containers, profile, base, &locked.resolution())?;
+    let drifts = lock::compare(&profile.name, locked, &now);
     if !drifts.is_empty() {
         let names: Vec<String> = drifts
             .iter()
@@ -213,6 +210,30 @@ pub fn labels(profile: &str, lock_sha: &str, binary_sha: &str) -> HashMap<String
     ])
 }
 
+/// `ENVGEN_BASE_STAND_IN`: bases a build may replace by a local image when
+/// the pinned digest is neither in the daemon nor pullable — for machines
+/// with no registry access (this project's tests). A comma-separated list
+/// of `REF` (use the daemon's own `REF` tag) or `REF=LOCAL`. Unset, a pinned
+/// base is always pulled by digest. A build on a stand-in says so loudly and
+/// carries the `io.envgen.base-stand-in` label.
+pub const STAND_IN_ENV: &str = "ENVGEN_BASE_STAND_IN";
+
+/// The label a build on a stand-in base carries.
+pub const STAND_IN_LABEL: &str = "io.envgen.base-stand-in";
+
+/// The local stand-in named for `base` in [`STAND_IN_ENV`], if any.
+pub fn stand_in(base: &str) -> Option<String> {
+    let list = std::env::var(STAND_IN_ENV).ok()?;
+    list.split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .find_map(|item| match item.split_once('=') {
+            Some((reference, local)) if reference == base => Some(local.to_string()),
+            None if item == base => Some(item.to_string()),
+            _ => None,
+        })
+}
+
 /// The base's glibc, asked from a throwaway container of it (`ldd
 /// --version`); the profile's declared value when the base has no ldd.
 async fn base_glibc(
@@ -251,9 +272,14 @@ pub fn check_glibc(
 /// `rootfs/`, copied with `COPY rootfs/ /` (see Dockerfile.hbs for why).
 pub const STAGED_BINARY: &str = "rootfs/usr/local/bin/envgen";
 
-/// Stage the binary: a copy without symbols and debug sections when `strip` exists
-/// (smaller context and layer; `strip` output is a pure function of its input).
-fn stage_binary(binary: &Path, staging: &Path) -> Result<()> {
+/// Stage the binary: a copy without symbols, debug sections and the GNU
+/// build ID when `strip` exists (smaller context and layer; `strip` output is
+/// a pure function of its input). The build ID goes too because the linker
+/// computes it over the whole binary, debug information included, which
+/// records the directory the crate was built in: with it, one commit built in
+/// two checkouts differs in exactly those 20 bytes; without it, the staged
+/// binary — hence the envgen layer — is the same (tests/fresh_clone.rs).
+pub fn stage_binary(binary: &Path, staging: &Path) -> Result<()> {
     let dest = staging.join(STAGED_BINARY);
     if let Some(parent) = dest.parent() {
         std::fs::create_dir_all(parent)?;
@@ -261,6 +287,7 @@ fn stage_binary(binary: &Path, staging: &Path) -> Result<()> {
     let stripped = which::which("strip").ok().is_some_and(|strip| {
         std::process::Command::new(strip)
             .arg("--strip-all")
+            .arg("--remove-section=.note.gnu.build-id")
             .arg("-o")
             .arg(&dest)
             .arg(binary)
@@ -418,18 +445,36 @@ pub async fn build(containers: &Containers, request: &BuildRequest) -> Result<Bu
         .unwrap_or_else(|| profile.base.reference.clone());
     let binary = binary_path(request.binary.as_deref())?;
     let binary_sha = binary_sha256(&binary)?;
-    let locked = check_lock(containers, &profile, &base, &binary_sha, request.lock)?;
+    let locked = check_lock(containers, &profile, &base, request.lock)?;
     let docker = docker::connect().await?;
     let resolution = match &locked {
         Some(entry) => entry.resolution(),
         None => docker::resolve(&docker, &base).await,
     };
-    let from = render::from_reference(&base, resolution.pinnable());
+    let pinned = render::from_reference(&base, resolution.pinnable());
     // The daemon must have the base (pulled by digest when pinned): fail
     // here, fast and with the fix, rather than in the build's first step.
-    docker::ensure_present(&docker, &from)
-        .await
-        .map_err(|message| base_missing(&base, &from, &message))?;
+    let mut from = pinned.clone();
+    let mut stand_in_label = None;
+    if let Err(message) = docker::ensure_present(&docker, &pinned).await {
+        // Only where ENVGEN_BASE_STAND_IN names this base (no registry here).
+        let local = stand_in(&base).filter(|_| pinned != base);
+        let Some(local) = local else {
+            return Err(base_missing(&base, &pinned, &message));
+        };
+        let local_id = docker
+            .inspect_image(&local)
+            .await
+            .ok()
+            .and_then(|image| image.id)
+            .ok_or_else(|| base_missing(&base, &pinned, &format!("{message}; and the stand-in {local} named in {STAND_IN_ENV} is not in the daemon either")))?;
+        eprintln!(
+            "warning: building {} on the LOCAL STAND-IN {local} ({local_id}) in place of {pinned}, which cannot be pulled here ({STAND_IN_ENV}); this image is NOT the pinned one",
+            profile.name
+        );
+        stand_in_label = Some(format!("{local} ({local_id}) in place of {pinned}"));
+        from = local;
+    }
 
     let needed = elf::required_glibc(&std::fs::read(&binary)?)?;
     let have = base_glibc(&docker, &profile, &from).await?;
@@ -451,7 +496,7 @@ pub async fn build(containers: &Containers, request: &BuildRequest) -> Result<Bu
             .into());
         }
     }
-    let files = render::render(containers, &profile, &base, resolution.pinnable())?;
+    let files = render::render_from(containers, &profile, &base, &from)?;
     let staging = tempfile::tempdir()?;
     for (name, text) in &files {
         std::fs::write(staging.path().join(name), text)?;
@@ -468,7 +513,10 @@ pub async fn build(containers: &Containers, request: &BuildRequest) -> Result<Bu
         .as_ref()
         .map(LockEntry::sha256)
         .unwrap_or_else(|| "unlocked".into());
-    let labels = labels(&profile.name, &lock_sha, &binary_sha);
+    let mut labels = labels(&profile.name, &lock_sha, &binary_sha);
+    if let Some(stand_in) = stand_in_label {
+        labels.insert(STAND_IN_LABEL.into(), stand_in);
+    }
     let options = BuildImageOptions {
         dockerfile: render::DOCKERFILE.into(),
         t: Some(tag.clone()),

@@ -79,46 +79,54 @@ fn names_registry(reference: &str) -> bool {
 /// How long a registry gets to answer a digest lookup.
 const REGISTRY_TIMEOUT_S: u64 = 15;
 
+/// Ask the registry (through the daemon's distribution inspect, bounded by
+/// [`REGISTRY_TIMEOUT_S`]) for the digest `reference` names now: the
+/// multi-arch index digest for a multi-arch tag. `Err` says why it did not answer.
+pub async fn registry_digest(
+    docker: &Docker,
+    reference: &str,
+) -> std::result::Result<String, String> {
+    // Without internet a registry lookup may hang on connect instead of
+    // failing on DNS: bound it.
+    let registry = tokio::time::timeout(
+        std::time::Duration::from_secs(REGISTRY_TIMEOUT_S),
+        docker.inspect_registry_image(reference, None),
+    )
+    .await;
+    let where_ = if names_registry(reference) {
+        "its registry"
+    } else {
+        "Docker Hub"
+    };
+    match registry {
+        Ok(Ok(inspect)) => inspect
+            .descriptor
+            .digest
+            .ok_or_else(|| format!("{where_} answered without a digest")),
+        Ok(Err(err)) => Err(format!(
+            "{where_} did not answer ({})",
+            short(&err.to_string())
+        )),
+        Err(_) => Err(format!(
+            "{where_} did not answer (no answer within {REGISTRY_TIMEOUT_S} s)"
+        )),
+    }
+}
+
 /// Resolve a base reference to a digest: the registry first (when the
 /// reference names one and it answers), then the local daemon's RepoDigest,
 /// then its image ID; else unresolved with the reason.
 pub async fn resolve(docker: &Docker, reference: &str) -> Resolution {
     let mut reasons = Vec::new();
-    // Without internet a registry lookup may hang on connect instead of
-    // failing on DNS: bound it, and fall back to what the daemon has.
-    let registry = tokio::time::timeout(
-        std::time::Duration::from_secs(REGISTRY_TIMEOUT_S),
-        docker.inspect_registry_image(reference, None),
-    )
-    .await
-    .unwrap_or_else(|_| {
-        Err(bollard::errors::Error::IOError {
-            err: std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("no answer within {REGISTRY_TIMEOUT_S} s"),
-            ),
-        })
-    });
-    match registry {
-        Ok(inspect) if inspect.descriptor.digest.is_some() => {
+    match registry_digest(docker, reference).await {
+        Ok(digest) => {
             return Resolution {
-                digest: inspect.descriptor.digest,
+                digest: Some(digest),
                 source: DigestSource::Registry,
-                reason: None,
+                ..Default::default()
             }
         }
-        Ok(_) => reasons.push("registry answered without a digest".to_string()),
-        Err(err) => {
-            let where_ = if names_registry(reference) {
-                "its registry"
-            } else {
-                "Docker Hub"
-            };
-            reasons.push(format!(
-                "{where_} did not answer ({})",
-                short(&err.to_string())
-            ));
-        }
+        Err(reason) => reasons.push(reason),
     }
     match docker.inspect_image(reference).await {
         Ok(image) => {
@@ -135,7 +143,7 @@ pub async fn resolve(docker: &Docker, reference: &str) -> Resolution {
                 return Resolution {
                     digest: Some(digest),
                     source: DigestSource::RepoDigest,
-                    reason: None,
+                    ..Default::default()
                 };
             }
             if let Some(id) = image.id {
@@ -143,6 +151,7 @@ pub async fn resolve(docker: &Docker, reference: &str) -> Resolution {
                     digest: Some(id),
                     source: DigestSource::ImageId,
                     reason: Some("local image without a registry digest: pinned by image ID, which only this daemon can check".into()),
+                    ..Default::default()
                 };
             }
             reasons.push("local image has no ID".into());

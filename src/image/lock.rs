@@ -1,7 +1,10 @@
-//! `containers/envgen.lock`: per profile, the base resolved to a digest, the
-//! sha256 of every rendered file, of the profile source and of the envgen
-//! binary that goes in, and the package pins. `verify` recomputes it all
-//! and names each entry that drifted.
+//! `containers/envgen.lock`: per profile, the base resolved to a digest (with
+//! where the digest was read), the sha256 of every rendered file and of the
+//! profile source, and the package pins. These are the *inputs* of an image;
+//! the envgen binary that goes in is derived from the source revision and is
+//! recorded in the image's labels and the run manifest, not here, so the same
+//! lock holds on every machine. `verify` recomputes it all and names each
+//! entry that drifted.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,7 +16,7 @@ use super::profile::{Containers, Profile};
 use super::render;
 use crate::error::{Result, UserError};
 
-pub const SCHEMA: u32 = 1;
+pub const SCHEMA: u32 = 2;
 pub const UNRESOLVED: &str = "unresolved";
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -21,7 +24,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// How a base reference was pinned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DigestSource {
     /// Manifest digest from the registry (`/distribution/{name}/json`).
@@ -30,15 +33,26 @@ pub enum DigestSource {
     RepoDigest,
     /// Only the local image ID (config digest): cannot go into `FROM …@`, is checked before building.
     ImageId,
+    /// Read from a cited public record (`digest_cited_from`), NOT yet checked
+    /// against the registry: pinned in `FROM …@`, re-checked by
+    /// `envgen image lock --check-remote` / `verify` where the registry answers.
+    Cited,
+    #[default]
     Unresolved,
 }
 
 /// The outcome of resolving a base reference.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Resolution {
+    /// The digest `FROM` pins: the multi-arch index (manifest list) digest
+    /// when the tag is multi-arch.
     pub digest: Option<String>,
     pub source: DigestSource,
     pub reason: Option<String>,
+    /// The linux/amd64 image manifest digest inside that index, when known.
+    pub amd64: Option<String>,
+    /// Where a `cited` digest was read (repository + path, or URL).
+    pub cited_from: Option<String>,
 }
 
 impl Resolution {
@@ -47,12 +61,15 @@ impl Resolution {
             digest: None,
             source: DigestSource::Unresolved,
             reason: Some(reason.into()),
+            ..Default::default()
         }
     }
     /// The digest that may go into `FROM base@digest`.
     pub fn pinnable(&self) -> Option<&str> {
         match self.source {
-            DigestSource::Registry | DigestSource::RepoDigest => self.digest.as_deref(),
+            DigestSource::Registry | DigestSource::RepoDigest | DigestSource::Cited => {
+                self.digest.as_deref()
+            }
             _ => None,
         }
     }
@@ -65,10 +82,15 @@ pub struct LockEntry {
     /// "sha256:…", or "unresolved".
     pub digest: String,
     pub digest_source: DigestSource,
+    /// The linux/amd64 manifest digest inside the index `digest` names, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest_amd64: Option<String>,
+    /// For `digest_source = "cited"`: the public record the digests were read from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest_cited_from: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unresolved_reason: Option<String>,
     pub profile_sha256: String,
-    pub binary_sha256: String,
     /// Rendered file name → sha256.
     pub files: BTreeMap<String, String>,
     #[serde(default)]
@@ -83,6 +105,8 @@ impl LockEntry {
             digest: (self.digest != UNRESOLVED).then(|| self.digest.clone()),
             source: self.digest_source,
             reason: self.unresolved_reason.clone(),
+            amd64: self.digest_amd64.clone(),
+            cited_from: self.digest_cited_from.clone(),
         }
     }
     /// What `io.envgen.lock-sha256` carries: the hash of this entry as written.
@@ -132,6 +156,10 @@ impl Lockfile {
         let body = toml::to_string_pretty(self)?;
         let text = format!(
             "# Written by `envgen image lock`; checked by `envgen image verify`.\n\
+             # It pins inputs only (base digests, recipes, profile files, package pins); the envgen\n\
+             # binary is derived from the source revision and recorded in image labels and run manifests.\n\
+             # digest_source = \"cited\": read from the public record in digest_cited_from, NOT yet\n\
+             # checked against the registry (`envgen image lock --check-remote` does, where reachable).\n\
              # digest = \"unresolved\" means the base could not be resolved where the lock was written\n\
              # (see unresolved_reason): such a profile is NOT pinned; re-lock where the base is reachable.\n\n{body}"
         );
@@ -146,7 +174,6 @@ pub fn compute_entry(
     profile: &Profile,
     base: &str,
     resolution: &Resolution,
-    binary_sha256: &str,
 ) -> Result<LockEntry> {
     let files = render::render(containers, profile, base, resolution.pinnable())?
         .into_iter()
@@ -159,9 +186,10 @@ pub fn compute_entry(
             .clone()
             .unwrap_or_else(|| UNRESOLVED.to_string()),
         digest_source: resolution.source,
+        digest_amd64: resolution.amd64.clone(),
+        digest_cited_from: resolution.cited_from.clone(),
         unresolved_reason: resolution.reason.clone(),
         profile_sha256: sha256_hex(containers.profile_text(&profile.name)?.as_bytes()),
-        binary_sha256: binary_sha256.to_string(),
         files,
         apt: profile.apt.clone(),
         pip: profile.pip.clone(),
@@ -172,7 +200,7 @@ pub fn compute_entry(
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Drift {
     pub profile: String,
-    /// e.g. "files.Dockerfile", "binary_sha256", "digest".
+    /// e.g. "files.Dockerfile", "apt.NAME", "digest".
     pub entry: String,
     pub locked: String,
     pub now: String,
@@ -181,7 +209,7 @@ pub struct Drift {
 }
 
 /// Compare a locked entry with a freshly computed one (computed with the
-/// locked resolution, so file drift means templates/profile/binary changed).
+/// locked resolution, so file drift means templates or the profile changed).
 pub fn compare(profile: &str, locked: &LockEntry, now: &LockEntry) -> Vec<Drift> {
     let mut drifts = Vec::new();
     let mut push = |entry: String, a: &str, b: &str, source: String| {
@@ -202,12 +230,6 @@ pub fn compare(profile: &str, locked: &LockEntry, now: &LockEntry) -> Vec<Drift>
         &locked.profile_sha256,
         &now.profile_sha256,
         profile_file.clone(),
-    );
-    push(
-        "binary_sha256".into(),
-        &locked.binary_sha256,
-        &now.binary_sha256,
-        "the envgen binary (--binary)".into(),
     );
     let names: std::collections::BTreeSet<&String> =
         locked.files.keys().chain(now.files.keys()).collect();
@@ -253,23 +275,16 @@ mod tests {
         let containers = Containers::embedded();
         let profile = containers.profile("cuda12.8").unwrap();
         let resolution = Resolution::unresolved("not reachable in the test");
-        let locked = compute_entry(
-            &containers,
-            &profile,
-            &profile.base.reference,
-            &resolution,
-            "abc",
-        )
-        .unwrap();
+        let locked =
+            compute_entry(&containers, &profile, &profile.base.reference, &resolution).unwrap();
         assert_eq!(locked.digest, UNRESOLVED);
         let mut now = locked.clone();
         assert!(compare("cuda12.8", &locked, &now).is_empty());
         now.files.insert("Dockerfile".into(), "0000".into());
-        now.binary_sha256 = "def".into();
         let drifts = compare("cuda12.8", &locked, &now);
         let entries: Vec<&str> = drifts.iter().map(|d| d.entry.as_str()).collect();
-        assert_eq!(entries, ["binary_sha256", "files.Dockerfile"]);
-        assert_eq!(drifts[1].source, "templates/Dockerfile.hbs");
+        assert_eq!(entries, ["files.Dockerfile"]);
+        assert_eq!(drifts[0].source, "templates/Dockerfile.hbs");
     }
 
     #[test]
@@ -278,17 +293,22 @@ mod tests {
         let profile = containers.profile("cpu").unwrap();
         let resolution = Resolution {
             digest: Some("sha256:aa".into()),
-            source: DigestSource::Registry,
-            reason: None,
+            source: DigestSource::Cited,
+            amd64: Some("sha256:bb".into()),
+            cited_from: Some("somewhere".into()),
+            ..Default::default()
         };
-        let entry = compute_entry(
+        let entry =
+            compute_entry(&containers, &profile, "debian:bookworm-slim", &resolution).unwrap();
+        assert!(render::render(
             &containers,
             &profile,
             "debian:bookworm-slim",
-            &resolution,
-            "abc",
+            resolution.pinnable()
         )
-        .unwrap();
+        .unwrap()[0]
+            .1
+            .contains("FROM debian:bookworm-slim@sha256:aa\n"));
         let mut lock = Lockfile {
             schema: SCHEMA,
             ..Default::default()
@@ -298,5 +318,46 @@ mod tests {
         let path = dir.path().join("envgen.lock");
         lock.write(&path).unwrap();
         assert_eq!(Lockfile::read(&path).unwrap(), lock);
+    }
+
+    /// The committed lock pins every public base by content and says where
+    /// each digest was read; nothing in it depends on one build of envgen.
+    #[test]
+    fn the_committed_lock_pins_every_base_with_provenance() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("containers/envgen.lock");
+        let lock = Lockfile::read(&path).unwrap();
+        let containers = Containers::embedded();
+        let hex = |d: &str| {
+            d.strip_prefix("sha256:")
+                .is_some_and(|h| h.len() == 64 && h.chars().all(|c| c.is_ascii_hexdigit()))
+        };
+        for profile in containers.profiles().unwrap() {
+            let entry = &lock.profiles[&profile.name];
+            assert_eq!(entry.base, profile.base.reference);
+            assert!(hex(&entry.digest), "{}: {}", profile.name, entry.digest);
+            assert!(
+                entry.digest_amd64.as_deref().is_some_and(hex),
+                "{}",
+                profile.name
+            );
+            assert!(matches!(
+                entry.digest_source,
+                DigestSource::Registry | DigestSource::Cited
+            ));
+            if entry.digest_source == DigestSource::Cited {
+                assert!(entry
+                    .digest_cited_from
+                    .as_deref()
+                    .is_some_and(|c| c.len() > 20));
+            }
+            // The recipes in the lock are the ones rendered from it.
+            let now =
+                compute_entry(&containers, &profile, &entry.base, &entry.resolution()).unwrap();
+            assert!(
+                compare(&profile.name, entry, &now).is_empty(),
+                "{}",
+                profile.name
+            );
+        }
     }
 }

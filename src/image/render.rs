@@ -69,8 +69,18 @@ pub fn render(
     base: &str,
     digest: Option<&str>,
 ) -> Result<Rendered> {
-    let from = from_reference(base, digest);
-    let data = profile_data(profile, base, &from);
+    render_from(containers, profile, base, &from_reference(base, digest))
+}
+
+/// Render on `base` with an explicit `FROM` value (a local stand-in for the
+/// pinned base: see `build::stand_in`).
+pub fn render_from(
+    containers: &Containers,
+    profile: &Profile,
+    base: &str,
+    from: &str,
+) -> Result<Rendered> {
+    let data = profile_data(profile, base, from);
     Ok(vec![
         (
             DOCKERFILE.into(),

@@ -1,8 +1,14 @@
 //! A run in a Docker container: the submitting envgen has created the run
 //! directory; the image's envgen trains into it (`run EXP --launched
-//! --resume RUN_DIR`), with the run directory bind-mounted read-write at
-//! the same path and the data read-only. Doctor's verdict for the image is
-//! checked first; the image's ID and digest go into the manifest.
+//! --resume /run/envgen/run`). The run directory is bind-mounted read-write
+//! at the fixed path [`CONTAINER_RUN_DIR`] and each data directory read-only
+//! at [`CONTAINER_DATA_DIR`]`/N`, whatever their host paths: the daemon
+//! resolves a bind mount's source as root, so the modes of the host path's
+//! parents (a 0700 home directory) never matter to the container user, and
+//! nothing of the host's layout leaks into the container. The science config
+//! keeps its host paths (its hash is unchanged); the container's envgen maps
+//! them through [`PATH_MAP_ENV`]. Doctor's verdict for the image is checked
+//! first; the image's ID and digest go into the manifest.
 
 use std::future::Future;
 use std::os::unix::fs::MetadataExt;
@@ -23,6 +29,62 @@ use crate::host::Host;
 /// The uid:gid containers run as when envgen itself runs as root: the
 /// profiles' `envgen` user (containers/profiles/*.toml `[user] uid`).
 const CONTAINER_USER_WHEN_ROOT: u32 = 1000;
+
+/// Where the run directory is mounted in the container.
+pub const CONTAINER_RUN_DIR: &str = "/run/envgen/run";
+/// Where data directory N is mounted (read-only) in the container.
+pub const CONTAINER_DATA_DIR: &str = "/run/envgen/data";
+/// `HOST=CONTAINER` pairs, `\n`-separated: how the container's envgen maps
+/// the host paths in the science config to the mounts.
+pub const PATH_MAP_ENV: &str = "ENVGEN_PATH_MAP";
+
+/// Rewrite the path-like strings of a science config (keys `path`, `*_path`,
+/// `*_dir`) through `map` (host prefix → container prefix, longest first).
+pub fn map_paths(science: &mut toml::Value, map: &[(PathBuf, PathBuf)]) {
+    fn walk(value: &mut toml::Value, key: &str, map: &[(PathBuf, PathBuf)]) {
+        match value {
+            toml::Value::Table(table) => table.iter_mut().for_each(|(k, v)| walk(v, k, map)),
+            toml::Value::Array(items) => items.iter_mut().for_each(|v| walk(v, key, map)),
+            toml::Value::String(text)
+                if key == "path" || key.ends_with("_path") || key.ends_with("_dir") =>
+            {
+                let path = Path::new(text.as_str());
+                let best = map
+                    .iter()
+                    .filter_map(|(host, inside)| {
+                        path.strip_prefix(host)
+                            .ok()
+                            .map(|rest| (host, inside, rest))
+                    })
+                    .max_by_key(|(host, _, _)| host.as_os_str().len());
+                if let Some((_, inside, rest)) = best {
+                    *text = inside.join(rest).display().to_string();
+                }
+            }
+            _ => {}
+        }
+    }
+    walk(science, "", map);
+}
+
+/// The host path of a path inside the container (data mounts only), for
+/// provenance written by the container's envgen (`data_files[].path`).
+pub fn host_path(inside: &str, data_dirs: &[PathBuf]) -> Option<PathBuf> {
+    let rest = Path::new(inside).strip_prefix(CONTAINER_DATA_DIR).ok()?;
+    let mut parts = rest.components();
+    let index: usize = parts.next()?.as_os_str().to_str()?.parse().ok()?;
+    Some(data_dirs.get(index)?.join(parts.as_path()))
+}
+
+/// Parse [`PATH_MAP_ENV`].
+pub fn path_map_from_env() -> Vec<(PathBuf, PathBuf)> {
+    std::env::var(PATH_MAP_ENV)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.split_once('='))
+        .map(|(host, inside)| (PathBuf::from(host), PathBuf::from(inside)))
+        .collect()
+}
 
 #[derive(Debug, Clone)]
 pub struct DockerRun {
@@ -119,6 +181,15 @@ pub async fn run(
 ) -> Result<RunOutcome> {
     let run_dir = std::path::absolute(&job.run_dir)?;
     let (image_id, repo_digest) = inspect(docker, &job.image).await?;
+    // The envgen binary inside (derived from the source revision, so not in
+    // the lock): its hash as the image's label records it.
+    let binary_sha256 = docker
+        .inspect_image(&image_id)
+        .await
+        .ok()
+        .and_then(|image| image.config)
+        .and_then(|config| config.labels)
+        .and_then(|labels| labels.get(crate::image::build::BINARY_LABEL).cloned());
     update_manifest(&run_dir, |env| {
         env.insert(
             "image".into(),
@@ -129,6 +200,7 @@ pub async fn run(
                 // else the image ID (what a local daemon can check).
                 "digest": repo_digest.as_deref().and_then(|d| d.split_once('@')).map(|(_, d)| d.to_string()).unwrap_or_else(|| image_id.clone()),
                 "repo_digest": repo_digest,
+                "envgen_binary_sha256": binary_sha256,
             }),
         );
     })?;
@@ -138,16 +210,19 @@ pub async fn run(
         "--launched".into(),
     ];
     args.extend(job.job_args.iter().cloned());
-    args.extend(["--resume".to_string(), run_dir.display().to_string()]);
+    args.extend(["--resume".to_string(), CONTAINER_RUN_DIR.to_string()]);
     let mut mounts = vec![Mount {
         host: run_dir.clone(),
-        container: run_dir.display().to_string(),
+        container: CONTAINER_RUN_DIR.to_string(),
         read_only: false,
     }];
-    for data in &job.data_dirs {
+    let mut path_map = vec![format!("{}={CONTAINER_RUN_DIR}", run_dir.display())];
+    for (index, data) in job.data_dirs.iter().enumerate() {
+        let inside = format!("{CONTAINER_DATA_DIR}/{index}");
+        path_map.push(format!("{}={inside}", data.display()));
         mounts.push(Mount {
             host: data.clone(),
-            container: data.display().to_string(),
+            container: inside,
             read_only: true,
         });
     }
@@ -157,10 +232,13 @@ pub async fn run(
         image: image_id.clone(),
         args,
         mounts,
-        env: vec![(
-            "ENVGEN_LOG".into(),
-            std::env::var("ENVGEN_LOG").unwrap_or_default(),
-        )],
+        env: vec![
+            (
+                "ENVGEN_LOG".into(),
+                std::env::var("ENVGEN_LOG").unwrap_or_default(),
+            ),
+            (PATH_MAP_ENV.into(), path_map.join("\n")),
+        ],
         user: container_user(&run_dir)?,
         gpus: job.gpus.clone(),
         cdi: job.cdi,
@@ -173,7 +251,30 @@ pub async fn run(
         job.image, spec.user, spec.name
     );
     let outcome = run_container(docker, &spec, interrupt).await?;
-    let summary: Option<Summary> = rundir::read_json(&run_dir.join("summary.json")).ok();
+    let mut summary: Option<Summary> = rundir::read_json(&run_dir.join("summary.json")).ok();
+    // The container recorded the data files at their mount paths: give them
+    // their host paths back (the summary's copy goes into the manifest).
+    if let Some(files) = summary
+        .as_mut()
+        .and_then(|s| s.metrics.get_mut("data_files"))
+        .and_then(|f| f.as_array_mut())
+    {
+        for file in files {
+            let host = file["path"]
+                .as_str()
+                .and_then(|inside| host_path(inside, &job.data_dirs));
+            if let Some(host) = host {
+                file["path"] = json!(host);
+            }
+        }
+        if let Some(summary) = &summary {
+            let path = run_dir.join("summary.json");
+            rundir::write_json(&path, summary)?;
+            // Keep it the run directory owner's, like the rest of the run.
+            let owner = std::fs::metadata(&run_dir)?;
+            std::os::unix::fs::chown(&path, Some(owner.uid()), Some(owner.gid()))?;
+        }
+    }
     let summary = match summary {
         Some(s) if s.status != Status::Running => s,
         // Ctrl-C here, or `docker stop`/`docker kill` from outside (128+2/9/15).
@@ -225,6 +326,45 @@ mod tests {
         // The CPU image runs anywhere.
         let cpu = crate::image::profile_facts("cpu").unwrap();
         check_verdict(&old, &cpu.reference.clone(), Some(cpu)).unwrap();
+    }
+
+    #[test]
+    fn host_paths_in_the_config_map_to_the_mounts() {
+        let mut science: toml::Value = toml::from_str(
+            "[data]\npath = \"/home/u/private/data/corpus.txt\"\nval_path = \"/elsewhere/v.txt\"\nname = \"/home/u/private/data/x\"\n",
+        )
+        .unwrap();
+        let map = vec![
+            (PathBuf::from("/home/u"), PathBuf::from("/nope")),
+            (
+                PathBuf::from("/home/u/private/data"),
+                PathBuf::from("/run/envgen/data/0"),
+            ),
+        ];
+        map_paths(&mut science, &map);
+        assert_eq!(
+            science["data"]["path"].as_str(),
+            Some("/run/envgen/data/0/corpus.txt")
+        );
+        assert_eq!(
+            science["data"]["val_path"].as_str(),
+            Some("/elsewhere/v.txt")
+        );
+        assert_eq!(
+            science["data"]["name"].as_str(),
+            Some("/home/u/private/data/x")
+        );
+    }
+
+    #[test]
+    fn data_mount_paths_map_back_to_the_host() {
+        let dirs = vec![PathBuf::from("/a"), PathBuf::from("/home/u/data")];
+        assert_eq!(
+            host_path("/run/envgen/data/1/sub/x.bin", &dirs),
+            Some(PathBuf::from("/home/u/data/sub/x.bin"))
+        );
+        assert_eq!(host_path("/run/envgen/data/7/x", &dirs), None);
+        assert_eq!(host_path("/elsewhere/x", &dirs), None);
     }
 
     #[test]
