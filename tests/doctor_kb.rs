@@ -64,3 +64,97 @@ fn no_gpu_host_gets_a_no_gpu_verdict_and_exit_0() {
         .collect();
     assert!(codes.contains(&"no-gpu"), "{json}");
 }
+
+/// Every reason code of every verdict, with its verdict's status.
+fn codes_with_status(json: &serde_json::Value) -> Vec<(String, String)> {
+    json["verdicts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|v| {
+            let status = v["status"].as_str().unwrap_or("").to_string();
+            v["reasons"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(move |r| r["code"].as_str().map(|c| (c.to_string(), status.clone())))
+        })
+        .collect()
+}
+
+#[test]
+fn a100_family_answers_the_fp8_question_instead_of_asking_which_a100() {
+    let bin = bin_dir(false);
+    let args = [
+        "--assume-gpu",
+        "A100",
+        "--assume-driver",
+        "535.104.05",
+        "--precision",
+        "fp8",
+    ];
+    let mut json_args = args.to_vec();
+    json_args.push("--json");
+    let output = doctor(bin.path(), None, None, &json_args);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let json = json_of(&output);
+    let gpu = &json["host"]["gpus"][0];
+    assert_eq!(gpu["compute_capability"], "8.0", "{gpu}");
+    assert_eq!(gpu["class"], "datacenter", "{gpu}");
+    assert_eq!(gpu["catalog_id"], "a100", "{gpu}");
+    assert!(
+        codes_with_status(&json).contains(&("fp8-unsupported".into(), "fail".into())),
+        "{json}"
+    );
+    // The human report shows the family's memory as a range.
+    let output = doctor(bin.path(), None, None, &args);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("CC 8.0  40–80 GiB  datacenter"), "{stdout}");
+}
+
+#[test]
+fn geforce_names_people_type_resolve() {
+    let bin = bin_dir(false);
+    for name in [
+        "RTX 3080",
+        "3080",
+        "NVIDIA GeForce RTX 3080",
+        "4090",
+        "5070 Ti",
+    ] {
+        let output = doctor(
+            bin.path(),
+            None,
+            None,
+            &[
+                "--assume-gpu",
+                name,
+                "--assume-driver",
+                "570.124.06",
+                "--json",
+            ],
+        );
+        assert!(
+            matches!(output.status.code(), Some(0 | 1)),
+            "{name}: {output:?}"
+        );
+        let gpu = &json_of(&output)["host"]["gpus"][0];
+        assert_eq!(gpu["class"], "consumer", "{name}: {gpu}");
+    }
+}
+
+#[test]
+fn a_genuinely_ambiguous_name_lists_the_choices_and_exits_2() {
+    let bin = bin_dir(false);
+    let output = doctor(bin.path(), None, None, &["--assume-gpu", "RTX 6000"]);
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for choice in [
+        "quadro-rtx-6000 (Quadro RTX 6000, cc 7.5, workstation)",
+        "rtx-6000-ada (NVIDIA RTX 6000 Ada Generation, cc 8.9, workstation)",
+        "cc 12.0, workstation",
+    ] {
+        assert!(stderr.contains(choice), "{choice}: {stderr}");
+    }
+}

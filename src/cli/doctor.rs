@@ -189,9 +189,7 @@ pub fn render_host(host: &Host) -> String {
             .and_then(|c| serde_json::to_value(c).ok())
             .and_then(|v| v.as_str().map(str::to_string))
             .unwrap_or_else(|| "class unknown".to_string());
-        let memory = gpu
-            .memory_mib
-            .map_or("memory unknown".to_string(), |m| format!("{m} MiB"));
+        let memory = KnowledgeBase::embedded().memory_text(gpu);
         let _ = writeln!(
             out,
             "  GPU {}  {}  CC {}  {}  {}",

@@ -20,6 +20,10 @@ pub struct GpuRow {
     pub class: GpuClass,
     #[serde(default)]
     pub aliases: Vec<String>,
+    /// Names people type that several rows may share ("A100", "RTX 4090"):
+    /// a query equal to one resolves to every row that lists it.
+    #[serde(default)]
+    pub family: Vec<String>,
     #[serde(default)]
     pub unconfirmed: Vec<String>,
     pub source: String,

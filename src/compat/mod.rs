@@ -83,10 +83,28 @@ pub struct GpuSpec {
     /// True when the spec was made from an SM alone (`--assume-gpu sm_120`).
     #[serde(default)]
     pub sm_only: bool,
+    /// For a family answer ("A100") whose rows differ only in memory: the
+    /// smallest and largest memory of its rows (`memory_mib` is then `None`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_range_mib: Option<(u64, u64)>,
+    /// For a family answer: the ids of the rows it stands for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub variants: Vec<String>,
     #[serde(default)]
     pub unconfirmed: Vec<String>,
     #[serde(default)]
     pub source: String,
+}
+
+/// What a normalized GPU name stands for.
+#[derive(Debug, Clone)]
+enum GpuName {
+    /// One row of `env/gpus.toml` (its id, name or an alias).
+    Row(usize),
+    /// A family whose rows agree on every fact a verdict reads: index into `family_specs`.
+    Family(usize),
+    /// A family whose rows differ in compute capability or class: row indices.
+    Ambiguous(Vec<usize>),
 }
 
 /// A PyTorch wheel build: one release × CUDA variant of `env/pytorch.toml`.
@@ -107,8 +125,13 @@ pub struct WheelFacts {
 #[derive(Debug, Default)]
 pub struct KnowledgeBase {
     gpus: Vec<GpuSpec>,
-    /// Normalized name / alias / id → index into `gpus`.
-    gpu_names: HashMap<String, usize>,
+    /// Normalized (brand-stripped) name / alias / id / family → what it stands for.
+    gpu_names: HashMap<String, GpuName>,
+    /// Normalized name / alias / id → its one row (families not included):
+    /// how a probed GPU's exact name is matched.
+    gpu_rows: HashMap<String, usize>,
+    /// One merged spec per family whose rows agree (see [`GpuName::Family`]).
+    family_specs: Vec<GpuSpec>,
     /// One SM-only spec per SM in `env/cuda.toml`.
     sm_specs: Vec<GpuSpec>,
     images: Vec<ImageFacts>,
@@ -138,6 +161,44 @@ fn strip_brand(normalized: &str) -> &str {
         rest = rest.strip_prefix(prefix).unwrap_or(rest);
     }
     rest
+}
+
+/// The key a GPU name is indexed and looked up by: normalized, brand stripped.
+fn gpu_key(name: &str) -> String {
+    strip_brand(&normalize_name(name)).to_string()
+}
+
+/// The keys a family name is indexed by: its key and, for "RTX 3080", "3080".
+fn family_keys(family: &str) -> Vec<String> {
+    let key = gpu_key(family);
+    let mut keys = vec![key.clone()];
+    if let Some(rest) = key.strip_prefix("rtx") {
+        if rest.starts_with(|c: char| c.is_ascii_digit()) {
+            keys.push(rest.to_string());
+        }
+    }
+    keys
+}
+
+/// "RTX 5070 Ti" → "rtx-5070-ti".
+fn slug(name: &str) -> String {
+    name.split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|part| !part.is_empty())
+        .map(str::to_ascii_lowercase)
+        .collect::<Vec<_>>()
+        .join("-")
+}
+
+/// MiB as whole GiB, rounded to nearest ("81559" → "80").
+fn gib(mib: u64) -> u64 {
+    (mib + 512) / 1024
+}
+
+fn class_name(class: GpuClass) -> String {
+    serde_json::to_value(class)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
 }
 
 /// Canonical form of an image reference: Docker Hub's implicit registry and
@@ -185,31 +246,7 @@ impl KnowledgeBase {
         let pytorch: data::PytorchFile = parse_toml("pytorch.toml", PYTORCH_TOML)?;
 
         let mut kb = KnowledgeBase::default();
-        for row in gpus.gpu {
-            let index = kb.gpus.len();
-            for name in row.aliases.iter().chain([&row.name, &row.id]) {
-                let key = normalize_name(name);
-                if let Some(previous) = kb.gpu_names.insert(key.clone(), index) {
-                    if previous != index {
-                        return Err(UserError::usage(format!(
-                            "env/gpus.toml: name `{name}` is used by two GPUs"
-                        ))
-                        .with_fix("make every alias unique")
-                        .into());
-                    }
-                }
-            }
-            kb.gpus.push(GpuSpec {
-                id: row.id,
-                name: row.name,
-                compute_capability: row.compute_capability,
-                memory_mib: row.memory_mib,
-                class: row.class,
-                sm_only: false,
-                unconfirmed: row.unconfirmed,
-                source: row.source,
-            });
-        }
+        kb.index_gpus(gpus.gpu)?;
         kb.sm_specs = cuda
             .sm
             .iter()
@@ -223,6 +260,8 @@ impl KnowledgeBase {
                     memory_mib: None,
                     class: GpuClass::Consumer,
                     sm_only: true,
+                    memory_range_mib: None,
+                    variants: Vec::new(),
                     unconfirmed: vec!["class (described by SM only)".into()],
                     source: sm.source.clone(),
                 })
@@ -265,72 +304,266 @@ impl KnowledgeBase {
         Ok(kb)
     }
 
-    /// Find a GPU by the name nvidia-smi prints ("NVIDIA A100-SXM4-80GB"),
-    /// the name people type ("5070 Ti", "a30"), or an SM ("sm_120", "12.0").
-    /// Exact (case-, space- and punctuation-insensitive) matches only.
-    pub fn lookup_gpu(&self, query: &str) -> Option<&GpuSpec> {
-        let key = normalize_name(query);
-        let by_name = self
+    /// Index the rows of `env/gpus.toml`: every id, name and alias names one
+    /// row (and must be unique); a `family` name may be shared by rows and
+    /// stands for all of them. A family whose rows agree on every fact a
+    /// verdict reads (compute capability and class) becomes one merged spec;
+    /// otherwise the family name is ambiguous.
+    fn index_gpus(&mut self, rows: Vec<data::GpuRow>) -> Result<()> {
+        let mut families: Vec<(String, String, Vec<usize>)> = Vec::new();
+        for row in rows {
+            let index = self.gpus.len();
+            for name in row.aliases.iter().chain([&row.name, &row.id]) {
+                let key = gpu_key(name);
+                if let Some(GpuName::Row(previous)) =
+                    self.gpu_names.insert(key.clone(), GpuName::Row(index))
+                {
+                    if previous != index {
+                        return Err(UserError::usage(format!(
+                            "env/gpus.toml: name `{name}` is used by two GPUs"
+                        ))
+                        .with_fix("make every alias unique, or make it a shared `family` name")
+                        .into());
+                    }
+                }
+            }
+            for family in &row.family {
+                for key in family_keys(family) {
+                    match families.iter_mut().find(|(k, _, _)| *k == key) {
+                        Some((_, _, members)) => members.push(index),
+                        None => families.push((key, family.clone(), vec![index])),
+                    }
+                }
+            }
+            self.gpus.push(GpuSpec {
+                id: row.id,
+                name: row.name,
+                compute_capability: row.compute_capability,
+                memory_mib: row.memory_mib,
+                class: row.class,
+                sm_only: false,
+                memory_range_mib: None,
+                variants: Vec::new(),
+                unconfirmed: row.unconfirmed,
+                source: row.source,
+            });
+        }
+        self.gpu_rows = self
             .gpu_names
-            .get(&key)
-            .or_else(|| self.gpu_names.get(strip_brand(&key)))
-            .or_else(|| {
-                self.gpu_names
-                    .iter()
-                    .find(|(name, _)| {
-                        strip_brand(name) == strip_brand(&key) && !strip_brand(&key).is_empty()
-                    })
-                    .map(|(_, index)| index)
+            .iter()
+            .filter_map(|(key, name)| match name {
+                GpuName::Row(index) => Some((key.clone(), *index)),
+                _ => None,
             })
-            .and_then(|index| self.gpus.get(*index));
-        by_name.or_else(|| {
-            let (cc, _) = parse_compute_capability(query)?;
-            let cc = cc.to_string();
-            self.sm_specs
-                .iter()
-                .find(|spec| spec.compute_capability == cc)
+            .collect();
+        for (key, family, mut members) in families {
+            members.dedup();
+            // A family name that is also one row's own name is that row's
+            // family: the family wins. One naming a row outside it is a defect.
+            if let Some(GpuName::Row(row)) = self.gpu_names.get(&key) {
+                if !members.contains(row) {
+                    return Err(UserError::usage(format!(
+                        "env/gpus.toml: `{family}` is a family and the name of {}, which is not in it",
+                        self.gpus[*row].id
+                    ))
+                    .with_fix("add the family to that row or remove the alias")
+                    .into());
+                }
+            }
+            let name = if members.len() == 1 {
+                GpuName::Row(members[0])
+            } else if let Some(spec) = self.merge_family(&family, &members) {
+                self.family_specs.push(spec);
+                GpuName::Family(self.family_specs.len() - 1)
+            } else {
+                GpuName::Ambiguous(members)
+            };
+            self.gpu_names.insert(key, name);
+        }
+        Ok(())
+    }
+
+    /// One spec for rows that agree on compute capability and class (the
+    /// GPU facts verdicts read), or `None` when they differ.
+    fn merge_family(&self, family: &str, members: &[usize]) -> Option<GpuSpec> {
+        let rows: Vec<&GpuSpec> = members.iter().map(|i| &self.gpus[*i]).collect();
+        let first = rows[0];
+        if rows
+            .iter()
+            .any(|r| r.compute_capability != first.compute_capability || r.class != first.class)
+        {
+            return None;
+        }
+        let memories: Vec<u64> = rows.iter().filter_map(|r| r.memory_mib).collect();
+        let (memory_mib, memory_range_mib) = match (memories.iter().min(), memories.iter().max()) {
+            // Every variant's memory is known and equal: a plain figure.
+            (Some(lo), Some(hi)) if lo == hi && memories.len() == rows.len() => (Some(*lo), None),
+            (Some(lo), Some(hi)) if memories.len() == rows.len() => (None, Some((*lo, *hi))),
+            _ => (None, None),
+        };
+        let mut id = slug(family);
+        if self.gpus.iter().any(|g| g.id == id) {
+            id.push_str("-family");
+        }
+        let mut unconfirmed: Vec<String> = Vec::new();
+        for row in &rows {
+            for fact in &row.unconfirmed {
+                let fact = format!("{}: {fact}", row.id);
+                if !unconfirmed.contains(&fact) {
+                    unconfirmed.push(fact);
+                }
+            }
+        }
+        let mut sources: Vec<&str> = Vec::new();
+        for row in &rows {
+            if !sources.contains(&row.source.as_str()) {
+                sources.push(&row.source);
+            }
+        }
+        Some(GpuSpec {
+            id,
+            name: family.to_string(),
+            compute_capability: first.compute_capability.clone(),
+            memory_mib,
+            class: first.class,
+            sm_only: false,
+            memory_range_mib,
+            variants: rows.iter().map(|r| r.id.clone()).collect(),
+            unconfirmed,
+            source: sources.join(" ; "),
         })
     }
 
+    /// Find a GPU by the name nvidia-smi prints ("NVIDIA A100-SXM4-80GB"),
+    /// the name people type ("5070 Ti", "A100", "3080"), a family or merged
+    /// spec's id, or an SM ("sm_120", "12.0"). Exact (case-, space- and
+    /// punctuation-insensitive) matches only; an ambiguous family gives `None`.
+    pub fn lookup_gpu(&self, query: &str) -> Option<&GpuSpec> {
+        // An id names its row even where a family shares its key
+        // ("rtx-4090" the desktop card, "RTX 4090" the family).
+        let id = query.trim();
+        if let Some(spec) = self
+            .gpus
+            .iter()
+            .chain(&self.family_specs)
+            .find(|s| s.id == id)
+        {
+            return Some(spec);
+        }
+        match self.gpu_name(query) {
+            Some(GpuName::Row(index)) => return self.gpus.get(*index),
+            Some(GpuName::Family(index)) => return self.family_specs.get(*index),
+            Some(GpuName::Ambiguous(_)) => return None,
+            None => {}
+        }
+        let (cc, _) = parse_compute_capability(query)?;
+        let cc = cc.to_string();
+        self.sm_specs
+            .iter()
+            .find(|spec| spec.compute_capability == cc)
+    }
+
+    fn gpu_name(&self, query: &str) -> Option<&GpuName> {
+        let key = gpu_key(query);
+        if key.is_empty() {
+            return None;
+        }
+        self.gpu_names.get(&key)
+    }
+
     /// Like [`lookup_gpu`](Self::lookup_gpu), but an unknown or ambiguous name
-    /// is a usage error naming the value and listing close matches.
+    /// is a usage error naming the value and listing the choices (with the
+    /// compute capability and class that tell them apart).
     pub fn resolve_gpu(&self, query: &str) -> Result<&GpuSpec> {
+        if let Some(GpuName::Ambiguous(members)) = self.gpu_name(query) {
+            let choices: Vec<String> = members
+                .iter()
+                .map(|i| {
+                    let g = &self.gpus[*i];
+                    format!(
+                        "{} ({}, cc {}, {})",
+                        g.id,
+                        g.name,
+                        g.compute_capability,
+                        class_name(g.class)
+                    )
+                })
+                .collect();
+            return Err(UserError::usage(format!(
+                "--assume-gpu `{query}` is ambiguous: {}",
+                choices.join("; ")
+            ))
+            .with_fix("name one of them (its id or full name), or give its SM such as sm_89")
+            .into());
+        }
         if let Some(spec) = self.lookup_gpu(query) {
             return Ok(spec);
         }
-        let key = strip_brand(&normalize_name(query)).to_string();
-        let mut close: Vec<&str> = self
-            .gpus
-            .iter()
-            .filter(|spec| {
-                !key.is_empty()
-                    && self.gpu_names.iter().any(|(name, index)| {
-                        self.gpus.get(*index).map(|s| s.id.as_str()) == Some(spec.id.as_str())
-                            && (name.contains(&key)
-                                || (name.len() >= 3 && key.contains(name.as_str())))
-                    })
-            })
-            .map(|spec| spec.id.as_str())
-            .collect();
-        close.dedup();
-        let (problem, choices) = if close.len() > 1 {
-            ("is ambiguous", close.join(", "))
-        } else {
+        let key = gpu_key(query);
+        let mut close: Vec<&str> = Vec::new();
+        if key.len() >= 2 {
+            for (name, target) in &self.gpu_names {
+                if !(name.contains(&key) || (name.len() >= 3 && key.contains(name.as_str()))) {
+                    continue;
+                }
+                let ids: Vec<&str> = match target {
+                    GpuName::Row(i) => vec![self.gpus[*i].id.as_str()],
+                    GpuName::Family(i) => vec![self.family_specs[*i].id.as_str()],
+                    GpuName::Ambiguous(m) => m.iter().map(|i| self.gpus[*i].id.as_str()).collect(),
+                };
+                for id in ids {
+                    if !close.contains(&id) {
+                        close.push(id);
+                    }
+                }
+            }
+        }
+        close.sort_unstable();
+        let choices = if close.is_empty() {
             let all: Vec<&str> = self.gpus.iter().map(|s| s.id.as_str()).collect();
-            ("is not a GPU envgen knows", all.join(", "))
+            all.join(", ")
+        } else {
+            close.join(", ")
         };
-        Err(UserError::usage(format!("--assume-gpu `{query}` {problem}"))
-            .with_fix(format!(
-                "use one of: {choices}; or an SM such as sm_120 / 12.0 (add new GPUs to env/gpus.toml)"
-            ))
-            .into())
+        Err(
+            UserError::usage(format!("--assume-gpu `{query}` is not a GPU envgen knows"))
+                .with_fix(format!(
+                    "use one of: {choices}; or an SM such as sm_120 / 12.0 (add new GPUs to env/gpus.toml)"
+                ))
+                .into(),
+        )
+    }
+
+    /// "81920 MiB", "40–80 GiB" (a family whose variants differ in memory) or
+    /// "memory unknown": how doctor describes a GPU's memory.
+    pub fn memory_text(&self, gpu: &Gpu) -> String {
+        if let Some(mib) = gpu.memory_mib {
+            return format!("{mib} MiB");
+        }
+        let range = gpu
+            .catalog_id
+            .as_deref()
+            .and_then(|id| self.lookup_gpu(id))
+            .and_then(|spec| spec.memory_range_mib);
+        match range {
+            Some((lo, hi)) => format!("{}–{} GiB", gib(lo), gib(hi)),
+            None => "memory unknown".to_string(),
+        }
     }
 
     /// Fill class, compute capability and catalog id of probed GPUs from their
     /// names, and the driver's CUDA version from the driver version.
     pub fn enrich(&self, host: &mut Host) {
         for gpu in &mut host.gpus {
-            let Some(spec) = self.lookup_gpu(&gpu.name).filter(|spec| !spec.sm_only) else {
+            // The driver names one device: its own row before a family.
+            let exact = self
+                .gpu_rows
+                .get(&gpu_key(&gpu.name))
+                .map(|i| &self.gpus[*i]);
+            let Some(spec) = exact
+                .or_else(|| self.lookup_gpu(&gpu.name))
+                .filter(|spec| !spec.sm_only)
+            else {
                 continue;
             };
             gpu.compute_capability
@@ -817,15 +1050,18 @@ mod tests {
         assert_eq!(id("NVIDIA A100-SXM4-80GB").as_deref(), Some("a100-80gb"));
         assert_eq!(id("a100-80gb").as_deref(), Some("a100-80gb"));
         assert_eq!(id("Tesla V100-SXM2-32GB").as_deref(), Some("v100-32gb"));
+        // Typed, a GeForce name is its family (desktop and laptop agree).
         assert_eq!(
             id("NVIDIA GeForce RTX 5070 Ti").as_deref(),
-            Some("rtx-5070-ti")
+            Some("rtx-5070-ti-family")
         );
-        assert_eq!(id("5070 Ti").as_deref(), Some("rtx-5070-ti"));
+        assert_eq!(id("5070 Ti").as_deref(), Some("rtx-5070-ti-family"));
+        assert_eq!(id("rtx-5070-ti").as_deref(), Some("rtx-5070-ti"));
         assert_eq!(id("NVIDIA RTX A6000").as_deref(), Some("rtx-a6000"));
         assert_eq!(id("a30").as_deref(), Some("a30"));
-        assert_eq!(id("h100").as_deref(), Some("h100-sxm"));
-        assert_eq!(id("RTX 4090").as_deref(), Some("rtx-4090"));
+        assert_eq!(id("h100").as_deref(), Some("h100"));
+        assert_eq!(id("RTX 4090").as_deref(), Some("rtx-4090-family"));
+        assert_eq!(id("RTX 4090 D").as_deref(), Some("rtx-4090-d"));
         for sm in ["sm_120", "12.0", "120"] {
             let spec = kb().lookup_gpu(sm).expect(sm);
             assert!(spec.sm_only && spec.compute_capability == "12.0");
@@ -860,6 +1096,9 @@ mod tests {
             ("RTX 5090", "12.0", GpuClass::Consumer),
             ("RTX PRO 6000 Blackwell", "12.0", GpuClass::Workstation),
             ("Jetson Orin", "8.7", GpuClass::Embedded),
+            ("Jetson AGX Thor", "11.0", GpuClass::Embedded),
+            ("GB10", "12.1", GpuClass::Workstation),
+            ("B300", "10.3", GpuClass::Datacenter),
         ];
         for (name, cc, class) in cases {
             let spec = kb().lookup_gpu(name).unwrap_or_else(|| panic!("{name}"));
@@ -907,17 +1146,207 @@ mod tests {
 
     #[test]
     fn ambiguous_and_unknown_gpu_names_are_usage_errors() {
-        let err = kb().resolve_gpu("A100").unwrap_err();
+        // "A100" is no longer ambiguous: its memory variants agree on every
+        // verdict fact. "RTX 6000" names three architectures.
+        let a100 = kb().resolve_gpu("A100").unwrap();
+        assert_eq!((a100.id.as_str(), a100.memory_mib), ("a100", None));
+        assert_eq!(a100.memory_range_mib, Some((40960, 81920)));
+        let err = kb().resolve_gpu("RTX 6000").unwrap_err();
         let text = crate::error::render(&err);
         assert!(
-            text.contains("`A100` is ambiguous")
-                && text.contains("a100-40gb")
-                && text.contains("a100-80gb"),
+            text.contains("`RTX 6000` is ambiguous")
+                && text.contains("quadro-rtx-6000 (Quadro RTX 6000, cc 7.5, workstation)")
+                && text
+                    .contains("rtx-6000-ada (NVIDIA RTX 6000 Ada Generation, cc 8.9, workstation)")
+                && text.contains("rtx-pro-6000-blackwell (")
+                && text.contains("cc 12.0, workstation"),
             "{text}"
         );
         assert_eq!(crate::error::exit_code_of(&err), 2);
         let err = kb().resolve_gpu("Radeon 7900").unwrap_err();
-        assert!(crate::error::render(&err).contains("Radeon 7900"));
+        let text = crate::error::render(&err);
+        assert!(
+            text.contains("`Radeon 7900` is not a GPU envgen knows"),
+            "{text}"
+        );
+        assert_eq!(crate::error::exit_code_of(&err), 2);
+    }
+
+    /// What a typed `--assume-gpu` name must resolve to.
+    enum Want {
+        /// One answer: its id, compute capability and class.
+        One(&'static str, &'static str, GpuClass),
+        /// A usage error listing these ids (with cc and class).
+        Ambiguous(&'static [&'static str]),
+        Unknown,
+    }
+
+    #[test]
+    fn typed_gpu_names_resolve_to_one_answer_or_a_listed_choice() {
+        use GpuClass::{Consumer as C, Datacenter as D, Embedded as E, Workstation as W};
+        use Want::*;
+        let table: &[(&str, Want)] = &[
+            ("A100", One("a100", "8.0", D)),
+            ("a100", One("a100", "8.0", D)),
+            ("NVIDIA A100-SXM4-80GB", One("a100-80gb", "8.0", D)),
+            ("NVIDIA A100-PCIE-40GB", One("a100-40gb", "8.0", D)),
+            ("A100 80GB", One("a100-80gb", "8.0", D)),
+            ("A10", One("a10", "8.6", D)),
+            ("NVIDIA A10", One("a10", "8.6", D)),
+            ("A10G", One("a10g", "8.6", D)),
+            ("A800", One("a800", "8.0", D)),
+            ("V100", One("v100", "7.0", D)),
+            ("Tesla V100-SXM2-16GB", One("v100-16gb", "7.0", D)),
+            ("Tesla V100S-PCIE-32GB", One("v100s", "7.0", D)),
+            ("Titan V", One("titan-v", "7.0", C)),
+            ("T4", One("t4", "7.5", D)),
+            ("H100", One("h100", "9.0", D)),
+            ("NVIDIA H100 80GB HBM3", One("h100-sxm", "9.0", D)),
+            ("NVIDIA H100 PCIe", One("h100-pcie", "9.0", D)),
+            ("NVIDIA H100 NVL", One("h100-nvl", "9.0", D)),
+            ("H200", One("h200", "9.0", D)),
+            ("GH200", One("gh200", "9.0", D)),
+            ("B200", One("b200", "10.0", D)),
+            ("GB300", One("gb300", "10.3", D)),
+            ("RTX 3080", One("rtx-3080-family", "8.6", C)),
+            ("3080", One("rtx-3080-family", "8.6", C)),
+            ("NVIDIA GeForce RTX 3080", One("rtx-3080-family", "8.6", C)),
+            (
+                "NVIDIA GeForce RTX 3080 Laptop GPU",
+                One("rtx-3080-laptop", "8.6", C),
+            ),
+            ("3080 Ti", One("rtx-3080-ti-family", "8.6", C)),
+            ("4090", One("rtx-4090-family", "8.9", C)),
+            ("RTX 4090 Laptop", One("rtx-4090-laptop", "8.9", C)),
+            ("4090 D", One("rtx-4090-d", "8.9", C)),
+            ("5070 Ti", One("rtx-5070-ti-family", "12.0", C)),
+            ("RTX 5070 Ti Laptop", One("rtx-5070-ti-laptop", "12.0", C)),
+            (
+                "NVIDIA GeForce RTX 5070 Ti Laptop GPU",
+                One("rtx-5070-ti-laptop", "12.0", C),
+            ),
+            ("RTX 5090", One("rtx-5090-family", "12.0", C)),
+            ("GTX 1660 Ti", One("gtx-1660-ti", "7.5", C)),
+            ("2080 Ti", One("rtx-2080-ti", "7.5", C)),
+            ("Quadro RTX 8000", One("quadro-rtx-8000", "7.5", W)),
+            ("RTX A6000", One("rtx-a6000", "8.6", W)),
+            ("RTX 6000 Ada", One("rtx-6000-ada", "8.9", W)),
+            (
+                "NVIDIA RTX 6000 Ada Generation",
+                One("rtx-6000-ada", "8.9", W),
+            ),
+            ("RTX 4000 Ada", One("rtx-4000-ada-family", "8.9", W)),
+            (
+                "RTX PRO 6000 Blackwell",
+                One("rtx-pro-6000-blackwell", "12.0", W),
+            ),
+            ("L40S", One("l40s", "8.9", D)),
+            ("Jetson Orin", One("jetson-orin", "8.7", E)),
+            ("Orin Nano", One("jetson-orin-nano", "8.7", E)),
+            ("Jetson Thor", One("jetson-thor", "11.0", E)),
+            ("DGX Spark", One("gb10", "12.1", W)),
+            ("sm_120", One("sm_120", "12.0", C)),
+            ("12.0", One("sm_120", "12.0", C)),
+            ("120", One("sm_120", "12.0", C)),
+            ("sm_110", One("sm_110", "11.0", C)),
+            (
+                "RTX 6000",
+                Ambiguous(&["quadro-rtx-6000", "rtx-6000-ada", "rtx-pro-6000-blackwell"]),
+            ),
+            (
+                "RTX 4000",
+                Ambiguous(&["quadro-rtx-4000", "rtx-4000-ada", "rtx-pro-4000-blackwell"]),
+            ),
+            (
+                "RTX 2000",
+                Ambiguous(&["rtx-2000-ada", "rtx-pro-2000-blackwell"]),
+            ),
+            ("Radeon 7900", Unknown),
+            ("Z100", Unknown),
+            ("H10", Unknown),
+            ("", Unknown),
+        ];
+        assert!(table.len() >= 40);
+        for (query, want) in table {
+            let got = kb().resolve_gpu(query);
+            match (want, got) {
+                (One(id, cc, class), Ok(spec)) => assert_eq!(
+                    (
+                        spec.id.as_str(),
+                        spec.compute_capability.as_str(),
+                        spec.class
+                    ),
+                    (*id, *cc, *class),
+                    "{query}"
+                ),
+                (Ambiguous(ids), Err(err)) => {
+                    let text = crate::error::render(&err);
+                    assert!(text.contains("is ambiguous"), "{query}: {text}");
+                    for id in *ids {
+                        let spec = kb().lookup_gpu(id).unwrap();
+                        let choice = format!(
+                            "{id} ({}, cc {}, {})",
+                            spec.name,
+                            spec.compute_capability,
+                            class_name(spec.class)
+                        );
+                        assert!(text.contains(&choice), "{query}: {choice} in {text}");
+                    }
+                    assert_eq!(crate::error::exit_code_of(&err), 2, "{query}");
+                }
+                (Unknown, Err(err)) => {
+                    let text = crate::error::render(&err);
+                    assert!(
+                        text.contains("is not a GPU envgen knows"),
+                        "{query}: {text}"
+                    );
+                    assert_eq!(crate::error::exit_code_of(&err), 2, "{query}");
+                }
+                (_, Ok(spec)) => panic!("{query}: resolved to {}", spec.id),
+                (_, Err(err)) => panic!("{query}: {}", crate::error::render(&err)),
+            }
+        }
+    }
+
+    #[test]
+    fn a_family_merges_only_rows_that_agree_and_shows_a_memory_range() {
+        let kb = kb();
+        // A10 and A100 are different GPUs, whichever is typed first.
+        assert_eq!(kb.lookup_gpu("A10").unwrap().compute_capability, "8.6");
+        assert_eq!(kb.lookup_gpu("A100").unwrap().compute_capability, "8.0");
+        let h100 = kb.lookup_gpu("H100").unwrap();
+        assert_eq!(h100.variants, ["h100-pcie", "h100-sxm", "h100-nvl"]);
+        assert_eq!(h100.memory_range_mib, Some((81559, 95830)));
+        // Every merged family's variants agree on what verdicts read.
+        for spec in &kb.family_specs {
+            for id in &spec.variants {
+                let row = kb.gpus.iter().find(|g| &g.id == id).unwrap();
+                assert_eq!(
+                    (&row.compute_capability, row.class),
+                    (&spec.compute_capability, spec.class),
+                    "{} in {}",
+                    id,
+                    spec.id
+                );
+            }
+            // A merged spec is found again by its id (verdicts look up catalog_id).
+            assert_eq!(kb.lookup_gpu(&spec.id).map(|s| &s.id), Some(&spec.id));
+        }
+        // Memory text: a range for A100, unknown when a laptop variant has none.
+        let host = kb
+            .assumed_host(&["A100".into(), "RTX 3080".into(), "A30".into()], None)
+            .unwrap();
+        let text: Vec<String> = host.gpus.iter().map(|g| kb.memory_text(g)).collect();
+        assert_eq!(text, ["40–80 GiB", "memory unknown", "24576 MiB"]);
+        // A probed GPU keeps its exact row, not its family.
+        let mut probed = Host::default();
+        probed.gpus.push(Gpu {
+            name: "NVIDIA GeForce RTX 3080".into(),
+            ..Gpu::default()
+        });
+        kb.enrich(&mut probed);
+        assert_eq!(probed.gpus[0].catalog_id.as_deref(), Some("rtx-3080"));
+        assert_eq!(probed.gpus[0].memory_mib, Some(10240));
     }
 
     #[test]
