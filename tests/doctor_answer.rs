@@ -13,7 +13,7 @@ fn text_of(output: &std::process::Output) -> String {
 
 const A100_FP8: &[&str] = &[
     "--assume-gpu",
-    "A100-80GB",
+    "A100",
     "--assume-driver",
     "535.104.05",
     "--precision",

@@ -632,8 +632,10 @@ fn no_sourced_ngc_release_is_an_unknown_image_on_h100_r580() {
 fn exact_cuda_12_9_1_rule_refuses_geforce_on_r545() {
     // The verbatim NVIDIA_REQUIRE_CUDA of 12.9.1 images lists no geforce brand
     // (env/images.toml [[require_cuda_exact]]): an RTX 4090 on R545 (CUDA 12.3)
-    // is refused by the runtime. 12.9.0 has no exact string; its generated rule
-    // still lists brand=geforce,driver>=545, so it stays minor-version compat.
+    // is refused by the runtime. 12.9.0 has no exact string of its own and
+    // borrows its minor's (the rule only says cuda>=12.9): refused alike. 12.4.1
+    // (no exact string in its minor) keeps the generated rule, which lists
+    // brand=geforce for R535: minor-version compat there.
     let v = image_verdict(
         "RTX 4090",
         "545.29.06",
@@ -646,7 +648,11 @@ fn exact_cuda_12_9_1_rule_refuses_geforce_on_r545() {
         "545.29.06",
         catalog("nvidia/cuda:12.9.0-runtime-ubuntu24.04"),
     );
-    expect(&v, Status::Warn, &["minor-version-compat"]);
+    expect(&v, Status::Fail, &["driver-too-old"]);
+    assert!(
+        v.reasons[0].message.contains("the 12.9.1 tags' rule, same minor"),
+        "{v:#?}"
+    );
 }
 
 #[test]

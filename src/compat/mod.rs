@@ -799,15 +799,31 @@ fn require_cuda_rule(shapes: &[data::RequireCudaShape], cuda: &Version) -> Optio
 
 /// The NVIDIA_REQUIRE_CUDA of the `nvidia/cuda` tags of one CUDA version, and
 /// what about it is UNCONFIRMED: the verbatim string of `[[require_cuda_exact]]`
-/// when there is one for exactly this version, else the generated rule.
+/// when there is one for exactly this version; else the one of another patch
+/// release of the same minor (the rule names only `cuda>=X.Y`, and NVIDIA
+/// lists its brand/branch alternatives per minor; marked as borrowed); else
+/// the generated rule.
 fn base_require_cuda(file: &data::ImagesFile, cuda: &str) -> Option<(String, Vec<String>)> {
     let version = Version::parse(cuda)?;
+    let exact_of = |row: &data::RequireCudaExact| Version::parse(&row.cuda);
     if let Some(exact) = file
         .require_cuda_exact
         .iter()
-        .find(|row| Version::parse(&row.cuda).as_ref() == Some(&version))
+        .find(|row| exact_of(row).as_ref() == Some(&version))
     {
         return Some((exact.rule.clone(), exact.unconfirmed.clone()));
+    }
+    if let Some(sibling) = file
+        .require_cuda_exact
+        .iter()
+        .find(|row| exact_of(row).is_some_and(|v| v.major_minor() == version.major_minor()))
+    {
+        let mut notes = sibling.unconfirmed.clone();
+        notes.push(format!(
+            "require_cuda (the {} tags' rule, same minor)",
+            sibling.cuda
+        ));
+        return Some((sibling.rule.clone(), notes));
     }
     let (rule, shaky) = require_cuda_rule(&file.require_cuda, &version)?;
     let notes = if shaky {
@@ -1002,6 +1018,33 @@ mod tests {
     }
 
     #[test]
+    fn a_patch_release_without_its_own_rule_borrows_its_minors() {
+        // 12.9.0 has no verbatim NVIDIA_REQUIRE_CUDA; 12.9.1 has. Both are
+        // `cuda>=12.9` with NVIDIA's per-minor alternatives.
+        let kb = KnowledgeBase::parse_embedded().unwrap();
+        let rule_of = |tag: &str| kb.image(tag).and_then(|i| i.require_cuda.clone());
+        let borrowed = kb.image("nvidia/cuda:12.9.0-runtime-ubuntu24.04").unwrap();
+        assert_eq!(
+            borrowed.require_cuda,
+            rule_of("nvidia/cuda:12.9.1-runtime-ubuntu24.04")
+        );
+        assert!(
+            borrowed
+                .unconfirmed
+                .iter()
+                .any(|u| u.contains("the 12.9.1 tags' rule, same minor")),
+            "{:?}",
+            borrowed.unconfirmed
+        );
+        // A minor with no verbatim rule keeps the generated one.
+        let generated = kb.image("nvidia/cuda:12.4.1-runtime-ubuntu22.04").unwrap();
+        assert!(!generated
+            .unconfirmed
+            .iter()
+            .any(|u| u.contains("same minor")));
+    }
+
+    #[test]
     fn exact_require_cuda_is_used_for_a_tag_that_has_one() {
         let file: data::ImagesFile = toml::from_str(IMAGES_TOML).expect("images.toml");
         let exact = file
@@ -1021,13 +1064,13 @@ mod tests {
                 .iter()
                 .any(|u| u.starts_with("require_cuda (read from")));
         }
-        // A version without an exact string keeps the generated rule.
+        // A minor without an exact string keeps the generated rule (which,
+        // unlike the verbatim 12.9.1 one, lists GeForce brands).
         let generated = kb()
-            .image("nvidia/cuda:12.9.0-runtime-ubuntu24.04")
+            .image("nvidia/cuda:12.4.1-runtime-ubuntu22.04")
             .and_then(|i| i.require_cuda.clone())
-            .expect("12.9.0 rule");
-        assert!(generated.starts_with("cuda>=12.9 brand=") && generated.contains("geforce"));
-        assert_ne!(generated, exact.rule);
+            .expect("12.4.1 rule");
+        assert!(generated.starts_with("cuda>=12.4 brand=") && generated.contains("geforce"));
         // The verbatim 13.0.2 string is what the generated 13.x shape gives,
         // which checks that shape against a real image.
         let verbatim_13 = file
