@@ -650,7 +650,9 @@ fn exact_cuda_12_9_1_rule_refuses_geforce_on_r545() {
     );
     expect(&v, Status::Fail, &["driver-too-old"]);
     assert!(
-        v.reasons[0].message.contains("the 12.9.1 tags' rule, same minor"),
+        v.reasons[0]
+            .message
+            .contains("the 12.9.1 tags' rule, same minor"),
         "{v:#?}"
     );
 }

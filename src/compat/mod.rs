@@ -1037,7 +1037,7 @@ mod tests {
             borrowed.unconfirmed
         );
         // A minor with no verbatim rule keeps the generated one.
-        let generated = kb.image("nvidia/cuda:12.4.1-runtime-ubuntu22.04").unwrap();
+        let generated = kb.image("nvidia/cuda:12.3.2-runtime-ubuntu22.04").unwrap();
         assert!(!generated
             .unconfirmed
             .iter()
@@ -1067,10 +1067,22 @@ mod tests {
         // A minor without an exact string keeps the generated rule (which,
         // unlike the verbatim 12.9.1 one, lists GeForce brands).
         let generated = kb()
-            .image("nvidia/cuda:12.4.1-runtime-ubuntu22.04")
+            .image("nvidia/cuda:12.3.2-runtime-ubuntu22.04")
             .and_then(|i| i.require_cuda.clone())
-            .expect("12.4.1 rule");
-        assert!(generated.starts_with("cuda>=12.4 brand=") && generated.contains("geforce"));
+            .expect("12.3.2 rule");
+        assert!(generated.starts_with("cuda>=12.3 brand=") && generated.contains("geforce"));
+        // NVIDIA's own 12.4.1 Dockerfile lists GeForce on R470/R525/R535 too.
+        let nvidia_12_4 = kb()
+            .image("nvidia/cuda:12.4.1-runtime-ubuntu22.04")
+            .expect("12.4.1 tag");
+        assert!(nvidia_12_4
+            .require_cuda
+            .as_deref()
+            .is_some_and(|r| r.contains("brand=geforce,driver>=535,driver<536")));
+        assert!(nvidia_12_4
+            .unconfirmed
+            .iter()
+            .any(|u| u.starts_with("require_cuda (NVIDIA's rhel9 Dockerfile")));
         // The verbatim 13.0.2 string is what the generated 13.x shape gives,
         // which checks that shape against a real image.
         let verbatim_13 = file
