@@ -320,7 +320,7 @@ fn resolve_all(bases: &[String]) -> Vec<Resolution> {
             }
             Err(err) => {
                 let reason = format!(
-                    "docker daemon unreachable at lock time ({})",
+                    "docker daemon unreachable ({})",
                     err.to_string().lines().next().unwrap_or("")
                 );
                 bases
