@@ -163,7 +163,29 @@ where
 
 /// Exponential: e^x
 pub fn exp(tensor: FlexTensor) -> FlexTensor {
+    #[cfg(feature = "simd")]
+    if tensor.dtype() == DType::F32 {
+        return map_f32_contiguous(tensor, crate::simd::math::exp_inplace_f32);
+    }
     unary_op(tensor, |x| x.exp(), |x| x.exp())
+}
+
+/// Apply an in-place f32 slice kernel to a tensor: in place when the
+/// tensor is unique and contiguous at offset 0, else on a contiguous copy.
+/// The result is always contiguous (envgen patch P1).
+#[cfg(feature = "simd")]
+fn map_f32_contiguous(tensor: FlexTensor, kernel: fn(&mut [f32])) -> FlexTensor {
+    let n = tensor.layout().num_elements();
+    let mut out = if tensor.is_unique()
+        && tensor.layout().is_contiguous()
+        && tensor.layout().start_offset() == 0
+    {
+        tensor
+    } else {
+        tensor.to_contiguous()
+    };
+    kernel(&mut out.storage_mut::<f32>()[..n]);
+    out
 }
 
 /// Natural logarithm: ln(x)
@@ -256,6 +278,10 @@ pub fn sinh(tensor: FlexTensor) -> FlexTensor {
 
 /// Hyperbolic tangent
 pub fn tanh(tensor: FlexTensor) -> FlexTensor {
+    #[cfg(feature = "simd")]
+    if tensor.dtype() == DType::F32 {
+        return map_f32_contiguous(tensor, crate::simd::math::tanh_inplace_f32);
+    }
     unary_op(tensor, |x| x.tanh(), |x| x.tanh())
 }
 
@@ -380,6 +406,40 @@ mod tests {
     use burn_backend::TensorData;
 
     use crate::FlexTensor;
+
+    /// envgen patch P1: the vectorized f32 exp/tanh give the libm result
+    /// (to the kernels' accuracy) on views, keep the view's logical order,
+    /// and never write through a shared buffer.
+    #[test]
+    fn vectorized_exp_and_tanh_on_views_and_shared_tensors() {
+        let data: Vec<f32> = (0..6000).map(|i| (i as f32 - 3000.0) / 300.0).collect();
+        let base = FlexTensor::from_data(TensorData::new(data.clone(), [60, 100]));
+        let transposed = base.transpose(0, 1);
+        let keep = base.clone(); // shares the buffer with `base`
+        for (name, f, libm) in [
+            (
+                "exp",
+                super::exp as fn(FlexTensor) -> FlexTensor,
+                f64::exp as fn(f64) -> f64,
+            ),
+            ("tanh", super::tanh, f64::tanh),
+        ] {
+            let out: Vec<f32> = f(transposed.clone()).into_data().to_vec().unwrap();
+            for r in 0..100 {
+                for c in 0..60 {
+                    let x = data[c * 100 + r] as f64;
+                    let (got, want) = (out[r * 60 + c] as f64, libm(x));
+                    assert!(
+                        (got - want).abs() <= 3e-7 * want.abs().max(1.0),
+                        "{name}({x}) = {got}, want {want}"
+                    );
+                }
+            }
+            let _ = f(base.clone());
+        }
+        let kept: Vec<f32> = keep.into_data().to_vec().unwrap();
+        assert_eq!(kept, data, "a shared input was modified in place");
+    }
 
     #[test]
     fn test_round_ties_even_large_float() {

@@ -13,6 +13,10 @@
 #[cfg(feature = "simd")]
 pub mod kernels;
 
+// Vectorized exp/tanh (envgen patch P1)
+#[cfg(feature = "simd")]
+pub mod math;
+
 // SIMD-aligned memory allocation
 #[cfg(feature = "simd")]
 pub mod aligned;
