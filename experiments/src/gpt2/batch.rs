@@ -13,10 +13,11 @@
 use burn::prelude::*;
 use burn::tensor::activation::softmax;
 use burn::tensor::{Int, TensorData};
+use envgen_kernels::FusedBackend;
 use rand::{rngs::StdRng, SeedableRng};
 
-use super::lora;
-use super::model::{Block, Gpt2, ModelConfig};
+use super::adapter;
+use super::model::{layer_norm, Block, Gpt2, ModelConfig};
 use super::pick;
 
 /// How to continue a batch of prompts.
@@ -36,13 +37,13 @@ pub struct BatchSampleOptions {
 }
 
 /// Keys and values of one layer: `[rows, heads, positions, head_dim]`.
-struct LayerCache<B: Backend> {
+struct LayerCache<B: FusedBackend> {
     keys: Tensor<B, 4>,
     values: Tensor<B, 4>,
 }
 
 /// For each prompt, the tokens generated after it (prompt not included).
-pub fn sample_batch<B: Backend>(
+pub fn sample_batch<B: FusedBackend>(
     model: &Gpt2<B>,
     cfg: &ModelConfig,
     prompts: &[Vec<u32>],
@@ -116,7 +117,11 @@ fn row_seed(seed: u64, row: usize) -> u64 {
 }
 
 /// Keep only the cache rows `keep` (slots of the current batch).
-fn shrink<B: Backend>(cache: &mut [Option<LayerCache<B>>], keep: &[usize], device: &B::Device) {
+fn shrink<B: FusedBackend>(
+    cache: &mut [Option<LayerCache<B>>],
+    keep: &[usize],
+    device: &B::Device,
+) {
     let index: Vec<i64> = keep.iter().map(|&k| k as i64).collect();
     let index = Tensor::<B, 1, Int>::from_data(TensorData::new(index, [keep.len()]), device);
     for layer in cache.iter_mut().flatten() {
@@ -126,7 +131,7 @@ fn shrink<B: Backend>(cache: &mut [Option<LayerCache<B>>], keep: &[usize], devic
 }
 
 /// One token per row at `position`; returns next-token logits `[rows, vocab]`.
-fn step<B: Backend>(
+fn step<B: FusedBackend>(
     model: &Gpt2<B>,
     tokens: Tensor<B, 2, Int>,
     position: usize,
@@ -140,14 +145,14 @@ fn step<B: Backend>(
     for (block, layer) in model.h.iter().zip(cache.iter_mut()) {
         x = block_step(block, x, layer);
     }
-    let x = model.ln_f.forward(x);
+    let x = layer_norm(&model.ln_f, x);
     let d = x.dims()[2];
     x.reshape([rows, d])
         .matmul(model.wte.weight.val().transpose())
 }
 
 /// [`Block::forward`] for a single new position, attending to the cache.
-fn block_step<B: Backend>(
+fn block_step<B: FusedBackend>(
     block: &Block<B>,
     x: Tensor<B, 3>,
     layer: &mut Option<LayerCache<B>>,
@@ -157,10 +162,10 @@ fn block_step<B: Backend>(
     // Heads × head width; less than the model width in a head-pruned block.
     let (heads, hd) = (attn.n_head, attn.head_dim());
     let width = heads * hd;
-    let qkv = lora::forward(
+    let qkv = adapter::forward(
         &attn.c_attn,
         attn.c_attn_lora.as_ref(),
-        block.ln_1.forward(x.clone()),
+        layer_norm(&block.ln_1, x.clone()),
     );
     let split = |i: usize| {
         qkv.clone()
@@ -180,12 +185,12 @@ fn block_step<B: Backend>(
     let scores = q.matmul(keys.clone().swap_dims(2, 3)) / (hd as f64).sqrt();
     let y = softmax(scores, 3).matmul(values.clone());
     *layer = Some(LayerCache { keys, values });
-    let x = x + lora::forward(
+    let x = x + adapter::forward(
         &attn.c_proj,
         attn.c_proj_lora.as_ref(),
         y.swap_dims(1, 2).reshape([b, 1, width]),
     );
-    x.clone() + block.mlp.forward(block.ln_2.forward(x))
+    x.clone() + block.mlp.forward(layer_norm(&block.ln_2, x))
 }
 
 #[cfg(test)]

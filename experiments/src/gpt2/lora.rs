@@ -21,10 +21,10 @@ use std::path::Path;
 use burn::module::{Module, Param};
 use burn::nn::Linear;
 use burn::prelude::*;
-use burn::tensor::module::linear;
-use burn::tensor::Distribution;
 use serde::{Deserialize, Serialize};
 
+use super::adapter::adapted_weight;
+pub use super::adapter::LoraAdapter;
 use super::model::{Block, Gpt2, ModelConfig};
 use crate::engine::{params, safetensors_io};
 use crate::error::UserError;
@@ -164,72 +164,18 @@ impl LoraConfig {
             for (target, layer, slot) in adaptable_layers(block) {
                 if self.targets.contains(&target) {
                     let [d_in, d_out] = layer.weight.val().dims();
-                    *slot = Some(LoraAdapter::new(d_in, d_out, self, device));
+                    *slot = Some(LoraAdapter::new(
+                        d_in,
+                        d_out,
+                        self.rank,
+                        self.scale(),
+                        device,
+                    ));
                 }
             }
         }
         model
     }
-}
-
-/// The trainable low-rank update of one linear layer.
-#[derive(Module, Debug)]
-pub struct LoraAdapter<B: Backend> {
-    /// [d_in, rank].
-    pub a: Param<Tensor<B, 2>>,
-    /// [rank, d_out].
-    pub b: Param<Tensor<B, 2>>,
-    /// alpha / rank.
-    pub scale: f64,
-}
-
-impl<B: Backend> LoraAdapter<B> {
-    fn new(d_in: usize, d_out: usize, config: &LoraConfig, device: &B::Device) -> Self {
-        // PEFT's default init of A (Kaiming-uniform with a = √5) is
-        // U(±1/√d_in); B starts at zero so that A·B = 0.
-        let bound = 1.0 / (d_in as f64).sqrt();
-        let a = Tensor::random(
-            [d_in, config.rank],
-            Distribution::Uniform(-bound, bound),
-            device,
-        );
-        Self {
-            a: Param::from_tensor(a),
-            b: Param::from_tensor(Tensor::zeros([config.rank, d_out], device)),
-            scale: config.scale(),
-        }
-    }
-
-    /// s·A·B: the [d_in, d_out] update of the layer's weight.
-    pub fn delta(&self) -> Tensor<B, 2> {
-        self.a.val().matmul(self.b.val()) * self.scale
-    }
-}
-
-/// `layer`'s weight plus the adapter's update, when there is an adapter.
-pub fn adapted_weight<B: Backend>(
-    layer: &Linear<B>,
-    adapter: Option<&LoraAdapter<B>>,
-) -> Tensor<B, 2> {
-    let weight = layer.weight.val();
-    match adapter {
-        Some(adapter) => weight + adapter.delta(),
-        None => weight,
-    }
-}
-
-/// `layer(x)` with the adapted weight; without an adapter exactly what
-/// `Linear::forward` computes.
-pub fn forward<B: Backend, const D: usize>(
-    layer: &Linear<B>,
-    adapter: Option<&LoraAdapter<B>>,
-    x: Tensor<B, D>,
-) -> Tensor<B, D> {
-    linear(
-        x,
-        adapted_weight(layer, adapter),
-        layer.bias.as_ref().map(|b| b.val()),
-    )
 }
 
 /// A linear layer of a block with its adapter slot.
@@ -285,6 +231,7 @@ mod tests {
     use crate::engine::OptimConfig;
     use crate::gpt2::hf::tests::small;
     use burn::optim::GradientsParams;
+    use burn::tensor::Distribution;
 
     fn tokens<B: Backend>(device: &B::Device) -> Tensor<B, 2, Int> {
         Tensor::from_ints([[1, 5, 7, 31, 2, 9], [3, 3, 0, 12, 8, 30]], device)

@@ -1,6 +1,7 @@
 //! The GPT-2 experiment: config, presets, the training task, Hugging Face
 //! weight interop and sampling.
 
+pub mod adapter;
 pub mod batch;
 pub mod hf;
 pub mod lora;
@@ -11,8 +12,8 @@ use std::path::{Path, PathBuf};
 
 use burn::module::AutodiffModule;
 use burn::prelude::*;
-use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{ElementConversion, TensorData};
+use envgen_kernels::{FusedAutodiffBackend, FusedBackend};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -172,7 +173,7 @@ impl Gpt2Task {
     }
 }
 
-impl<B: AutodiffBackend> Task<B> for Gpt2Task {
+impl<B: FusedAutodiffBackend> Task<B> for Gpt2Task {
     type Model = Gpt2<B>;
 
     fn train_config(&self) -> &TrainConfig {
@@ -259,7 +260,7 @@ pub struct SampleOptions {
 }
 
 /// Temperature/top-k sampling from a trained model; returns the new tokens.
-pub fn sample<B: Backend>(
+pub fn sample<B: FusedBackend>(
     model: &Gpt2<B>,
     cfg: &ModelConfig,
     prompt: &[u32],

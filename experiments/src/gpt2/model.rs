@@ -11,6 +11,9 @@
 //! The four linear layers of a block may carry a LoRA adapter
 //! (`c_attn_lora`, …; [`super::lora`]); `None`, as `init` builds them, is
 //! plain GPT-2.
+//!
+//! GELU, LayerNorm, attention and the loss go through `envgen_kernels`:
+//! one autodiff node each, fused kernels on the CPU (see that crate).
 
 use burn::module::{Module, Param};
 use burn::nn::{
@@ -18,12 +21,13 @@ use burn::nn::{
     Linear, LinearConfig,
 };
 use burn::prelude::*;
-use burn::tensor::activation::log_softmax;
-use burn::tensor::module::attention;
-use burn::tensor::ops::AttentionModuleOptions;
+use envgen_kernels::FusedBackend;
 use serde::{Deserialize, Serialize};
 
-use super::lora::{self, LoraAdapter};
+use super::adapter::{self, LoraAdapter};
+
+/// LayerNorm epsilon of every GPT-2 LayerNorm.
+const LN_EPS: f64 = 1e-5;
 
 /// The `[model]` table.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -121,7 +125,11 @@ impl ModelConfig {
             layer.bias = Some(Param::from_tensor(Tensor::zeros([d_out], device)));
             layer
         };
-        let layer_norm = || LayerNormConfig::new(d).with_epsilon(1e-5).init::<B>(device);
+        let layer_norm = || {
+            LayerNormConfig::new(d)
+                .with_epsilon(LN_EPS)
+                .init::<B>(device)
+        };
         let dropout = DropoutConfig::new(self.dropout).init();
         let h = (0..self.n_layer)
             .map(|_| Block {
@@ -192,13 +200,17 @@ pub struct Mlp<B: Backend> {
     pub c_proj_lora: Option<LoraAdapter<B>>,
 }
 
-/// GELU, tanh approximation (GPT-2's). Written with `x*x*x`: Burn's
-/// `gelu_approximate` uses `powf_scalar(3.0)`, which is much slower on CPU.
-pub fn gelu_tanh<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
-    const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
-    let cube = x.clone() * x.clone() * x.clone();
-    let inner = (x.clone() + cube * 0.044715) * SQRT_2_OVER_PI;
-    x * (inner.tanh() + 1.0) * 0.5
+/// GPT-2's LayerNorm (weight and bias, eps 1e-5) through the fused kernel.
+pub fn layer_norm<B: FusedBackend, const D: usize>(
+    ln: &LayerNorm<B>,
+    x: Tensor<B, D>,
+) -> Tensor<B, D> {
+    let gamma = ln.gamma.val();
+    let beta = match &ln.beta {
+        Some(beta) => beta.val(),
+        None => Tensor::zeros(gamma.dims(), &gamma.device()),
+    };
+    envgen_kernels::layer_norm(x, gamma, beta, LN_EPS)
 }
 
 impl<B: Backend> CausalSelfAttention<B> {
@@ -207,82 +219,52 @@ impl<B: Backend> CausalSelfAttention<B> {
     pub fn head_dim(&self) -> usize {
         self.c_attn.weight.dims()[1] / (3 * self.n_head)
     }
+}
 
-    /// Causal self-attention, computed head-major without moving activations.
-    ///
-    /// The textbook form splits `c_attn(x)` into heads with a reshape and a
-    /// transpose and merges them back the same way. On Burn's CPU backend
-    /// each of those is an element-by-element copy of a [B, T, C] tensor,
-    /// forward and backward (≈ a quarter of a bench-cpu step in a perf
-    /// profile, docs/benchmarks.md). Instead the weights are viewed per head:
-    /// `x [B, 1, T, C] @ W_q [1, H, C, hd]` lands directly in the [B, H, T, hd]
-    /// layout attention wants (a broadcast, strided matmul: no copy), and the
-    /// output projection is `Σ_h y_h @ W_o,h`, the same sum the concatenated
-    /// matmul computes. Parameters keep Hugging Face's Conv1D layout.
+impl<B: FusedBackend> CausalSelfAttention<B> {
+    /// Causal self-attention. `c_attn(x)` is [B, T, 3·H·hd] with columns
+    /// q | k | v, each head-major (Hugging Face's layout); q, k and v are
+    /// strided views of it ([B, H, T, hd], no copy), and the fused kernel
+    /// writes its output in [B, T, H, hd] order, so merging the heads back
+    /// is a free reshape.
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let [b, t, d] = x.dims();
+        let [b, t, _] = x.dims();
         let h = self.n_head;
         let hd = self.head_dim();
-        let x = x.reshape([b, 1, t, d]);
-        // [C, 3C] viewed as [C, 3, H, hd], then [3, H, C, hd]: views only.
-        let w_qkv = lora::adapted_weight(&self.c_attn, self.c_attn_lora.as_ref())
-            .reshape([d, 3, h, hd])
-            .permute([1, 2, 0, 3]);
-        let b_qkv = self
-            .c_attn
-            .bias
-            .as_ref()
-            .map(|bias| bias.val().reshape([3, h, 1, hd]));
-        let project = |i: usize| {
-            let w = w_qkv.clone().slice([i..i + 1]);
-            let out = x.clone().matmul(w);
-            match &b_qkv {
-                Some(bias) => out + bias.clone().slice([i..i + 1]),
-                None => out,
-            }
-        };
-        let y = attention(
-            project(0),
-            project(1),
-            project(2),
-            None,
-            None,
-            AttentionModuleOptions {
-                scale: None,
-                softcap: None,
-                is_causal: true,
-            },
-        );
-        // [H·hd, C] viewed as [1, H, hd, C]; sum the per-head projections.
-        let w_proj =
-            lora::adapted_weight(&self.c_proj, self.c_proj_lora.as_ref()).reshape([1, h, hd, d]);
-        let out = y.matmul(w_proj).sum_dim(1).reshape([b, t, d]);
-        match &self.c_proj.bias {
-            Some(bias) => out + bias.val().reshape([1, 1, d]),
-            None => out,
-        }
+        let qkv = adapter::forward(&self.c_attn, self.c_attn_lora.as_ref(), x)
+            .reshape([b, t, 3 * h, hd])
+            .swap_dims(1, 2);
+        let heads = |i: usize| qkv.clone().narrow(1, i * h, h);
+        let y = envgen_kernels::attention(heads(0), heads(1), heads(2), true)
+            .swap_dims(1, 2)
+            .reshape([b, t, h * hd]);
+        adapter::forward(&self.c_proj, self.c_proj_lora.as_ref(), y)
     }
 }
 
-impl<B: Backend> Mlp<B> {
+impl<B: FusedBackend> Mlp<B> {
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        let hidden = gelu_tanh(lora::forward(&self.c_fc, self.c_fc_lora.as_ref(), x));
-        lora::forward(&self.c_proj, self.c_proj_lora.as_ref(), hidden)
+        let hidden =
+            envgen_kernels::gelu_tanh(adapter::forward(&self.c_fc, self.c_fc_lora.as_ref(), x));
+        adapter::forward(&self.c_proj, self.c_proj_lora.as_ref(), hidden)
     }
 }
 
-impl<B: Backend> Block<B> {
+impl<B: FusedBackend> Block<B> {
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         // Dropout is the identity outside autodiff (evaluation, sampling).
         let x = x.clone()
             + self
                 .dropout
-                .forward(self.attn.forward(self.ln_1.forward(x)));
-        x.clone() + self.dropout.forward(self.mlp.forward(self.ln_2.forward(x)))
+                .forward(self.attn.forward(layer_norm(&self.ln_1, x)));
+        x.clone()
+            + self
+                .dropout
+                .forward(self.mlp.forward(layer_norm(&self.ln_2, x)))
     }
 }
 
-impl<B: Backend> Gpt2<B> {
+impl<B: FusedBackend> Gpt2<B> {
     /// Logits [batch, time, vocab] for token ids [batch, time].
     pub fn forward(&self, idx: Tensor<B, 2, Int>) -> Tensor<B, 3> {
         let [b, t] = idx.dims();
@@ -294,7 +276,7 @@ impl<B: Backend> Gpt2<B> {
         for block in &self.h {
             x = block.forward(x);
         }
-        let x = self.ln_f.forward(x);
+        let x = layer_norm(&self.ln_f, x);
         let [_, _, d] = x.dims();
         // Tied output head: logits = x · wteᵀ.
         let wte = self.wte.weight.val();
@@ -304,13 +286,16 @@ impl<B: Backend> Gpt2<B> {
             .reshape([b, t, vocab])
     }
 
-    /// Mean next-token cross-entropy.
-    pub fn loss(&self, idx: Tensor<B, 2, Int>, targets: Tensor<B, 2, Int>) -> Tensor<B, 1> {
+    /// Next-token cross-entropy of every position, [batch·time] (row-major).
+    pub fn token_losses(&self, idx: Tensor<B, 2, Int>, targets: Tensor<B, 2, Int>) -> Tensor<B, 1> {
         let logits = self.forward(idx);
         let [b, t, v] = logits.dims();
-        let logp = log_softmax(logits.reshape([b * t, v]), 1);
-        let picked = logp.gather(1, targets.reshape([b * t, 1]));
-        picked.mean().neg()
+        envgen_kernels::cross_entropy(logits.reshape([b * t, v]), targets.reshape([b * t]))
+    }
+
+    /// Mean next-token cross-entropy.
+    pub fn loss(&self, idx: Tensor<B, 2, Int>, targets: Tensor<B, 2, Int>) -> Tensor<B, 1> {
+        self.token_losses(idx, targets).mean()
     }
 }
 
@@ -346,9 +331,13 @@ mod tests {
         assert_eq!(cfg.num_params(), 124_475_904);
     }
 
-    /// The head-major attention equals the textbook split/transpose/merge.
+    /// The fused attention on views of `c_attn(x)` equals the textbook
+    /// split / Burn attention / merge (so the q|k|v, head-major column
+    /// layout is Hugging Face's).
     #[test]
-    fn head_major_attention_matches_the_textbook_form() {
+    fn attention_matches_the_textbook_form() {
+        use burn::tensor::module::attention;
+        use burn::tensor::ops::AttentionModuleOptions;
         let cfg = ModelConfig {
             n_layer: 1,
             n_head: 4,
@@ -385,7 +374,10 @@ mod tests {
     #[test]
     fn gelu_matches_the_formula() {
         let x = Tensor::<Cpu, 1>::from_floats([-2.0, -0.5, 0.0, 1.0, 3.0], &Default::default());
-        let got = gelu_tanh(x).into_data().to_vec::<f32>().unwrap();
+        let got = envgen_kernels::gelu_tanh(x)
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap();
         for (xv, g) in [-2.0f64, -0.5, 0.0, 1.0, 3.0].iter().zip(got) {
             let want = 0.5
                 * xv

@@ -22,9 +22,8 @@ use std::time::Instant;
 
 use burn::module::AutodiffModule;
 use burn::prelude::*;
-use burn::tensor::activation::log_softmax;
-use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{ElementConversion, TensorData};
+use envgen_kernels::{FusedAutodiffBackend, FusedBackend};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
@@ -355,7 +354,7 @@ impl RftTrainTask {
 
 /// Mean cross-entropy over the completion tokens of `examples` (prompt and
 /// padding positions carry weight 0).
-fn completion_loss<B: Backend>(
+fn completion_loss<B: FusedBackend>(
     model: &Gpt2<B>,
     examples: &[&Tokenized],
     device: &B::Device,
@@ -390,17 +389,12 @@ fn completion_loss<B: Backend>(
     }
     let count: f32 = w.iter().sum::<f32>().max(1.0);
     let x = Tensor::<B, 2, Int>::from_data(TensorData::new(x, [b, t]), device);
-    let y = Tensor::<B, 2, Int>::from_data(TensorData::new(y, [b * t, 1]), device);
+    let y = Tensor::<B, 2, Int>::from_data(TensorData::new(y, [b, t]), device);
     let w = Tensor::<B, 1>::from_data(TensorData::new(w, [b * t]), device);
-    let logits = model.forward(x);
-    let v = logits.dims()[2];
-    let picked = log_softmax(logits.reshape([b * t, v]), 1)
-        .gather(1, y)
-        .reshape([b * t]);
-    (picked * w).sum().neg() / count
+    (model.token_losses(x, y) * w).sum() / count
 }
 
-impl<B: AutodiffBackend> Task<B> for RftTrainTask {
+impl<B: FusedAutodiffBackend> Task<B> for RftTrainTask {
     type Model = Gpt2<B>;
 
     fn train_config(&self) -> &TrainConfig {
@@ -475,7 +469,7 @@ const ADAPTER_FILE: &str = "adapter.safetensors";
 
 /// Continues prompts with the GPT: byte tokens, batched KV-cached sampling,
 /// stopping at the end-of-completion newline.
-pub struct GptSampler<'a, B: Backend> {
+pub struct GptSampler<'a, B: FusedBackend> {
     pub model: &'a Gpt2<B>,
     pub config: &'a ModelConfig,
     pub max_new_tokens: usize,
@@ -485,7 +479,7 @@ pub struct GptSampler<'a, B: Backend> {
     calls: u64,
 }
 
-impl<'a, B: Backend> GptSampler<'a, B> {
+impl<'a, B: FusedBackend> GptSampler<'a, B> {
     pub fn new(
         model: &'a Gpt2<B>,
         config: &'a ModelConfig,
@@ -504,7 +498,7 @@ impl<'a, B: Backend> GptSampler<'a, B> {
     }
 }
 
-impl<B: Backend> Sampler for GptSampler<'_, B> {
+impl<B: FusedBackend> Sampler for GptSampler<'_, B> {
     fn sample(&mut self, prompts: &[String], n: usize, temperature: f32) -> Vec<Vec<String>> {
         let tokenizer = Tokenizer::byte();
         let stop = tokenizer.encode(END_OF_COMPLETION);
@@ -539,7 +533,7 @@ pub struct Evaluation {
 }
 
 /// Greedy accuracy / answer rate of `model` on `questions`.
-pub fn evaluate_accuracy<B: Backend>(
+pub fn evaluate_accuracy<B: FusedBackend>(
     model: &Gpt2<B>,
     config: &ModelConfig,
     questions: &[Question],
@@ -574,7 +568,7 @@ pub fn evaluate_accuracy<B: Backend>(
 }
 
 /// Load a GPT saved by `hf::save` for inference.
-pub fn load_model<B: Backend>(
+pub fn load_model<B: FusedBackend>(
     config: &ModelConfig,
     path: &Path,
     device: &B::Device,
@@ -599,7 +593,7 @@ const STAGES: &str = "stages";
 const EVAL_BATCH: usize = 128;
 
 /// Run (or resume) every stage in `control.run_dir`.
-pub fn run<B: AutodiffBackend>(
+pub fn run<B: FusedAutodiffBackend>(
     config: &RftConfig,
     control: &RunControl,
     device: &B::Device,
@@ -754,7 +748,7 @@ impl RoundResult {
 /// (`finetune/`), (d) evaluate (`eval.json`). Finished parts are read back;
 /// `None` when a stop request interrupted it.
 #[allow(clippy::too_many_arguments)]
-fn rft_round<B: AutodiffBackend>(
+fn rft_round<B: FusedAutodiffBackend>(
     config: &RftConfig,
     split: &Split,
     round: u32,
@@ -869,7 +863,7 @@ fn finetune_size_metrics(
 
 /// A training stage in its own directory: skipped when its summary says
 /// completed, resumed when it has a checkpoint, started fresh otherwise.
-fn train_stage<B: AutodiffBackend>(
+fn train_stage<B: FusedAutodiffBackend>(
     task: &RftTrainTask,
     dir: &Path,
     control: &RunControl,
@@ -895,7 +889,7 @@ fn train_stage<B: AutodiffBackend>(
 
 /// Greedy evaluation of the weights at `model_path`, cached in `record`
 /// (and logged to metrics.jsonl when computed).
-fn eval_stage<B: Backend>(
+fn eval_stage<B: FusedBackend>(
     config: &RftConfig,
     model_path: &Path,
     questions: &[Question],

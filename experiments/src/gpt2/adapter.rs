@@ -1,0 +1,67 @@
+//! A LoRA adapter on one linear layer, and the adapted layer's forward:
+//! what the model needs of LoRA. Configuring, attaching and merging
+//! adapters across a model is [`super::lora`]'s job (it builds on this and
+//! on the model; this module needs neither).
+
+use burn::module::{Module, Param};
+use burn::nn::Linear;
+use burn::prelude::*;
+use burn::tensor::module::linear;
+use burn::tensor::Distribution;
+
+/// The trainable low-rank update of one linear layer.
+#[derive(Module, Debug)]
+pub struct LoraAdapter<B: Backend> {
+    /// [d_in, rank].
+    pub a: Param<Tensor<B, 2>>,
+    /// [rank, d_out].
+    pub b: Param<Tensor<B, 2>>,
+    /// alpha / rank.
+    pub scale: f64,
+}
+
+impl<B: Backend> LoraAdapter<B> {
+    /// A fresh adapter of `rank` whose update is scaled by `scale`.
+    pub fn new(d_in: usize, d_out: usize, rank: usize, scale: f64, device: &B::Device) -> Self {
+        // PEFT's default init of A (Kaiming-uniform with a = √5) is
+        // U(±1/√d_in); B starts at zero so that A·B = 0.
+        let bound = 1.0 / (d_in as f64).sqrt();
+        let a = Tensor::random([d_in, rank], Distribution::Uniform(-bound, bound), device);
+        Self {
+            a: Param::from_tensor(a),
+            b: Param::from_tensor(Tensor::zeros([rank, d_out], device)),
+            scale,
+        }
+    }
+
+    /// s·A·B: the [d_in, d_out] update of the layer's weight.
+    pub fn delta(&self) -> Tensor<B, 2> {
+        self.a.val().matmul(self.b.val()) * self.scale
+    }
+}
+
+/// `layer`'s weight plus the adapter's update, when there is an adapter.
+pub fn adapted_weight<B: Backend>(
+    layer: &Linear<B>,
+    adapter: Option<&LoraAdapter<B>>,
+) -> Tensor<B, 2> {
+    let weight = layer.weight.val();
+    match adapter {
+        Some(adapter) => weight + adapter.delta(),
+        None => weight,
+    }
+}
+
+/// `layer(x)` with the adapted weight; without an adapter exactly what
+/// `Linear::forward` computes.
+pub fn forward<B: Backend, const D: usize>(
+    layer: &Linear<B>,
+    adapter: Option<&LoraAdapter<B>>,
+    x: Tensor<B, D>,
+) -> Tensor<B, D> {
+    linear(
+        x,
+        adapted_weight(layer, adapter),
+        layer.bias.as_ref().map(|b| b.val()),
+    )
+}
