@@ -3,6 +3,7 @@
 use clap::Parser;
 
 fn main() {
+    envgen_experiments::memory::keep_freed_memory();
     let cli = envgen::cli::Cli::parse();
     envgen::logging::init(cli.verbose);
     let code = match envgen::cli::dispatch(cli) {

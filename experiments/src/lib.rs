@@ -9,6 +9,7 @@ pub mod engine;
 pub mod error;
 pub mod gpt2;
 pub mod hrm;
+pub mod memory;
 pub mod quant;
 pub mod registry;
 pub mod rft;
