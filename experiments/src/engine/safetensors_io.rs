@@ -19,7 +19,7 @@ pub fn to_bytes(tensors: &[(String, Vec<usize>, Vec<f32>)]) -> anyhow::Result<Ve
     let raw: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
         .iter()
         .map(|(name, shape, values)| {
-            let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let bytes = f32_to_le_bytes(values);
             (name.clone(), shape.clone(), bytes)
         })
         .collect();
@@ -53,10 +53,7 @@ pub fn from_bytes(bytes: &[u8], origin: &str) -> anyhow::Result<NamedTensors> {
     for (name, view) in file.tensors() {
         let data = view.data();
         let values: Vec<f32> = match view.dtype() {
-            Dtype::F32 => data
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
+            Dtype::F32 => f32_from_le_bytes(data),
             Dtype::BF16 => data
                 .chunks_exact(2)
                 .map(|c| f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16))
@@ -76,6 +73,28 @@ pub fn from_bytes(bytes: &[u8], origin: &str) -> anyhow::Result<NamedTensors> {
         out.insert(name, (view.shape().to_vec(), values));
     }
     Ok(out)
+}
+
+/// f32 values as little-endian bytes: one memcpy on little-endian machines
+/// (this crate builds unoptimized in tests, where a per-value byte iterator
+/// made checkpoints of even small models take a second).
+fn f32_to_le_bytes(values: &[f32]) -> Vec<u8> {
+    if cfg!(target_endian = "little") {
+        bytemuck::cast_slice(values).to_vec()
+    } else {
+        values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+}
+
+/// The inverse of [`f32_to_le_bytes`] (`data` need not be aligned).
+fn f32_from_le_bytes(data: &[u8]) -> Vec<f32> {
+    if cfg!(target_endian = "little") {
+        bytemuck::pod_collect_to_vec(data)
+    } else {
+        data.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    }
 }
 
 fn f16_to_f32(bits: u16) -> f32 {
