@@ -261,8 +261,9 @@ fn matmul_2d_strided<T: GemmScalar>(lhs: FlexTensor, rhs: FlexTensor) -> FlexTen
     let rhs_ptr = unsafe { rhs_data.as_ptr().add(rhs.layout().start_offset()) };
 
     let out_shape = Shape::from(vec![m, n]);
-    let mut output = FlexTensor::empty(out_shape, T::dtype());
-    let out_data: &mut [T] = output.storage_mut();
+    // gemm writes every output element without reading it (read_dst is
+    // false), so the buffer need not be zeroed first (envgen patch P2).
+    let mut out_data: Vec<T> = Vec::with_capacity(checked_size(m, n));
 
     let parallelism = get_parallelism(m, n, k);
 
@@ -282,9 +283,15 @@ fn matmul_2d_strided<T: GemmScalar>(lhs: FlexTensor, rhs: FlexTensor) -> FlexTen
             rhs_row_stride,
             parallelism,
         );
+        // SAFETY: gemm has written all m·n elements.
+        out_data.set_len(m * n);
     }
 
-    output
+    FlexTensor::new(
+        Bytes::from_elems(out_data),
+        Layout::contiguous(out_shape),
+        T::dtype(),
+    )
 }
 
 /// Strided gemm call for one matrix. Wraps `gemm::gemm` with GemmScalar zero/one.
@@ -364,18 +371,25 @@ fn matmul_batched_gemm<T: GemmScalar>(lhs: FlexTensor, rhs: FlexTensor) -> FlexT
     out_dims.push(n);
     let out_shape = Shape::from(out_dims);
 
-    let mut output = FlexTensor::empty(out_shape, T::dtype());
+    // Not zeroed: every batch's gemm writes its whole m×n block without
+    // reading it (envgen patch P2). Written through raw pointers only,
+    // length set once all blocks are written.
+    let total = batch_size * out_matrix_size;
+    let mut out_vec: Vec<T> = Vec::with_capacity(total);
+    let out_ptr = SendPtr(out_vec.as_mut_ptr());
 
     let lhs_data: &[T] = lhs.storage();
     let rhs_data: &[T] = rhs.storage();
     let lhs_start = lhs.layout().start_offset() as isize;
     let rhs_start = rhs.layout().start_offset() as isize;
-    let out_data: &mut [T] = output.storage_mut();
 
     let per_matrix_ops = m.saturating_mul(n).saturating_mul(k);
 
     // Closure: run gemm for one batch slice at the given pointers
-    let run_one = |out_ptr: *mut T, b: usize, parallelism: gemm::Parallelism| {
+    let run_one = |b: usize, parallelism: gemm::Parallelism| {
+        // SAFETY: block b of the output lies inside the allocation of
+        // `total` elements, and no two calls write the same block.
+        let out_ptr = unsafe { out_ptr.get().add(b * out_matrix_size) };
         let lhs_off = lhs_start + batch_elem_offset(b, &broadcast_shape, &lhs_batch_strides);
         let rhs_off = rhs_start + batch_elem_offset(b, &broadcast_shape, &rhs_batch_strides);
         unsafe {
@@ -409,24 +423,17 @@ fn matmul_batched_gemm<T: GemmScalar>(lhs: FlexTensor, rhs: FlexTensor) -> FlexT
         if per_matrix_ops >= PARALLEL_THRESHOLD && !prefer_batch_parallel {
             let parallelism = gemm::Parallelism::Rayon(0);
             for b in 0..batch_size {
-                run_one(out_data[b * out_matrix_size..].as_mut_ptr(), b, parallelism);
+                run_one(b, parallelism);
             }
         } else if total_ops >= BATCH_PARALLEL_THRESHOLD && batch_size > 1 {
             use rayon::prelude::*;
 
-            out_data
-                .par_chunks_mut(out_matrix_size)
-                .enumerate()
-                .for_each(|(b, out_chunk)| {
-                    run_one(out_chunk.as_mut_ptr(), b, gemm::Parallelism::None);
-                });
+            (0..batch_size)
+                .into_par_iter()
+                .for_each(|b| run_one(b, gemm::Parallelism::None));
         } else {
             for b in 0..batch_size {
-                run_one(
-                    out_data[b * out_matrix_size..].as_mut_ptr(),
-                    b,
-                    gemm::Parallelism::None,
-                );
+                run_one(b, gemm::Parallelism::None);
             }
         }
     }
@@ -435,15 +442,32 @@ fn matmul_batched_gemm<T: GemmScalar>(lhs: FlexTensor, rhs: FlexTensor) -> FlexT
     {
         let _ = per_matrix_ops;
         for b in 0..batch_size {
-            run_one(
-                out_data[b * out_matrix_size..].as_mut_ptr(),
-                b,
-                gemm::Parallelism::None,
-            );
+            run_one(b, gemm::Parallelism::None);
         }
     }
 
-    output
+    // SAFETY: every one of the batch_size blocks has been written above.
+    unsafe { out_vec.set_len(total) };
+    FlexTensor::new(
+        Bytes::from_elems(out_vec),
+        Layout::contiguous(out_shape),
+        T::dtype(),
+    )
+}
+
+/// An output pointer shared by the rayon tasks that each write their own
+/// block of it.
+#[derive(Clone, Copy)]
+struct SendPtr<T>(*mut T);
+unsafe impl<T> Send for SendPtr<T> {}
+unsafe impl<T> Sync for SendPtr<T> {}
+
+impl<T> SendPtr<T> {
+    /// Read through a method so closures capture the whole (Sync) wrapper,
+    /// not the raw pointer field.
+    fn get(self) -> *mut T {
+        self.0
+    }
 }
 
 // ============================================================================
@@ -843,6 +867,68 @@ mod tests {
     use burn_std::{bf16, f16};
 
     use crate::{Flex, FlexTensor};
+
+    /// envgen patch P2: outputs are allocated without zeroing, so every
+    /// element must be written by gemm. Freed NaN-filled buffers of the
+    /// same sizes make a stale value show up as NaN; results are compared
+    /// with a naive product for 2-D, batched (parallel over batches and
+    /// sequential), broadcast and large (gemm-parallel) shapes.
+    #[test]
+    fn unzeroed_outputs_are_fully_written() {
+        let naive = |a: &[f32], b: &[f32], m: usize, k: usize, n: usize| -> Vec<f32> {
+            let mut c = vec![0.0f32; m * n];
+            for i in 0..m {
+                for j in 0..n {
+                    c[i * n + j] = (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum();
+                }
+            }
+            c
+        };
+        let value = |i: usize| ((i * 7919 % 13) as f32 - 6.0) / 8.0;
+        // (batch of lhs, batch of rhs, m, k, n)
+        for (bl, br, m, k, n) in [
+            (1, 1, 37, 19, 23),
+            (6, 6, 33, 17, 29),
+            (6, 1, 40, 16, 24),
+            (2, 2, 200, 200, 200),
+            (1, 1, 260, 230, 250),
+        ] {
+            let batch = bl.max(br);
+            drop(vec![f32::NAN; batch * m * n]);
+            let a: Vec<f32> = (0..bl * m * k).map(value).collect();
+            let b: Vec<f32> = (0..br * k * n).map(|i| value(i + 3)).collect();
+            let (lhs, rhs) = if bl == 1 && br == 1 {
+                (
+                    FlexTensor::from_data(TensorData::new(a.clone(), [m, k])),
+                    FlexTensor::from_data(TensorData::new(b.clone(), [k, n])),
+                )
+            } else {
+                (
+                    FlexTensor::from_data(TensorData::new(a.clone(), [bl, m, k])),
+                    FlexTensor::from_data(TensorData::new(b.clone(), [br, k, n])),
+                )
+            };
+            let got: Vec<f32> = Flex::float_matmul(lhs, rhs).into_data().to_vec().unwrap();
+            assert_eq!(got.len(), batch * m * n);
+            for bi in 0..batch {
+                let (ao, bo) = (
+                    if bl == 1 { 0 } else { bi * m * k },
+                    if br == 1 { 0 } else { bi * k * n },
+                );
+                let want = naive(&a[ao..ao + m * k], &b[bo..bo + k * n], m, k, n);
+                for (i, (g, w)) in got[bi * m * n..(bi + 1) * m * n]
+                    .iter()
+                    .zip(&want)
+                    .enumerate()
+                {
+                    assert!(
+                        (g - w).abs() <= 1e-3 * w.abs().max(1.0),
+                        "{bl}x{br} {m}x{k}x{n} batch {bi} element {i}: {g} vs {w}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn test_matmul_f64() {
