@@ -93,6 +93,14 @@ impl ActivationOps<Flex> for Flex {
     }
 
     fn sigmoid(tensor: FloatTensor<Flex>) -> FloatTensor<Flex> {
+        #[cfg(feature = "simd")]
+        if tensor.dtype() == burn_backend::DType::F32 {
+            // envgen patch P1: vectorized (libm's expf is one call per element).
+            return crate::ops::unary::map_f32_contiguous(
+                tensor,
+                crate::simd::math::sigmoid_inplace_f32,
+            );
+        }
         unary_op(tensor, sigmoid_f32, sigmoid_f64)
     }
 

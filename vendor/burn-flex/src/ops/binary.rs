@@ -69,18 +69,27 @@ fn binary_op_f32<Op>(
 where
     Op: Fn(f32, f32) -> f32,
 {
-    // Permuted lhs + broadcast rhs (e.g. `x.permute(...) - mean`):
-    // the generic path would walk the permuted lhs with a scalar
-    // `StridedIter`, an order of magnitude slower than the SIMD fast
-    // path. Pay one memcpy to materialize lhs contiguous so the fast
-    // paths below can take over.
+    // Strided operands (a permuted or narrowed view, e.g. the two halves of
+    // a SwiGLU projection, or `x.permute(...) - mean`) used to fall to the
+    // element-by-element `StridedIter` walk below, an order of magnitude
+    // slower than the SIMD paths. A contiguous copy is a row-by-row memcpy
+    // (burn-flex patch P3), so pay it and take a fast path (envgen patch
+    // P4; the lhs half predates it). A broadcast rhs stays a view when one
+    // of the broadcast kernels takes it.
     //
-    // Gate on `simd_hint.is_some()` so custom ops like `atan2` or
-    // `powf` (which have no SIMD fast path and go straight to
-    // `binary_op_typed`) don't pay for a memcpy they can't benefit
-    // from. Their strided fallback handles non-contig lhs directly.
-    if simd_hint.is_some() && !lhs.layout().is_contiguous() && rhs.layout().strides().contains(&0) {
-        lhs = lhs.to_contiguous();
+    // Gated on `simd_hint.is_some()` so custom ops like `atan2` or `powf`
+    // (which have no SIMD fast path) don't pay for a copy they can't
+    // benefit from; their strided fallback handles views directly.
+    let rhs_contiguous;
+    let mut rhs = rhs;
+    if simd_hint.is_some() {
+        if !lhs.layout().is_contiguous() {
+            lhs = lhs.to_contiguous();
+        }
+        if !rhs.layout().is_contiguous() && detect_broadcast_pattern(lhs.layout(), rhs).is_none() {
+            rhs_contiguous = rhs.to_contiguous();
+            rhs = &rhs_contiguous;
+        }
     }
 
     // In-place SIMD fast path: lhs unique contiguous at offset 0, rhs
@@ -591,6 +600,52 @@ mod tests {
     use super::*;
     use alloc::vec;
     use burn_backend::{TensorData, Tolerance};
+
+    /// envgen patch P4: strided same-shape operands (the halves of a
+    /// narrowed last dim, a permuted view) and odd broadcasts give the
+    /// element-wise result, for all four ops, without touching the inputs.
+    #[test]
+    fn strided_operands_take_the_fast_paths_correctly() {
+        let data: Vec<f32> = (0..2 * 5 * 12)
+            .map(|i| (i as f32 - 50.0) / 7.0 + 0.1)
+            .collect();
+        let base = FlexTensor::from_data(TensorData::new(data.clone(), vec![2, 5, 12]));
+        let at = |t: &FlexTensor| -> Vec<f32> {
+            crate::strided_index::StridedIter::new(t.layout())
+                .map(|i| t.storage::<f32>()[i])
+                .collect()
+        };
+        let cases: Vec<(FlexTensor, FlexTensor)> = vec![
+            // SwiGLU halves: [2, 5, 6] views with row stride 12.
+            (base.narrow(2, 0, 6), base.narrow(2, 6, 6)),
+            // Permuted lhs, contiguous rhs of the permuted shape.
+            (
+                base.permute(&[1, 0, 2]),
+                FlexTensor::from_data(TensorData::new(data[..120].to_vec(), vec![5, 2, 12])),
+            ),
+            // Contiguous lhs, transposed rhs.
+            (
+                FlexTensor::from_data(TensorData::new(data[..120].to_vec(), vec![2, 12, 5])),
+                base.transpose(1, 2),
+            ),
+        ];
+        for (i, (a, b)) in cases.into_iter().enumerate() {
+            let (va, vb) = (at(&a), at(&b));
+            for (name, op, f) in [
+                ("add", BinaryOp::Add, (|x, y| x + y) as fn(f32, f32) -> f32),
+                ("sub", BinaryOp::Sub, |x, y| x - y),
+                ("mul", BinaryOp::Mul, |x, y| x * y),
+                ("div", BinaryOp::Div, |x, y| x / y),
+            ] {
+                let out = binary_op(a.clone(), b.clone(), f, |x: f64, y| x + y, Some(op));
+                let got: Vec<f32> = out.into_data().to_vec().unwrap();
+                let want: Vec<f32> = va.iter().zip(&vb).map(|(x, y)| f(*x, *y)).collect();
+                assert_eq!(got, want, "case {i} {name}");
+            }
+        }
+        let kept: Vec<f32> = base.into_data().to_vec().unwrap();
+        assert_eq!(kept, data, "an input was modified");
+    }
 
     // ===================
     // F16 tests

@@ -174,7 +174,7 @@ pub fn exp(tensor: FlexTensor) -> FlexTensor {
 /// tensor is unique and contiguous at offset 0, else on a contiguous copy.
 /// The result is always contiguous (envgen patch P1).
 #[cfg(feature = "simd")]
-fn map_f32_contiguous(tensor: FlexTensor, kernel: fn(&mut [f32])) -> FlexTensor {
+pub(crate) fn map_f32_contiguous(tensor: FlexTensor, kernel: fn(&mut [f32])) -> FlexTensor {
     let n = tensor.layout().num_elements();
     let mut out = if tensor.is_unique()
         && tensor.layout().is_contiguous()

@@ -86,6 +86,33 @@ pub fn tanh_f32(x: f32) -> f32 {
     if x.is_nan() { x } else { y }
 }
 
+/// 1 / (1 + e^-x), in the numerically safe form for both signs (as
+/// `ops::activation::sigmoid_f32`), selects instead of branches.
+#[inline(always)]
+pub fn sigmoid_f32(x: f32) -> f32 {
+    let e = exp_f32(-x.abs());
+    let pos = 1.0 / (1.0 + e);
+    let neg = e / (1.0 + e);
+    if x >= 0.0 { pos } else { neg }
+}
+
+#[macerator::with_simd]
+fn sigmoid_seq<S: Simd>(xs: &mut [f32]) {
+    for x in xs.iter_mut() {
+        *x = sigmoid_f32(*x);
+    }
+}
+
+/// `xs[i] = sigmoid(xs[i])`, vectorized, on several threads for large slices.
+pub fn sigmoid_inplace_f32(xs: &mut [f32]) {
+    #[cfg(feature = "rayon")]
+    if xs.len() > CHUNK {
+        xs.par_chunks_mut(CHUNK).for_each(sigmoid_seq);
+        return;
+    }
+    sigmoid_seq(xs);
+}
+
 #[macerator::with_simd]
 fn exp_seq<S: Simd>(xs: &mut [f32]) {
     for x in xs.iter_mut() {
@@ -180,6 +207,19 @@ mod tests {
         assert!(tanh_f32(f32::NAN).is_nan());
     }
 
+    #[test]
+    fn sigmoid_is_within_2e7_of_f64() {
+        let mut worst = 0.0f64;
+        for x in grid(-30.0, 30.0, 200_000) {
+            let want = 1.0 / (1.0 + (-(x as f64)).exp());
+            worst = worst.max((sigmoid_f32(x) as f64 - want).abs() / want.max(1e-30).min(1.0));
+        }
+        assert!(worst < 3e-7, "worst error {worst}");
+        assert_eq!(sigmoid_f32(f32::NEG_INFINITY), 0.0);
+        assert_eq!(sigmoid_f32(f32::INFINITY), 1.0);
+        assert!(sigmoid_f32(f32::NAN).is_nan());
+    }
+
     /// The slice kernels (vectorized body, scalar tail, several threads)
     /// give exactly the scalar function's bits.
     #[test]
@@ -189,9 +229,12 @@ mod tests {
         exp_inplace_f32(&mut e);
         let mut t = xs.clone();
         tanh_inplace_f32(&mut t);
+        let mut sg = xs.clone();
+        sigmoid_inplace_f32(&mut sg);
         for (i, &x) in xs.iter().enumerate() {
             assert_eq!(e[i].to_bits(), exp_f32(x).to_bits(), "exp({x})");
             assert_eq!(t[i].to_bits(), tanh_f32(x).to_bits(), "tanh({x})");
+            assert_eq!(sg[i].to_bits(), sigmoid_f32(x).to_bits(), "sigmoid({x})");
         }
     }
 }
