@@ -20,6 +20,10 @@ pub struct Profile {
     pub precision: String,
     pub backend: String,
     pub device: String,
+    /// CPU threads for tensor work (the rayon pool) in the process that
+    /// trains; absent in manifests written before envgen recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<usize>,
 }
 
 /// `manifest.json`. The environment part (envgen_version, git_revision,

@@ -6,8 +6,9 @@
 //! then replaced by fresh puzzles with the carry reset (`replace_halted`).
 
 use burn::module::AutodiffModule;
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
+use envgen_kernels::{FusedAutodiffBackend, FusedBackend};
 use rand::rngs::StdRng;
 use rand::Rng;
 
@@ -109,7 +110,7 @@ pub struct ActState<B: Backend> {
     pub batch: PuzzleBatch<B>,
 }
 
-impl<B: Backend> ActState<B> {
+impl<B: FusedBackend> ActState<B> {
     /// Every row starts halted, so the first `replace_halted` loads all rows.
     pub fn new(model: &HrmModel<B>, batch: PuzzleBatch<B>) -> Self {
         let rows = batch.len();
@@ -195,14 +196,14 @@ fn exploration_floor(
         .collect()
 }
 
-fn to_vec_f32<B: Backend>(t: Tensor<B, 1>) -> Vec<f32> {
+fn to_vec_f32<B: FusedBackend>(t: Tensor<B, 1>) -> Vec<f32> {
     t.into_data().convert::<f32>().to_vec().unwrap_or_default()
 }
 
 /// One ACT training segment: run the model with the 1-step gradient,
 /// update step counts and halting, and compute the Q target from a no-grad
 /// forward of the next segment. Call `state.replace_halted` before it.
-pub fn act_train_step<AD: AutodiffBackend>(
+pub fn act_train_step<AD: FusedAutodiffBackend>(
     model: &HrmModel<AD>,
     state: &mut ActState<AD>,
     policy: HaltPolicy,
@@ -275,7 +276,7 @@ pub struct ActEvalOutput<B: Backend> {
 
 /// Evaluation always runs `halt_max_steps` segments (the reference halts
 /// only at the limit when not training). Use an inference backend.
-pub fn act_eval<B: Backend>(model: &HrmModel<B>, batch: &PuzzleBatch<B>) -> ActEvalOutput<B> {
+pub fn act_eval<B: FusedBackend>(model: &HrmModel<B>, batch: &PuzzleBatch<B>) -> ActEvalOutput<B> {
     let steps = model.config().halt_max_steps;
     let mut carry = model.initial_carry(batch.len());
     let mut last = None;

@@ -11,10 +11,10 @@
 use burn::module::{AutodiffModule, Module, Param};
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::activation::silu;
-use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::module::{attention, embedding};
-use burn::tensor::ops::AttentionModuleOptions;
+use burn::tensor::backend::Backend;
+use burn::tensor::module::embedding;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
+use envgen_kernels::{FusedAutodiffBackend, FusedBackend};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -122,7 +122,7 @@ pub struct Attention<B: Backend> {
     heads: usize,
 }
 
-impl<B: Backend> Attention<B> {
+impl<B: FusedBackend> Attention<B> {
     fn new(hidden: usize, heads: usize, rng: &mut StdRng, device: &B::Device) -> Self {
         Self {
             qkv: lecun_linear(hidden, 3 * hidden, rng, device),
@@ -144,12 +144,9 @@ impl<B: Backend> Attention<B> {
         let q = rope.apply(qkv.clone().narrow(1, 0, heads));
         let k = rope.apply(qkv.clone().narrow(1, heads, heads));
         let v = qkv.narrow(1, 2 * heads, heads);
-        let options = AttentionModuleOptions {
-            scale: None, // 1/√head_dim
-            softcap: None,
-            is_causal: false,
-        };
-        let mixed = attention(q, k, v, None, None, options)
+        // Scale 1/√head_dim; the fused kernel's output is stored [B, T,
+        // heads, head_dim], so merging the heads back is free.
+        let mixed = envgen_kernels::attention(q, k, v, false)
             .swap_dims(1, 2)
             .reshape([batch, seq, hidden]);
         self.out.forward(mixed)
@@ -188,7 +185,7 @@ pub struct Block<B: Backend> {
     eps: f64,
 }
 
-impl<B: Backend> Block<B> {
+impl<B: FusedBackend> Block<B> {
     pub fn forward(&self, x: Tensor<B, 3>, rope: &Rope<B>) -> Tensor<B, 3> {
         let x = rms_norm(x.clone() + self.attn.forward(x, rope), self.eps);
         rms_norm(x.clone() + self.mlp.forward(x), self.eps)
@@ -202,7 +199,7 @@ pub struct ReasoningModule<B: Backend> {
     blocks: Vec<Block<B>>,
 }
 
-impl<B: Backend> ReasoningModule<B> {
+impl<B: FusedBackend> ReasoningModule<B> {
     fn new(cfg: &HrmConfig, layers: usize, rng: &mut StdRng, device: &B::Device) -> Self {
         let blocks = (0..layers)
             .map(|_| Block {
@@ -267,7 +264,7 @@ pub struct HrmModel<B: Backend> {
     config: HrmConfig,
 }
 
-impl<B: Backend> HrmModel<B> {
+impl<B: FusedBackend> HrmModel<B> {
     /// Build a freshly initialized model; the same seed gives the same weights.
     pub fn new(cfg: &HrmConfig, seed: u64, device: &B::Device) -> Self {
         let mut rng = StdRng::seed_from_u64(seed);
@@ -427,7 +424,7 @@ impl<B: Backend> HrmModel<B> {
 /// inner (non-autodiff) backend through `model.valid()`: no graph node is
 /// ever created for them, which is what `torch.no_grad()` does in the
 /// reference. The final L/H step and the heads run on `AD` with gradient.
-pub fn segment_autodiff<AD: AutodiffBackend>(
+pub fn segment_autodiff<AD: FusedAutodiffBackend>(
     model: &HrmModel<AD>,
     carry: Carry<AD>,
     inputs: Tensor<AD, 2, Int>,

@@ -16,8 +16,8 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use burn::module::AutodiffModule;
-use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor, TensorData};
+use envgen_kernels::{FusedAutodiffBackend, FusedBackend};
 use rand::seq::SliceRandom;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -222,7 +222,7 @@ impl<'a> Sampler<'a> {
     }
 
     /// The fresh puzzles offered to the rows of 1-based `step`.
-    pub fn batch<B: Backend>(&mut self, step: u64, device: &B::Device) -> PuzzleBatch<B> {
+    pub fn batch<B: FusedBackend>(&mut self, step: u64, device: &B::Device) -> PuzzleBatch<B> {
         let first = (step - 1) * self.batch as u64;
         let rows: Vec<usize> = (0..self.batch as u64)
             .map(|r| self.example(first + r))
@@ -231,7 +231,11 @@ impl<'a> Sampler<'a> {
     }
 }
 
-fn rows_to_batch<B: Backend>(split: &Split, rows: &[usize], device: &B::Device) -> PuzzleBatch<B> {
+fn rows_to_batch<B: FusedBackend>(
+    split: &Split,
+    rows: &[usize],
+    device: &B::Device,
+) -> PuzzleBatch<B> {
     let seq = dataset::SEQ_LEN;
     let gather = |labels: bool| -> Tensor<B, 2, Int> {
         let flat: Vec<i64> = rows
@@ -264,7 +268,7 @@ pub struct EvalMetrics {
 }
 
 /// Evaluate on every puzzle of `split`, `batch` puzzles at a time.
-pub fn evaluate<B: Backend>(
+pub fn evaluate<B: FusedBackend>(
     model: &HrmModel<B>,
     split: &Split,
     batch: usize,
@@ -316,7 +320,7 @@ pub fn run(
 }
 
 /// The training loop; writes metrics.jsonl, checkpoints and summary.json.
-pub fn train<B: AutodiffBackend>(
+pub fn train<B: FusedAutodiffBackend>(
     preset: &HrmPreset,
     control: &RunControl,
     device: &B::Device,
@@ -476,7 +480,7 @@ fn summary_metrics(
     m
 }
 
-fn to_f32<B: Backend, const D: usize, K>(t: Tensor<B, D, K>) -> (Vec<usize>, Vec<f32>)
+fn to_f32<B: FusedBackend, const D: usize, K>(t: Tensor<B, D, K>) -> (Vec<usize>, Vec<f32>)
 where
     K: burn::tensor::TensorKind<B> + burn::tensor::BasicOps<B>,
 {
@@ -485,7 +489,7 @@ where
     (shape, values)
 }
 
-fn save_checkpoint<B: AutodiffBackend>(
+fn save_checkpoint<B: FusedAutodiffBackend>(
     root: &Path,
     trainer: &HrmTrainer<B>,
     state: &mut LoopState,
@@ -521,7 +525,7 @@ where
     checkpoint::publish(root, &dir)
 }
 
-fn load_checkpoint<B: AutodiffBackend>(
+fn load_checkpoint<B: FusedAutodiffBackend>(
     root: &Path,
     trainer: &mut HrmTrainer<B>,
     device: &B::Device,

@@ -17,9 +17,9 @@
 
 use burn::module::AutodiffModule;
 use burn::optim::{GradientsAccumulator, GradientsParams};
-use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ElementConversion as _;
 use burn::tensor::Tensor;
+use envgen_kernels::FusedAutodiffBackend;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
@@ -60,7 +60,7 @@ pub struct StepMetrics {
 }
 
 /// Model, optimizers and the ACT state of every micro-batch chunk.
-pub struct HrmTrainer<B: AutodiffBackend> {
+pub struct HrmTrainer<B: FusedAutodiffBackend> {
     pub model: HrmModel<B>,
     pub optimizer: HrmOptimizer<B::InnerBackend>,
     /// One ACT state per chunk of `micro_batch` rows, in row order.
@@ -73,7 +73,7 @@ pub struct HrmTrainer<B: AutodiffBackend> {
     pub micro_batch: usize,
 }
 
-impl<B: AutodiffBackend> HrmTrainer<B>
+impl<B: FusedAutodiffBackend> HrmTrainer<B>
 where
     HrmModel<B>: AutodiffModule<B>,
 {
