@@ -44,6 +44,10 @@ pub struct Args {
     /// keeps the global batch, hence the science, unchanged).
     #[arg(long, value_name = "N")]
     pub micro_batch: Option<usize>,
+    /// CPU threads for tensor work (a hardware knob, recorded in the
+    /// manifest; default: every core this process may use).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: Option<u16>,
     /// Hardware profile from env/profiles.toml (default: chosen from the host's GPU).
     #[arg(long, value_name = "NAME")]
     pub profile: Option<String>,
@@ -315,6 +319,8 @@ struct Setup<'a> {
     host: &'a Host,
     backend: &'a str,
     device: &'a str,
+    /// Tensor threads of the process that trains, when known here.
+    threads: Option<usize>,
 }
 
 /// The directory of a new run: a fresh one under --out, or one made
@@ -353,6 +359,7 @@ fn create_run(
         host,
         backend: backend_name,
         device,
+        threads,
     } = *setup;
     let loaded = match &args.from_run {
         Some(source) => config_of_run(experiment, source)?.0,
@@ -382,6 +389,7 @@ fn create_run(
         precision: "f32".into(),
         backend: backend_name.into(),
         device: device.into(),
+        threads,
     };
     let id = rundir::new_run_id(experiment.name(), loaded.preset.as_deref(), &hash);
     let (run_id, dir) = new_dir.create(&id)?;
@@ -447,6 +455,7 @@ fn config_of_run(experiment: &dyn Experiment, dir: &Path) -> Result<(ResolvedCon
 /// Train in this process: a new native run, `--resume`, or (`--launched`)
 /// the run a launcher prepared for this job or container.
 fn run_here(args: &Args, experiment: &dyn Experiment, decision: &Decision) -> Result<i32> {
+    let threads = configure_threads(args.threads)?;
     let resolved = backend::resolve(args.backend.into())?;
     let host = crate::probe::probe_host();
 
@@ -478,6 +487,7 @@ fn run_here(args: &Args, experiment: &dyn Experiment, decision: &Decision) -> Re
             }
             profile.backend = resolved.name().into();
             profile.device = resolved.device().into();
+            profile.threads = Some(threads);
             if args.launched {
                 manifest
                     .environment
@@ -495,6 +505,7 @@ fn run_here(args: &Args, experiment: &dyn Experiment, decision: &Decision) -> Re
                 host: &host,
                 backend: resolved.name(),
                 device: resolved.device(),
+                threads: Some(threads),
             };
             let (dir, science, profile) =
                 create_run(args, experiment, &setup, &[], NewDir::Fresh(&args.out))?;
@@ -537,6 +548,23 @@ fn run_here(args: &Args, experiment: &dyn Experiment, decision: &Decision) -> Re
     let outcomes = [RunOutcome { run_dir, summary }];
     print_outcomes(experiment, &outcomes, args.json)?;
     Ok(crate::launch::exit_code(&outcomes))
+}
+
+/// Size the global rayon pool, which Burn's CPU backend and envgen's fused
+/// kernels run on: `--threads N`, else rayon's default (every core this
+/// process may use: its CPU affinity, e.g. a Slurm task's or a container's
+/// cpuset). Returns the pool's size, for the manifest.
+fn configure_threads(requested: Option<u16>) -> Result<usize> {
+    if let Some(n) = requested {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(usize::from(n))
+            .build_global()
+            .map_err(|e| {
+                UserError::environment(format!("--threads {n}: cannot size the thread pool: {e}"))
+                    .with_fix("leave out --threads")
+            })?;
+    }
+    Ok(rayon::current_num_threads())
 }
 
 /// How often NVML is sampled on GPU hosts (W&B's system metrics default: 10-15 s;
@@ -622,6 +650,9 @@ fn job_args(args: &Args) -> Vec<String> {
     if let Some(n) = args.micro_batch {
         words.extend(["--micro-batch".to_string(), n.to_string()]);
     }
+    if let Some(n) = args.threads {
+        words.extend(["--threads".to_string(), n.to_string()]);
+    }
     if let Some(n) = args.stop_after {
         words.extend(["--stop-after".to_string(), n.to_string()]);
     }
@@ -650,6 +681,7 @@ fn launched_runs(
         host: &host,
         backend: &backend_name,
         device: "-",
+        threads: args.threads.map(usize::from),
     };
     let create = |extra: &[String], new_dir: NewDir| {
         create_run(args, experiment, &setup, extra, new_dir).map(|(dir, _, _)| dir)
