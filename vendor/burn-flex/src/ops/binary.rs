@@ -48,6 +48,30 @@ where
     match dtype {
         DType::F32 => binary_op_f32(lhs, &rhs, f32_op, simd_hint),
         DType::F64 => binary_op_typed(lhs, &rhs, f64_op),
+        // Half types whose operands are views (broadcast bias, strided
+        // halves) go through the f32 SIMD paths (envgen patch P4): cast in,
+        // compute, cast back. Each element is still op(a as f32, b as f32)
+        // rounded once to the half type, i.e. the same bits as the typed
+        // loop below, which contiguous operands keep.
+        DType::F16 | DType::BF16
+            if simd_hint.is_some()
+                && !(lhs.layout().is_contiguous() && rhs.layout().is_contiguous()) =>
+        {
+            use burn_backend::ops::FloatTensorOps;
+            let to = |t: FlexTensor, d: burn_std::FloatDType| crate::Flex::float_cast(t, d);
+            let out = binary_op_f32(
+                to(lhs, burn_std::FloatDType::F32),
+                &to(rhs, burn_std::FloatDType::F32),
+                f32_op,
+                simd_hint,
+            );
+            let half = if dtype == DType::F16 {
+                burn_std::FloatDType::F16
+            } else {
+                burn_std::FloatDType::BF16
+            };
+            to(out, half)
+        }
         DType::F16 => binary_op_typed(lhs, &rhs, |a: f16, b: f16| {
             f16::from_f32(f32_op(a.to_f32(), b.to_f32()))
         }),
@@ -600,6 +624,43 @@ mod tests {
     use super::*;
     use alloc::vec;
     use burn_backend::{TensorData, Tolerance};
+
+    /// envgen patch P4: half-type views (a broadcast row, strided halves)
+    /// through the f32 paths give the typed loop's bits: each element is
+    /// op(a as f32, b as f32) rounded once.
+    #[test]
+    fn half_views_give_the_typed_loops_bits() {
+        let x: Vec<bf16> = (0..6 * 10)
+            .map(|i| bf16::from_f32((i as f32 - 29.0) / 3.7))
+            .collect();
+        let row: Vec<bf16> = (0..10)
+            .map(|i| bf16::from_f32(0.3 * i as f32 - 1.1))
+            .collect();
+        let xt = FlexTensor::from_data(TensorData::new(x.clone(), vec![6, 10]));
+        let bias = FlexTensor::from_data(TensorData::new(row.clone(), vec![1, 10]));
+        let out = binary_op(
+            xt.clone(),
+            bias,
+            |a, b| a + b,
+            |a: f64, b| a + b,
+            Some(BinaryOp::Add),
+        );
+        let got: Vec<bf16> = out.into_data().to_vec().unwrap();
+        for (i, g) in got.iter().enumerate() {
+            let want = bf16::from_f32(x[i].to_f32() + row[i % 10].to_f32());
+            assert_eq!(g.to_bits(), want.to_bits(), "element {i}");
+        }
+        // Strided halves of the last dim, multiplied.
+        let (a, b) = (xt.narrow(1, 0, 5), xt.narrow(1, 5, 5));
+        let out = binary_op(a, b, |a, b| a * b, |a: f64, b| a * b, Some(BinaryOp::Mul));
+        let got: Vec<bf16> = out.into_data().to_vec().unwrap();
+        for r in 0..6 {
+            for c in 0..5 {
+                let want = bf16::from_f32(x[r * 10 + c].to_f32() * x[r * 10 + 5 + c].to_f32());
+                assert_eq!(got[r * 5 + c].to_bits(), want.to_bits(), "({r}, {c})");
+            }
+        }
+    }
 
     /// envgen patch P4: strided same-shape operands (the halves of a
     /// narrowed last dim, a permuted view) and odd broadcasts give the

@@ -749,6 +749,14 @@ impl FloatTensorOps<Flex> for Flex {
         let tensor = tensor.to_contiguous();
         let shape = tensor.layout().shape().clone();
 
+        // f32 <-> f16/bf16, the casts of mixed-precision training: direct
+        // slice conversions, split over threads for large tensors (envgen
+        // patch P5; the f64 round trip below cost more than the matmuls
+        // of a bf16 step).
+        if let Some(out) = crate::ops::half_cast::cast_f32_half(&tensor, target_dtype) {
+            return out;
+        }
+
         // Convert to f64 intermediate, then to target
         let f64_values: Vec<f64> = match src_dtype {
             DType::F32 => {

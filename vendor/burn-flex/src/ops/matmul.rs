@@ -376,7 +376,7 @@ fn matmul_batched_gemm<T: GemmScalar>(lhs: FlexTensor, rhs: FlexTensor) -> FlexT
     // length set once all blocks are written.
     let total = batch_size * out_matrix_size;
     let mut out_vec: Vec<T> = Vec::with_capacity(total);
-    let out_ptr = SendPtr(out_vec.as_mut_ptr());
+    let out_base = out_vec.as_mut_ptr();
 
     let lhs_data: &[T] = lhs.storage();
     let rhs_data: &[T] = rhs.storage();
@@ -386,10 +386,9 @@ fn matmul_batched_gemm<T: GemmScalar>(lhs: FlexTensor, rhs: FlexTensor) -> FlexT
     let per_matrix_ops = m.saturating_mul(n).saturating_mul(k);
 
     // Closure: run gemm for one batch slice at the given pointers
-    let run_one = |b: usize, parallelism: gemm::Parallelism| {
-        // SAFETY: block b of the output lies inside the allocation of
-        // `total` elements, and no two calls write the same block.
-        let out_ptr = unsafe { out_ptr.get().add(b * out_matrix_size) };
+    // `out_ptr` is block b of the output: inside the allocation of `total`
+    // elements, and no two calls write the same block.
+    let run_one = |out_ptr: *mut T, b: usize, parallelism: gemm::Parallelism| {
         let lhs_off = lhs_start + batch_elem_offset(b, &broadcast_shape, &lhs_batch_strides);
         let rhs_off = rhs_start + batch_elem_offset(b, &broadcast_shape, &rhs_batch_strides);
         unsafe {
@@ -423,17 +422,20 @@ fn matmul_batched_gemm<T: GemmScalar>(lhs: FlexTensor, rhs: FlexTensor) -> FlexT
         if per_matrix_ops >= PARALLEL_THRESHOLD && !prefer_batch_parallel {
             let parallelism = gemm::Parallelism::Rayon(0);
             for b in 0..batch_size {
-                run_one(b, parallelism);
+                run_one(unsafe { out_base.add(b * out_matrix_size) }, b, parallelism);
             }
         } else if total_ops >= BATCH_PARALLEL_THRESHOLD && batch_size > 1 {
             use rayon::prelude::*;
 
-            (0..batch_size)
-                .into_par_iter()
-                .for_each(|b| run_one(b, gemm::Parallelism::None));
+            let out = crate::ops::SendMutPtr::new(out_base);
+            (0..batch_size).into_par_iter().for_each(|b| {
+                let block = unsafe { out.ptr_add(b * out_matrix_size) };
+                run_one(block, b, gemm::Parallelism::None)
+            });
         } else {
             for b in 0..batch_size {
-                run_one(b, gemm::Parallelism::None);
+                let block = unsafe { out_base.add(b * out_matrix_size) };
+                run_one(block, b, gemm::Parallelism::None);
             }
         }
     }
@@ -442,7 +444,8 @@ fn matmul_batched_gemm<T: GemmScalar>(lhs: FlexTensor, rhs: FlexTensor) -> FlexT
     {
         let _ = per_matrix_ops;
         for b in 0..batch_size {
-            run_one(b, gemm::Parallelism::None);
+            let block = unsafe { out_base.add(b * out_matrix_size) };
+            run_one(block, b, gemm::Parallelism::None);
         }
     }
 
@@ -453,21 +456,6 @@ fn matmul_batched_gemm<T: GemmScalar>(lhs: FlexTensor, rhs: FlexTensor) -> FlexT
         Layout::contiguous(out_shape),
         T::dtype(),
     )
-}
-
-/// An output pointer shared by the rayon tasks that each write their own
-/// block of it.
-#[derive(Clone, Copy)]
-struct SendPtr<T>(*mut T);
-unsafe impl<T> Send for SendPtr<T> {}
-unsafe impl<T> Sync for SendPtr<T> {}
-
-impl<T> SendPtr<T> {
-    /// Read through a method so closures capture the whole (Sync) wrapper,
-    /// not the raw pointer field.
-    fn get(self) -> *mut T {
-        self.0
-    }
 }
 
 // ============================================================================

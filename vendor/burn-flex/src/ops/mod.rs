@@ -106,6 +106,7 @@ pub mod flip;
 mod float;
 pub mod gather_scatter;
 pub mod grid_sample;
+pub(crate) mod half_cast;
 mod int;
 pub mod interpolate;
 pub mod mask;

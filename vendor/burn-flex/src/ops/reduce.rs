@@ -1204,17 +1204,21 @@ where
 /// Half-precision dimension reduction with f32 accumulation.
 ///
 /// Works for both f16 and bf16 via the `to_f32`/`from_f32` closures.
-fn reduce_dim_half<E, F>(
+fn reduce_dim_half<E, F, ToF32, FromF32>(
     tensor: &FlexTensor,
     dim: usize,
     init: f32,
     reduce_fn: F,
-    to_f32: fn(E) -> f32,
-    from_f32: fn(f32) -> E,
+    // Generic rather than `fn` pointers (envgen patch P5): an indirect call
+    // per element kept the loop from inlining the conversions.
+    to_f32: ToF32,
+    from_f32: FromF32,
 ) -> FlexTensor
 where
     E: Element + bytemuck::Pod,
     F: Fn(f32, f32) -> f32,
+    ToF32: Fn(E) -> f32,
+    FromF32: Fn(f32) -> E,
 {
     let tensor = tensor.to_contiguous();
     let shape = tensor.layout().shape();
@@ -1249,15 +1253,22 @@ where
 
     let mut result: Vec<E> = Vec::with_capacity(out_size);
 
+    // Walk the reduced dim row by row into one f32 accumulator per inner
+    // position (envgen patch P5): each accumulator still folds d = 0, 1, …
+    // in order (the same bits as before), but memory is read contiguously
+    // instead of one column at a time (a [rows, features] bias-gradient sum
+    // was the slowest op of a bf16 training step).
+    let mut acc = vec![init; inner_size];
     for outer in 0..outer_size {
-        for inner in 0..inner_size {
-            let mut acc = init;
-            for d in 0..dim_size {
-                let idx = start_offset + outer * dim_size * inner_size + d * inner_size + inner;
-                acc = reduce_fn(acc, to_f32(data[idx]));
+        acc.fill(init);
+        let base = start_offset + outer * dim_size * inner_size;
+        for d in 0..dim_size {
+            let row = &data[base + d * inner_size..base + (d + 1) * inner_size];
+            for (a, &x) in acc.iter_mut().zip(row) {
+                *a = reduce_fn(*a, to_f32(x));
             }
-            result.push(from_f32(acc));
         }
+        result.extend(acc.iter().map(|&a| from_f32(a)));
     }
 
     let bytes = Bytes::from_elems(result);
@@ -2259,6 +2270,36 @@ fn scalar_div<E: Element + bytemuck::Pod + core::ops::Div<Output = E> + Copy>(
 // otherwise add them to crates/burn-backend-tests/tests/tensor/{float,int}/ops/.
 #[cfg(test)]
 mod tests {
+
+    /// envgen patch P5: the row-by-row half reduction folds each output in
+    /// the same order as the column walk it replaced (same bits), on every
+    /// dim of a 3-D bf16 tensor.
+    #[test]
+    fn half_dim_sums_fold_in_the_original_order() {
+        use burn_backend::TensorData;
+        let shape = [3usize, 37, 19];
+        let values: alloc::vec::Vec<bf16> = (0..3 * 37 * 19)
+            .map(|i| bf16::from_f32(((i * 7919 % 101) as f32 - 50.0) / 9.0))
+            .collect();
+        let t = FlexTensor::from_data(TensorData::new(values.clone(), shape));
+        for dim in 0..3 {
+            let got =
+                super::reduce_dim_half(&t, dim, 0.0, |a, b| a + b, bf16::to_f32, bf16::from_f32);
+            let (outer, size) = (shape[..dim].iter().product::<usize>(), shape[dim]);
+            let inner: usize = shape[dim + 1..].iter().product();
+            let mut want = alloc::vec::Vec::new();
+            for o in 0..outer {
+                for i in 0..inner {
+                    let mut acc = 0.0f32;
+                    for d in 0..size {
+                        acc += values[o * size * inner + d * inner + i].to_f32();
+                    }
+                    want.push(bf16::from_f32(acc));
+                }
+            }
+            assert_eq!(got.storage::<bf16>(), &want[..], "dim {dim}");
+        }
+    }
     use alloc::vec;
     use burn_backend::TensorData;
     use burn_backend::ops::{FloatTensorOps, IntTensorOps};
