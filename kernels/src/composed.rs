@@ -4,10 +4,15 @@
 //!
 //! Backward passes are written out (not left to autodiff) because the
 //! autodiff node calling them records the forward as one step.
+//!
+//! Half-precision inputs (bf16/f16 under autocast): statistics (LayerNorm
+//! mean and variance, softmax maxima and sums, log-sum-exp) are computed in
+//! f32 and results returned in the input's type, as PyTorch's autocast and
+//! fused GPU kernels do; the matrix products stay in the half type.
 
 use burn::prelude::*;
 use burn::tensor::ops::{AttentionModuleOptions, FloatTensor, IntTensor};
-use burn::tensor::{Bool, TensorData, TensorPrimitive};
+use burn::tensor::{Bool, DType, TensorData, TensorPrimitive};
 
 use crate::{AttentionOutput, CrossEntropyOutput, LayerNormOutput};
 
@@ -63,16 +68,18 @@ pub fn layer_norm<B: Backend>(
     eps: f64,
 ) -> LayerNormOutput<B> {
     let x: Tensor<B, 2> = t(x);
+    let dtype = x.dtype();
+    let x = x.cast(DType::F32);
     let [rows, features] = x.dims();
     let mean = x.clone().mean_dim(1);
     let centered = x - mean.clone();
     let var = (centered.clone() * centered.clone()).mean_dim(1);
     let rstd = (var + eps).sqrt().recip();
     let normalized = centered * rstd.clone();
-    let gamma: Tensor<B, 2> = t::<B, 1>(gamma).reshape([1, features]);
-    let beta: Tensor<B, 2> = t::<B, 1>(beta).reshape([1, features]);
+    let gamma: Tensor<B, 2> = t::<B, 1>(gamma).cast(DType::F32).reshape([1, features]);
+    let beta: Tensor<B, 2> = t::<B, 1>(beta).cast(DType::F32).reshape([1, features]);
     LayerNormOutput {
-        output: p(normalized * gamma + beta),
+        output: p((normalized * gamma + beta).cast(dtype)),
         mean: p(mean.reshape([rows])),
         rstd: p(rstd.reshape([rows])),
     }
@@ -87,11 +94,13 @@ pub fn layer_norm_backward<B: Backend>(
     grad: FloatTensor<B>,
 ) -> [FloatTensor<B>; 3] {
     let x: Tensor<B, 2> = t(x);
-    let g: Tensor<B, 2> = t(grad);
+    let (x_dtype, gamma_dtype) = (x.dtype(), burn::tensor::TensorMetadata::dtype(&gamma));
+    let x = x.cast(DType::F32);
+    let g: Tensor<B, 2> = t::<B, 2>(grad).cast(DType::F32);
     let [rows, features] = x.dims();
-    let mean: Tensor<B, 2> = t::<B, 1>(mean).reshape([rows, 1]);
-    let rstd: Tensor<B, 2> = t::<B, 1>(rstd).reshape([rows, 1]);
-    let gamma: Tensor<B, 2> = t::<B, 1>(gamma).reshape([1, features]);
+    let mean: Tensor<B, 2> = t::<B, 1>(mean).cast(DType::F32).reshape([rows, 1]);
+    let rstd: Tensor<B, 2> = t::<B, 1>(rstd).cast(DType::F32).reshape([rows, 1]);
+    let gamma: Tensor<B, 2> = t::<B, 1>(gamma).cast(DType::F32).reshape([1, features]);
     let x_hat = (x - mean) * rstd.clone();
     let g_gamma = g.clone() * gamma;
     let a = g_gamma.clone().mean_dim(1);
@@ -99,7 +108,11 @@ pub fn layer_norm_backward<B: Backend>(
     let dx = (g_gamma - a - x_hat.clone() * b) * rstd;
     let dgamma = (g.clone() * x_hat).sum_dim(0).reshape([features]);
     let dbeta = g.sum_dim(0).reshape([features]);
-    [p(dx), p(dgamma), p(dbeta)]
+    [
+        p(dx.cast(x_dtype)),
+        p(dgamma.cast(gamma_dtype)),
+        p(dbeta.cast(gamma_dtype)),
+    ]
 }
 
 /// `true` above the diagonal of a [queries, keys] score matrix: the
@@ -130,12 +143,13 @@ pub fn attention<B: Backend>(
     }
 }
 
-/// Softmax probabilities P of the scaled (and masked) scores, recomputed.
+/// Softmax probabilities P of the scaled (and masked) scores, recomputed,
+/// in f32 whatever q's type.
 fn attention_probs<B: Backend>(q: &Tensor<B, 4>, k: &Tensor<B, 4>, causal: bool) -> Tensor<B, 4> {
     let [_, _, queries, head_dim] = q.dims();
     let keys = k.dims()[2];
     let scale = 1.0 / (head_dim as f64).sqrt();
-    let mut scores = q.clone().matmul(k.clone().swap_dims(2, 3)) * scale;
+    let mut scores = q.clone().matmul(k.clone().swap_dims(2, 3)).cast(DType::F32) * scale;
     if causal {
         scores = scores.mask_fill(
             causal_mask::<B>(queries, keys, &q.device()),
@@ -160,12 +174,17 @@ pub fn attention_backward<B: Backend>(
 ) -> [FloatTensor<B>; 3] {
     let (q, k, v): (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) = (t(q), t(k), t(v));
     let (o, d_o): (Tensor<B, 4>, Tensor<B, 4>) = (t(output), t(grad));
+    let dtype = q.dtype();
     let scale = 1.0 / (q.dims()[3] as f64).sqrt();
     let probs = attention_probs(&q, &k, causal);
-    let dv = probs.clone().swap_dims(2, 3).matmul(d_o.clone());
-    let dp = d_o.clone().matmul(v.swap_dims(2, 3));
-    let row_dot = (d_o * o).sum_dim(3);
-    let ds = probs * (dp - row_dot);
+    let dv = probs
+        .clone()
+        .cast(dtype)
+        .swap_dims(2, 3)
+        .matmul(d_o.clone());
+    let dp = d_o.clone().matmul(v.swap_dims(2, 3)).cast(DType::F32);
+    let row_dot = (d_o.cast(DType::F32) * o.cast(DType::F32)).sum_dim(3);
+    let ds = (probs * (dp - row_dot)).cast(dtype);
     let dq = ds.clone().matmul(k) * scale;
     let dk = ds.swap_dims(2, 3).matmul(q) * scale;
     [p(dq), p(dk), p(dv)]
@@ -177,6 +196,8 @@ pub fn cross_entropy<B: Backend>(
     targets: IntTensor<B>,
 ) -> CrossEntropyOutput<B> {
     let logits: Tensor<B, 2> = t(logits);
+    let dtype = logits.dtype();
+    let logits = logits.cast(DType::F32);
     let rows = logits.dims()[0];
     let targets: Tensor<B, 2, Int> =
         Tensor::<B, 1, Int>::from_primitive(targets).reshape([rows, 1]);
@@ -184,7 +205,7 @@ pub fn cross_entropy<B: Backend>(
     let lse = (logits.clone() - max.clone()).exp().sum_dim(1).log() + max;
     let picked = logits.gather(1, targets);
     CrossEntropyOutput {
-        loss: p((lse.clone() - picked).reshape([rows])),
+        loss: p((lse.clone() - picked).reshape([rows]).cast(dtype)),
         lse: p(lse.reshape([rows])),
     }
 }
@@ -197,9 +218,11 @@ pub fn cross_entropy_backward<B: Backend>(
     grad: FloatTensor<B>,
 ) -> FloatTensor<B> {
     let logits: Tensor<B, 2> = t(logits);
+    let dtype = logits.dtype();
+    let logits = logits.cast(DType::F32);
     let [rows, classes] = logits.dims();
-    let lse: Tensor<B, 2> = t::<B, 1>(lse).reshape([rows, 1]);
-    let grad: Tensor<B, 2> = t::<B, 1>(grad).reshape([rows, 1]);
+    let lse: Tensor<B, 2> = t::<B, 1>(lse).cast(DType::F32).reshape([rows, 1]);
+    let grad: Tensor<B, 2> = t::<B, 1>(grad).cast(DType::F32).reshape([rows, 1]);
     let targets: Tensor<B, 2, Int> =
         Tensor::<B, 1, Int>::from_primitive(targets).reshape([rows, 1]);
     let one_hot = Tensor::<B, 2>::zeros([rows, classes], &logits.device()).scatter(
@@ -208,5 +231,5 @@ pub fn cross_entropy_backward<B: Backend>(
         Tensor::ones([rows, 1], &logits.device()),
         burn::tensor::IndexingUpdateOp::Add,
     );
-    p(((logits - lse).exp() - one_hot) * grad)
+    p((((logits - lse).exp() - one_hot) * grad).cast(dtype))
 }

@@ -20,11 +20,15 @@
 //! Every backend gets the composed implementation ([`composed`]: the same
 //! Burn operations a model would call, forward and backward), except:
 //! - `Flex` (the CPU backend), which runs fused, vectorized, multithreaded
-//!   kernels for f32 ([`flex`] module; other dtypes use the composed path);
+//!   f32 kernels (`flex` module; bf16/f16 inputs are computed in f32 and
+//!   returned in their own type, f64 takes the composed path);
 //! - `Autodiff<B>`, which records **one** node per operation and calls `B`'s
 //!   forward and backward ([`autodiff`] module);
 //! - CubeCL backends (`cuda`), whose attention forward is the backend's own
 //!   attention kernel (flash attention, autotuned).
+//!
+//! Mixed precision ([`autocast`]): models compute their projections in the
+//! scope's half type and call the fused ops with half inputs.
 //!
 //! Every fused kernel is tested against the composed form to 1e-5.
 //! Results do not depend on the number of threads: work is split into
@@ -35,6 +39,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{Int, Tensor, TensorPrimitive};
 
+pub mod autocast;
 mod autodiff;
 pub mod composed;
 #[cfg(feature = "cuda")]

@@ -12,13 +12,36 @@ mod layer_norm;
 
 use burn::backend::flex::{FlexTensor, Layout};
 use burn::backend::Flex;
-use burn::tensor::ops::{FloatTensor, IntTensor};
-use burn::tensor::{DType, Shape};
+use burn::tensor::ops::{FloatTensor, FloatTensorOps, IntTensor};
+use burn::tensor::{DType, FloatDType, Shape};
 
 use crate::{composed, AttentionOutput, CrossEntropyOutput, FusedBackend, LayerNormOutput};
 
-fn is_f32(tensors: &[&FlexTensor]) -> bool {
-    tensors.iter().all(|t| t.dtype() == DType::F32)
+/// Whether the f32 kernels serve these tensors: f32, or a half type they
+/// compute in f32 (converted in, converted back out, as GPU kernels
+/// accumulate half inputs in f32). f64 keeps the composed path.
+fn kernel_dtypes(tensors: &[&FlexTensor]) -> bool {
+    tensors
+        .iter()
+        .all(|t| matches!(t.dtype(), DType::F32 | DType::BF16 | DType::F16))
+}
+
+/// `t` as f32 (shared, not copied, when it already is).
+fn as_f32(t: &FlexTensor) -> FlexTensor {
+    match t.dtype() {
+        DType::F32 => t.clone(),
+        _ => <Flex as FloatTensorOps<Flex>>::float_cast(t.clone(), FloatDType::F32),
+    }
+}
+
+/// An f32 kernel result back in the dtype of the input it stands for.
+fn in_dtype(t: FlexTensor, dtype: DType) -> FlexTensor {
+    match dtype {
+        DType::F32 => t,
+        DType::BF16 => <Flex as FloatTensorOps<Flex>>::float_cast(t, FloatDType::BF16),
+        DType::F16 => <Flex as FloatTensorOps<Flex>>::float_cast(t, FloatDType::F16),
+        other => unreachable!("kernel_dtypes admits no {other:?}"),
+    }
 }
 
 /// The f32 values of `t` in logical (row-major) order, as a slice of a
@@ -48,20 +71,20 @@ unsafe impl Sync for SharedMut {}
 
 impl FusedBackend for Flex {
     fn fused_gelu_tanh(x: FloatTensor<Self>) -> FloatTensor<Self> {
-        if !is_f32(&[&x]) {
+        if !kernel_dtypes(&[&x]) {
             return composed::gelu_tanh::<Self>(x);
         }
-        gelu::forward(&x)
+        in_dtype(gelu::forward(&as_f32(&x)), x.dtype())
     }
 
     fn fused_gelu_tanh_backward(
         x: FloatTensor<Self>,
         grad: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
-        if !is_f32(&[&x, &grad]) {
+        if !kernel_dtypes(&[&x, &grad]) {
             return composed::gelu_tanh_backward::<Self>(x, grad);
         }
-        gelu::backward(&x, &grad)
+        in_dtype(gelu::backward(&as_f32(&x), &as_f32(&grad)), x.dtype())
     }
 
     fn fused_layer_norm(
@@ -70,10 +93,14 @@ impl FusedBackend for Flex {
         beta: FloatTensor<Self>,
         eps: f64,
     ) -> LayerNormOutput<Self> {
-        if !is_f32(&[&x, &gamma, &beta]) {
+        if !kernel_dtypes(&[&x, &gamma, &beta]) {
             return composed::layer_norm::<Self>(x, gamma, beta, eps);
         }
-        layer_norm::forward(&x, &gamma, &beta, eps as f32)
+        let out = layer_norm::forward(&as_f32(&x), &as_f32(&gamma), &as_f32(&beta), eps as f32);
+        LayerNormOutput {
+            output: in_dtype(out.output, x.dtype()),
+            ..out
+        }
     }
 
     fn fused_layer_norm_backward(
@@ -83,10 +110,21 @@ impl FusedBackend for Flex {
         rstd: FloatTensor<Self>,
         grad: FloatTensor<Self>,
     ) -> [FloatTensor<Self>; 3] {
-        if !is_f32(&[&x, &gamma, &mean, &rstd, &grad]) {
+        if !kernel_dtypes(&[&x, &gamma, &mean, &rstd, &grad]) {
             return composed::layer_norm_backward::<Self>(x, gamma, mean, rstd, grad);
         }
-        layer_norm::backward(&x, &gamma, &mean, &rstd, &grad)
+        let [dx, dgamma, dbeta] = layer_norm::backward(
+            &as_f32(&x),
+            &as_f32(&gamma),
+            &as_f32(&mean),
+            &as_f32(&rstd),
+            &as_f32(&grad),
+        );
+        [
+            in_dtype(dx, x.dtype()),
+            in_dtype(dgamma, gamma.dtype()),
+            in_dtype(dbeta, gamma.dtype()),
+        ]
     }
 
     fn fused_attention(
@@ -95,12 +133,12 @@ impl FusedBackend for Flex {
         v: FloatTensor<Self>,
         causal: bool,
     ) -> AttentionOutput<Self> {
-        if !is_f32(&[&q, &k, &v]) {
+        if !kernel_dtypes(&[&q, &k, &v]) {
             return composed::attention::<Self>(q, k, v, causal);
         }
-        let (output, lse) = attention::forward(&q, &k, &v, causal);
+        let (output, lse) = attention::forward(&as_f32(&q), &as_f32(&k), &as_f32(&v), causal);
         AttentionOutput {
-            output,
+            output: in_dtype(output, q.dtype()),
             lse: Some(lse),
         }
     }
@@ -115,8 +153,21 @@ impl FusedBackend for Flex {
         causal: bool,
     ) -> [FloatTensor<Self>; 3] {
         match lse {
-            Some(lse) if is_f32(&[&q, &k, &v, &output, &lse, &grad]) => {
-                attention::backward(&q, &k, &v, &output, &lse, &grad, causal)
+            Some(lse) if kernel_dtypes(&[&q, &k, &v, &output, &lse, &grad]) => {
+                let [dq, dk, dv] = attention::backward(
+                    &as_f32(&q),
+                    &as_f32(&k),
+                    &as_f32(&v),
+                    &as_f32(&output),
+                    &lse,
+                    &as_f32(&grad),
+                    causal,
+                );
+                [
+                    in_dtype(dq, q.dtype()),
+                    in_dtype(dk, k.dtype()),
+                    in_dtype(dv, v.dtype()),
+                ]
             }
             lse => composed::attention_backward::<Self>(q, k, v, output, lse, grad, causal),
         }
@@ -126,10 +177,14 @@ impl FusedBackend for Flex {
         logits: FloatTensor<Self>,
         targets: IntTensor<Self>,
     ) -> CrossEntropyOutput<Self> {
-        if !is_f32(&[&logits]) {
+        if !kernel_dtypes(&[&logits]) {
             return composed::cross_entropy::<Self>(logits, targets);
         }
-        cross_entropy::forward(&logits, &targets)
+        let out = cross_entropy::forward(&as_f32(&logits), &targets);
+        CrossEntropyOutput {
+            loss: in_dtype(out.loss, logits.dtype()),
+            lse: out.lse,
+        }
     }
 
     fn fused_cross_entropy_backward(
@@ -138,10 +193,11 @@ impl FusedBackend for Flex {
         lse: FloatTensor<Self>,
         grad: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
-        if !is_f32(&[&logits, &lse, &grad]) {
+        if !kernel_dtypes(&[&logits, &lse, &grad]) {
             return composed::cross_entropy_backward::<Self>(logits, targets, lse, grad);
         }
-        cross_entropy::backward(&logits, &targets, &lse, &grad)
+        let d = cross_entropy::backward(&as_f32(&logits), &targets, &as_f32(&lse), &as_f32(&grad));
+        in_dtype(d, logits.dtype())
     }
 }
 
