@@ -18,14 +18,9 @@ pub enum ProfileBackend {
     Cuda,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ProfilePrecision {
-    Fp32,
-    Tf32,
-    Fp16,
-    Bf16,
-}
+/// fp32 | tf32 | bf16 | fp16: what the engine computes in
+/// (`envgen_experiments::engine::precision` says what each means).
+pub use envgen_experiments::engine::Precision;
 
 /// Which machines a profile fits. All given conditions must hold.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -45,7 +40,7 @@ pub struct Profile {
     #[serde(rename = "match")]
     pub matches: Match,
     pub backend: ProfileBackend,
-    pub precision: ProfilePrecision,
+    pub precision: Precision,
     /// "experiment/preset" → micro-batch (sequences per forward pass).
     #[serde(default)]
     pub micro_batch: BTreeMap<String, usize>,
@@ -75,7 +70,7 @@ struct ProfilesFile {
 pub struct HardwareChoice {
     pub profile: String,
     pub backend: ProfileBackend,
-    pub precision: ProfilePrecision,
+    pub precision: Precision,
     /// `None`: the preset's global batch fits in one pass.
     pub micro_batch: Option<usize>,
     pub warnings: Vec<String>,
@@ -128,11 +123,14 @@ impl Profiles {
     }
 
     /// The knobs for `experiment`/`preset` on `gpu`: `forced` (`--profile`)
-    /// or the selected profile, with precision lowered when the GPU lacks it.
+    /// or the selected profile; `requested` (`--precision`) or the profile's
+    /// precision, lowered when the GPU lacks it (doctor's codes: bf16 and
+    /// tf32 need compute capability 8.0, env/precision.toml).
     pub fn choose(
         &self,
         gpu: Option<&Gpu>,
         forced: Option<&str>,
+        requested: Option<Precision>,
         experiment: &str,
         preset: &str,
     ) -> Result<HardwareChoice> {
@@ -141,27 +139,23 @@ impl Profiles {
             None => self.select(gpu),
         };
         let mut warnings = Vec::new();
-        let mut precision = profile.precision;
+        let mut precision = requested.unwrap_or(profile.precision);
         let capability = gpu
             .and_then(|g| g.compute_capability.as_deref())
             .and_then(parse_capability);
-        if profile.backend == ProfileBackend::Cpu {
-            if precision != ProfilePrecision::Fp32 {
+        if let (Some(cc), false) = (capability, profile.backend == ProfileBackend::Cpu) {
+            let fallback = match precision {
+                Precision::Bf16 => Some(("bf16-unsupported", Precision::Fp16)),
+                Precision::Tf32 => Some(("tf32-unsupported", Precision::Fp32)),
+                _ => None,
+            };
+            if let (Some((code, fallback)), true) = (fallback, cc < (8, 0)) {
                 warnings.push(format!(
-                    "profile {}: the CPU backend trains in fp32",
-                    profile.name
-                ));
-                precision = ProfilePrecision::Fp32;
-            }
-        } else if let Some(cc) = capability {
-            if matches!(precision, ProfilePrecision::Bf16 | ProfilePrecision::Tf32) && cc < (8, 0) {
-                let fallback = ProfilePrecision::Fp16;
-                warnings.push(format!(
-                    "bf16-unsupported: compute capability {}.{} has no {} (needs >= 8.0); using {:?} instead",
+                    "{code}: compute capability {}.{} has no {} (needs >= 8.0); using {} instead",
                     cc.0,
                     cc.1,
-                    format!("{precision:?}").to_lowercase(),
-                    fallback
+                    precision.name(),
+                    fallback.name()
                 ));
                 precision = fallback;
             }
@@ -240,9 +234,9 @@ mod tests {
     fn bf16_falls_back_to_fp16_with_a_warning_on_old_gpus() {
         let t4 = gpu("7.5", 15360);
         let choice = Profiles::embedded()
-            .choose(Some(&t4), None, "gpt2", "gpt2-124m")
+            .choose(Some(&t4), None, None, "gpt2", "gpt2-124m")
             .unwrap();
-        assert_eq!(choice.precision, ProfilePrecision::Fp16);
+        assert_eq!(choice.precision, Precision::Fp16);
         assert!(
             choice.warnings[0].starts_with("bf16-unsupported"),
             "{:?}",
@@ -250,29 +244,47 @@ mod tests {
         );
         let a30 = gpu("8.0", 24576);
         let choice = Profiles::embedded()
-            .choose(Some(&a30), None, "gpt2", "gpt2-124m")
+            .choose(Some(&a30), None, None, "gpt2", "gpt2-124m")
             .unwrap();
         assert_eq!(
             (choice.precision, choice.micro_batch),
-            (ProfilePrecision::Bf16, Some(16))
+            (Precision::Bf16, Some(16))
         );
         assert!(choice.warnings.is_empty());
+    }
+
+    #[test]
+    fn a_requested_precision_wins_but_not_over_the_gpu() {
+        let v100 = gpu("7.0", 32768);
+        let choice = Profiles::embedded()
+            .choose(Some(&v100), None, Some(Precision::Tf32), "gpt2", "tiny")
+            .unwrap();
+        assert_eq!(choice.precision, Precision::Fp32, "TF32 needs Ampere");
+        assert!(choice.warnings[0].starts_with("tf32-unsupported"));
+        let choice = Profiles::embedded()
+            .choose(None, None, Some(Precision::Bf16), "gpt2", "tiny")
+            .unwrap();
+        assert_eq!(
+            (choice.profile.as_str(), choice.precision),
+            ("cpu", Precision::Bf16),
+            "the CPU computes bf16 as asked (slowly: a numerics check)"
+        );
     }
 
     #[test]
     fn forcing_a_profile_checks_its_name_and_keeps_the_gpu_limits() {
         let v100 = gpu("7.0", 32768);
         let choice = Profiles::embedded()
-            .choose(Some(&v100), Some("a100-80gb"), "gpt2", "gpt2-124m")
+            .choose(Some(&v100), Some("a100-80gb"), None, "gpt2", "gpt2-124m")
             .unwrap();
         assert_eq!(choice.profile, "a100-80gb");
         assert_eq!(
             choice.precision,
-            ProfilePrecision::Fp16,
+            Precision::Fp16,
             "V100 has no bf16 whatever the profile says"
         );
         let err = Profiles::embedded()
-            .choose(None, Some("a100-81gb"), "gpt2", "tiny")
+            .choose(None, Some("a100-81gb"), None, "gpt2", "tiny")
             .unwrap_err();
         assert_eq!(crate::error::exit_code_of(&err), 2);
         assert!(err.to_string().contains("a100-81gb") && err.to_string().contains("a100-80gb"));
@@ -281,7 +293,7 @@ mod tests {
     #[test]
     fn unlisted_presets_run_their_global_batch_in_one_pass() {
         let choice = Profiles::embedded()
-            .choose(None, None, "gpt2", "tiny")
+            .choose(None, None, None, "gpt2", "tiny")
             .unwrap();
         assert_eq!((choice.profile.as_str(), choice.micro_batch), ("cpu", None));
     }

@@ -18,7 +18,7 @@ use crate::launch::auto::{self, Decision, Place};
 use crate::launch::docker::GpuRequest;
 use crate::launch::slurm::{Runtime, Sweep};
 use crate::launch::{docker_job, slurm_job, RunOutcome};
-use crate::profiles::{HardwareChoice, ProfilePrecision, Profiles};
+use crate::profiles::{HardwareChoice, Precision, Profiles};
 use crate::runs::gpu_sampler::GpuSampler;
 
 /// Exit code of a run stopped by SIGINT/SIGTERM (128 + SIGINT), after its checkpoint.
@@ -48,6 +48,11 @@ pub struct Args {
     /// manifest; default: every core this process may use).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
+    /// What the arithmetic runs in (a hardware knob, recorded in the
+    /// manifest; default: the hardware profile's). bf16/fp16: mixed
+    /// precision with f32 master weights; fp16 adds loss scaling.
+    #[arg(long, value_enum)]
+    pub precision: Option<PrecisionArg>,
     /// Hardware profile from env/profiles.toml (default: chosen from the host's GPU).
     #[arg(long, value_name = "NAME")]
     pub profile: Option<String>,
@@ -136,6 +141,25 @@ pub enum Where {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PrecisionArg {
+    Fp32,
+    Tf32,
+    Bf16,
+    Fp16,
+}
+
+impl From<PrecisionArg> for Precision {
+    fn from(p: PrecisionArg) -> Self {
+        match p {
+            PrecisionArg::Fp32 => Precision::Fp32,
+            PrecisionArg::Tf32 => Precision::Tf32,
+            PrecisionArg::Bf16 => Precision::Bf16,
+            PrecisionArg::Fp16 => Precision::Fp16,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Backend {
     Auto,
     Cpu,
@@ -210,20 +234,12 @@ fn hardware_choice(
     let choice = Profiles::embedded().choose(
         gpu,
         args.profile.as_deref(),
+        args.precision.map(Precision::from),
         &args.experiment,
         preset.unwrap_or("custom"),
     )?;
     for warning in &choice.warnings {
         eprintln!("envgen: warning: {warning}");
-    }
-    if choice.precision != ProfilePrecision::Fp32 {
-        // Burn 0.21 has no autocast / master weights (burn-notes.md): a
-        // per-tensor cast would change the numerics, so the engine trains
-        // in f32 and says so rather than silently pretending.
-        eprintln!(
-            "envgen: warning: profile {} asks for {:?}; the Burn engine trains in f32 for now",
-            choice.profile, choice.precision
-        );
     }
     Ok(choice)
 }
@@ -386,7 +402,7 @@ fn create_run(
         name: Some(choice.profile.clone()),
         micro_batch,
         grad_accum,
-        precision: "f32".into(),
+        precision: choice.precision.name().into(),
         backend: backend_name.into(),
         device: device.into(),
         threads,
@@ -484,6 +500,11 @@ fn run_here(args: &Args, experiment: &dyn Experiment, decision: &Decision) -> Re
                 profile.name = Some(choice.profile);
                 profile.micro_batch = micro_batch;
                 profile.grad_accum = grad_accum;
+                profile.precision = choice.precision.name().into();
+            } else if let Some(requested) = args.precision {
+                // A resumed run may change its precision (not its science):
+                // checkpoints hold f32 weights and moments whatever it was.
+                profile.precision = Precision::from(requested).name().into();
             }
             profile.backend = resolved.name().into();
             profile.device = resolved.device().into();
@@ -521,6 +542,14 @@ fn run_here(args: &Args, experiment: &dyn Experiment, decision: &Decision) -> Re
         stop_after: args.stop_after,
         stop: install_stop_handler("stopping after this step (checkpoint follows)"),
         progress: !args.json,
+        precision: Precision::from_name(&profile.precision).ok_or_else(|| {
+            UserError::usage(format!(
+                "{}: profile.precision = {:?} is not fp32, tf32, bf16 or fp16",
+                run_dir.join("manifest.json").display(),
+                profile.precision
+            ))
+            .with_fix("restore the manifest.json that `envgen run` wrote")
+        })?,
     };
     let mut science = science;
     if args.launched {
@@ -652,6 +681,12 @@ fn job_args(args: &Args) -> Vec<String> {
     }
     if let Some(n) = args.threads {
         words.extend(["--threads".to_string(), n.to_string()]);
+    }
+    if let Some(p) = args.precision {
+        words.extend([
+            "--precision".to_string(),
+            Precision::from(p).name().to_string(),
+        ]);
     }
     if let Some(n) = args.stop_after {
         words.extend(["--stop-after".to_string(), n.to_string()]);

@@ -241,6 +241,34 @@ where
         .unwrap_or(0.0)
 }
 
+/// Every gradient of `model` in `grads` multiplied by `factor`: fp16's
+/// unscaling, for optimizers that take the gradients as they are.
+pub fn scale_grads<AB, M>(model: &M, grads: GradientsParams, factor: f64) -> GradientsParams
+where
+    AB: AutodiffBackend,
+    M: AutodiffModule<AB>,
+{
+    struct Scale<B: Backend> {
+        grads: GradientsParams,
+        factor: f64,
+        _backend: std::marker::PhantomData<B>,
+    }
+    impl<AB: AutodiffBackend<InnerBackend = B>, B: Backend> ModuleVisitor<AB> for Scale<B> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<AB, D>>) {
+            if let Some(grad) = self.grads.remove::<B, D>(param.id) {
+                self.grads.register::<B, D>(param.id, grad * self.factor);
+            }
+        }
+    }
+    let mut visitor = Scale::<AB::InnerBackend> {
+        grads,
+        factor,
+        _backend: std::marker::PhantomData,
+    };
+    model.visit(&mut visitor);
+    visitor.grads
+}
+
 /// The factor that brings the global norm down to `max_norm` (1 if under).
 pub fn clip_scale(norm: f64, max_norm: f64) -> f64 {
     if max_norm > 0.0 && norm > max_norm {

@@ -17,6 +17,7 @@ use serde_json::{json, Map, Value};
 
 use super::config::{OptimConfig, TrainConfig};
 use super::optim::{clip_scale, global_grad_norm, learning_rate, AdamW};
+use super::precision::{LossScaler, Precision, ScaledStep};
 use super::rundir::{finish_run, read_json, write_json, MetricsLog, Status, Summary};
 use super::{checkpoint, safetensors_io};
 
@@ -58,6 +59,7 @@ pub trait Task<B: AutodiffBackend> {
 }
 
 /// How to run (none of it changes the science).
+#[derive(Default)]
 pub struct RunControl {
     pub run_dir: PathBuf,
     pub micro_batch: usize,
@@ -68,6 +70,25 @@ pub struct RunControl {
     /// Set by a signal handler: finish the step, checkpoint, stop.
     pub stop: Arc<AtomicBool>,
     pub progress: bool,
+    /// What the arithmetic runs in (a hardware knob, never the science).
+    pub precision: Precision,
+}
+
+impl RunControl {
+    /// The control of a sub-run in `dir` (an RFT or pruning stage): this
+    /// run's stop flag, progress and precision, its own micro-batch and
+    /// stop hook, resumed when `dir` has a checkpoint.
+    pub fn stage(&self, dir: &Path, micro_batch: usize, stop_after: Option<u64>) -> RunControl {
+        RunControl {
+            run_dir: dir.to_path_buf(),
+            micro_batch,
+            resume: dir.join(checkpoint::CHECKPOINTS).join("latest").exists(),
+            stop_after,
+            stop: self.stop.clone(),
+            progress: self.progress,
+            precision: self.precision,
+        }
+    }
 }
 
 /// Loop state saved next to the weights.
@@ -79,6 +100,15 @@ struct LoopState {
     last_val_loss: Option<f64>,
     last_train_loss: Option<f64>,
     wall_s: f64,
+    /// Optimizer updates applied (fewer than `step` when fp16 skipped
+    /// overflowing steps); absent in checkpoints from before fp16 support,
+    /// where it equals `step`.
+    #[serde(default)]
+    optimizer_steps: Option<u64>,
+    /// The fp16 loss scaler's state, so a resumed run scales as an
+    /// uninterrupted one does.
+    #[serde(default)]
+    loss_scaler: Option<LossScaler>,
 }
 
 /// Train; writes metrics, checkpoints and summary.json into the run dir and
@@ -93,6 +123,9 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
     let (micro_batch, grad_accum) =
         super::config::split_batch(train_cfg.batch_size, Some(control.micro_batch))?;
     B::seed(device, train_cfg.seed);
+    // Mixed precision for everything below on this thread (forward,
+    // backward and evaluation); see engine::precision.
+    let _autocast = envgen_kernels::autocast::enter(control.precision.autocast_dtype());
     let mut model = task.init_model(device)?;
     let mut optimizer = AdamW::<B::InnerBackend>::new(optim_cfg.clone());
     let mut state = LoopState {
@@ -101,6 +134,8 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
         last_val_loss: None,
         last_train_loss: None,
         wall_s: 0.0,
+        optimizer_steps: None,
+        loss_scaler: None,
     };
     let ckpt_root = control.run_dir.join(checkpoint::CHECKPOINTS);
     if control.resume {
@@ -118,6 +153,9 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
         metrics.write(&json!({"step": 0, "val_loss": val}))?;
     }
 
+    if state.loss_scaler.is_none() {
+        state.loss_scaler = control.precision.loss_scaler();
+    }
     let (units_per_row, unit) = task.units_per_row();
     let units_per_step = units_per_row * train_cfg.batch_size;
     let bar = progress_bar(control.progress, train_cfg.steps, state.step);
@@ -132,17 +170,38 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
         let lr = learning_rate(&optim_cfg, step, train_cfg.steps);
         let mut accumulator = GradientsAccumulator::<T::Model>::new();
         let mut loss_sum = 0.0f64;
+        // fp16: the loss is scaled up before backward (engine::precision).
+        let loss_scale = state.loss_scaler.as_ref().map_or(1.0, |s| s.scale);
         for micro in 0..grad_accum {
             let rows = micro * micro_batch..(micro + 1) * micro_batch;
             let loss = task.loss(&model, step, rows, device) / grad_accum as f64;
             loss_sum += loss.clone().into_scalar().elem::<f64>();
+            let loss = if loss_scale == 1.0 {
+                loss
+            } else {
+                loss * loss_scale
+            };
             let grads = GradientsParams::from_grads(loss.backward(), &model);
             accumulator.accumulate(&model, grads);
         }
         let mut grads = accumulator.grads();
-        let norm = global_grad_norm::<B, T::Model>(&model, &grads);
-        let scale = clip_scale(norm, optim_cfg.grad_clip);
-        model = optimizer.step::<B, T::Model>(model, &mut grads, lr, step + 1, scale);
+        let scaled_norm = global_grad_norm::<B, T::Model>(&model, &grads);
+        let decision = match state.loss_scaler.as_mut() {
+            Some(scaler) => scaler.update(scaled_norm),
+            None => ScaledStep::Apply {
+                unscale: 1.0,
+                raised: false,
+            },
+        };
+        let mut norm = None;
+        if let ScaledStep::Apply { unscale, .. } = decision {
+            let true_norm = scaled_norm * unscale;
+            let clip = clip_scale(true_norm, optim_cfg.grad_clip);
+            let t = state.optimizer_steps.unwrap_or(state.step) + 1;
+            model = optimizer.step::<B, T::Model>(model, &mut grads, lr, t, clip * unscale);
+            state.optimizer_steps = Some(t);
+            norm = Some(true_norm);
+        }
         state.step += 1;
         state.last_train_loss = Some(loss_sum);
         let step_s = started.elapsed().as_secs_f64();
@@ -155,6 +214,9 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
             format!("{unit}_per_s"): units_per_step as f64 / step_s,
             "step_ms": step_s * 1e3,
         });
+        if let Some(scaler) = &state.loss_scaler {
+            super::precision::record_step(&mut record, loss_scale, decision, scaler);
+        }
         if state.step % train_cfg.eval_every.max(1) == 0 || state.step == train_cfg.steps {
             let val = task.evaluate(&model.valid(), micro_batch, &inner_device_of::<B>(device));
             state.last_val_loss = Some(val);
@@ -197,6 +259,11 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
         json!(session_units as f64 / session_s.max(1e-9)),
     );
     m.insert(format!("{unit}_per_step"), json!(units_per_step));
+    if let Some(scaler) = &state.loss_scaler {
+        m.insert("loss_scale".into(), json!(scaler.scale));
+        m.insert("skipped_steps".into(), json!(scaler.skipped_steps));
+        m.insert("scale_raises".into(), json!(scaler.scale_raises));
+    }
     m.extend(task.summary_extras());
     let summary = Summary {
         status,

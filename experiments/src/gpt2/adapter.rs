@@ -6,8 +6,8 @@
 use burn::module::{Module, Param};
 use burn::nn::Linear;
 use burn::prelude::*;
-use burn::tensor::module::linear;
 use burn::tensor::Distribution;
+use envgen_kernels::autocast;
 
 /// The trainable low-rank update of one linear layer.
 #[derive(Module, Debug)]
@@ -53,13 +53,14 @@ pub fn adapted_weight<B: Backend>(
 }
 
 /// `layer(x)` with the adapted weight; without an adapter exactly what
-/// `Linear::forward` computes.
+/// `Linear::forward` computes. In an autocast scope it computes (and
+/// returns) the scope's half type.
 pub fn forward<B: Backend, const D: usize>(
     layer: &Linear<B>,
     adapter: Option<&LoraAdapter<B>>,
     x: Tensor<B, D>,
 ) -> Tensor<B, D> {
-    linear(
+    autocast::linear(
         x,
         adapted_weight(layer, adapter),
         layer.bias.as_ref().map(|b| b.val()),

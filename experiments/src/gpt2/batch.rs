@@ -13,6 +13,7 @@
 use burn::prelude::*;
 use burn::tensor::activation::softmax;
 use burn::tensor::{Int, TensorData};
+use envgen_kernels::autocast::{full, half};
 use envgen_kernels::FusedBackend;
 use rand::{rngs::StdRng, SeedableRng};
 
@@ -147,8 +148,7 @@ fn step<B: FusedBackend>(
     }
     let x = layer_norm(&model.ln_f, x);
     let d = x.dims()[2];
-    x.reshape([rows, d])
-        .matmul(model.wte.weight.val().transpose())
+    full(half(x.reshape([rows, d])).matmul(half(model.wte.weight.val()).transpose()))
 }
 
 /// [`Block::forward`] for a single new position, attending to the cache.
@@ -182,15 +182,16 @@ fn block_step<B: FusedBackend>(
         None => (k, v),
     };
     // The newest position may see every cached one: no mask needed.
-    let scores = q.matmul(keys.clone().swap_dims(2, 3)) / (hd as f64).sqrt();
-    let y = softmax(scores, 3).matmul(values.clone());
+    // Scores and softmax in f32 (the autocast rule), products in q's type.
+    let scores = full(q.matmul(keys.clone().swap_dims(2, 3))) / (hd as f64).sqrt();
+    let y = half(softmax(scores, 3)).matmul(values.clone());
     *layer = Some(LayerCache { keys, values });
-    let x = x + adapter::forward(
+    let x = x + full(adapter::forward(
         &attn.c_proj,
         attn.c_proj_lora.as_ref(),
         y.swap_dims(1, 2).reshape([b, 1, width]),
-    );
-    x.clone() + block.mlp.forward(layer_norm(&block.ln_2, x))
+    ));
+    x.clone() + full(block.mlp.forward(layer_norm(&block.ln_2, x)))
 }
 
 #[cfg(test)]

@@ -14,6 +14,10 @@
 //!
 //! GELU, LayerNorm, attention and the loss go through `envgen_kernels`:
 //! one autodiff node each, fused kernels on the CPU (see that crate).
+//!
+//! Mixed precision (`envgen_kernels::autocast`): the projections, attention
+//! and GELU compute in the scope's half type; the residual stream, the
+//! LayerNorms and the loss stay f32, as under PyTorch's autocast.
 
 use burn::module::{Module, Param};
 use burn::nn::{
@@ -21,6 +25,7 @@ use burn::nn::{
     Linear, LinearConfig,
 };
 use burn::prelude::*;
+use envgen_kernels::autocast::{full, half};
 use envgen_kernels::FusedBackend;
 use serde::{Deserialize, Serialize};
 
@@ -253,14 +258,15 @@ impl<B: FusedBackend> Mlp<B> {
 impl<B: FusedBackend> Block<B> {
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         // Dropout is the identity outside autodiff (evaluation, sampling).
+        // Branches may compute in a half type; the residual stream is f32.
         let x = x.clone()
             + self
                 .dropout
-                .forward(self.attn.forward(layer_norm(&self.ln_1, x)));
+                .forward(full(self.attn.forward(layer_norm(&self.ln_1, x))));
         x.clone()
             + self
                 .dropout
-                .forward(self.mlp.forward(layer_norm(&self.ln_2, x)))
+                .forward(full(self.mlp.forward(layer_norm(&self.ln_2, x))))
     }
 }
 
@@ -278,12 +284,15 @@ impl<B: FusedBackend> Gpt2<B> {
         }
         let x = layer_norm(&self.ln_f, x);
         let [_, _, d] = x.dims();
-        // Tied output head: logits = x · wteᵀ.
+        // Tied output head: logits = x · wteᵀ (in the autocast type, then
+        // f32 for the softmax and the loss).
         let wte = self.wte.weight.val();
         let vocab = wte.dims()[0];
-        x.reshape([b * t, d])
-            .matmul(wte.transpose())
-            .reshape([b, t, vocab])
+        full(
+            half(x.reshape([b * t, d]))
+                .matmul(half(wte).transpose())
+                .reshape([b, t, vocab]),
+        )
     }
 
     /// Next-token cross-entropy of every position, [batch·time] (row-major).

@@ -14,6 +14,7 @@ use burn::tensor::activation::silu;
 use burn::tensor::backend::Backend;
 use burn::tensor::module::embedding;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
+use envgen_kernels::autocast::{full, linear_layer};
 use envgen_kernels::{FusedAutodiffBackend, FusedBackend};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -68,8 +69,10 @@ fn lecun_linear<B: Backend>(
     linear
 }
 
-/// RMSNorm without a learned weight: x / sqrt(mean(x²) + eps) over the last dim.
+/// RMSNorm without a learned weight: x / sqrt(mean(x²) + eps) over the last
+/// dim, in f32 (a statistic: f32 also under autocast).
 pub fn rms_norm<B: Backend, const D: usize>(x: Tensor<B, D>, eps: f64) -> Tensor<B, D> {
+    let x = full(x);
     let mean_square = x.clone().square().mean_dim(D - 1);
     x / mean_square.add_scalar(eps).sqrt()
 }
@@ -109,7 +112,10 @@ impl<B: Backend> Rope<B> {
         let first = x.clone().narrow(3, 0, half);
         let second = x.clone().narrow(3, half, half);
         let rotated = Tensor::cat(vec![second.neg(), first], 3);
-        x * self.cos.clone().unsqueeze::<4>() + rotated * self.sin.clone().unsqueeze::<4>()
+        // The tables are f32; x may be in an autocast half type.
+        let dtype = x.dtype();
+        let table = |t: &Tensor<B, 2>| t.clone().cast(dtype).unsqueeze::<4>();
+        x * table(&self.cos) + rotated * table(&self.sin)
     }
 }
 
@@ -136,9 +142,7 @@ impl<B: FusedBackend> Attention<B> {
         let heads = self.heads;
         let head_dim = hidden / heads;
         // [B, T, 3D] → [B, 3·heads, T, head_dim]: q heads, then k heads, then v heads.
-        let qkv = self
-            .qkv
-            .forward(x)
+        let qkv = linear_layer(&self.qkv, x)
             .reshape([batch, seq, 3 * heads, head_dim])
             .swap_dims(1, 2);
         let q = rope.apply(qkv.clone().narrow(1, 0, heads));
@@ -149,7 +153,7 @@ impl<B: FusedBackend> Attention<B> {
         let mixed = envgen_kernels::attention(q, k, v, false)
             .swap_dims(1, 2)
             .reshape([batch, seq, hidden]);
-        self.out.forward(mixed)
+        linear_layer(&self.out, mixed)
     }
 }
 
@@ -169,10 +173,10 @@ impl<B: Backend> SwiGlu<B> {
     }
 
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let mut halves = self.gate_up.forward(x).chunk(2, 2);
+        let mut halves = linear_layer(&self.gate_up, x).chunk(2, 2);
         let up = halves.pop().expect("chunk(2) yields two halves");
         let gate = halves.pop().expect("chunk(2) yields two halves");
-        self.down.forward(silu(gate) * up)
+        linear_layer(&self.down, silu(gate) * up)
     }
 }
 
@@ -187,8 +191,9 @@ pub struct Block<B: Backend> {
 
 impl<B: FusedBackend> Block<B> {
     pub fn forward(&self, x: Tensor<B, 3>, rope: &Rope<B>) -> Tensor<B, 3> {
-        let x = rms_norm(x.clone() + self.attn.forward(x, rope), self.eps);
-        rms_norm(x.clone() + self.mlp.forward(x), self.eps)
+        // Branches may compute in a half type; the residual stream is f32.
+        let x = rms_norm(x.clone() + full(self.attn.forward(x, rope)), self.eps);
+        rms_norm(x.clone() + full(self.mlp.forward(x)), self.eps)
     }
 }
 
@@ -377,9 +382,10 @@ impl<B: FusedBackend> HrmModel<B> {
         let cfg = &self.config;
         let [batch, _, hidden] = carry.z_h.dims();
         let cells = carry.z_h.clone().narrow(1, cfg.puzzle_emb_len, cfg.seq_len);
-        let logits = self.lm_head.forward(cells);
+        // Heads in the autocast type, results in f32 for the losses.
+        let logits = full(linear_layer(&self.lm_head, cells));
         let first = carry.z_h.clone().narrow(1, 0, 1).reshape([batch, hidden]);
-        let q = self.q_head.forward(first);
+        let q = full(linear_layer(&self.q_head, first));
         let q_halt = q.clone().narrow(1, 0, 1).reshape([batch]);
         let q_continue = q.narrow(1, 1, 1).reshape([batch]);
         SegmentOutput {

@@ -34,6 +34,7 @@ use crate::engine::checkpoint;
 use crate::engine::rundir::{finish_run, read_json, write_json, MetricsLog, Status, Summary};
 use crate::engine::safetensors_io;
 use crate::engine::train::{inner_device_of, progress_bar, RunControl};
+use crate::engine::LossScaler;
 use crate::error::UserError;
 use crate::registry::{self, ExperimentInfo, TypedExperiment};
 
@@ -308,6 +309,12 @@ struct LoopState {
     /// holds its tensors).
     act_steps: Vec<usize>,
     act_halted: Vec<bool>,
+    /// The trainer's optimizer updates and fp16 loss scaler (absent in
+    /// checkpoints from before fp16 support: updates = steps, no scaler).
+    #[serde(default)]
+    optimizer_steps: Option<u64>,
+    #[serde(default)]
+    loss_scaler: Option<LossScaler>,
 }
 
 /// Train `preset` in `control.run_dir` on the resolved backend.
@@ -334,6 +341,8 @@ where
     let (micro_batch, _) = crate::engine::split_batch(global, Some(control.micro_batch))?;
     B::seed(device, preset.train.seed);
     let mut sampler = Sampler::new(&ds.train, preset.train.seed, global);
+    // Mixed precision for everything below on this thread (engine::precision).
+    let _autocast = envgen_kernels::autocast::enter(control.precision.autocast_dtype());
     let placeholder = sampler.batch::<B>(1, device);
     let mut trainer = HrmTrainer::<B>::new(
         preset,
@@ -345,6 +354,7 @@ where
     let inner_device = inner_device_of::<B>(device);
     let ckpt_root = control.run_dir.join(checkpoint::CHECKPOINTS);
     let mut state = LoopState::default();
+    trainer.loss_scaler = control.precision.loss_scaler();
     if control.resume {
         state = load_checkpoint(&ckpt_root, &mut trainer, device)?;
     }
@@ -377,6 +387,9 @@ where
         state.halted_steps_sum += m.halted_steps.iter().sum::<usize>() as u64;
         state.halted_rows += m.halted_steps.len() as u64;
         let mut record = step_record(&m, step_s);
+        if let (Some((scale, decision)), Some(scaler)) = (m.loss_scale, &trainer.loss_scaler) {
+            crate::engine::precision::record_step(&mut record, scale, decision, scaler);
+        }
         if state.step % plan.eval_every == 0 || state.step == plan.total_steps {
             let eval = evaluate(&trainer.model.valid(), &ds.test, micro_batch, &inner_device);
             let act = state.halted_steps_sum as f64 / state.halted_rows.max(1) as f64;
@@ -521,6 +534,8 @@ where
     )?;
     state.act_steps = act.steps;
     state.act_halted = act.halted;
+    state.optimizer_steps = Some(trainer.optimizer_steps as u64);
+    state.loss_scaler = trainer.loss_scaler.clone();
     write_json(&dir.join("state.json"), state)?;
     checkpoint::publish(root, &dir)
 }
@@ -594,5 +609,9 @@ where
         batch,
     });
     trainer.step = state.step as usize;
+    trainer.optimizer_steps = state.optimizer_steps.unwrap_or(state.step) as usize;
+    if state.loss_scaler.is_some() {
+        trainer.loss_scaler = state.loss_scaler.clone();
+    }
     Ok(state)
 }

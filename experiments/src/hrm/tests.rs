@@ -25,12 +25,12 @@ fn grids(rows: usize, seed: u64) -> Vec<[u8; 81]> {
         .collect()
 }
 
-fn batch<B: FusedBackend>(rows: usize, seed: u64) -> PuzzleBatch<B> {
+fn batch<B: Backend>(rows: usize, seed: u64) -> PuzzleBatch<B> {
     let g = grids(rows, seed);
     PuzzleBatch::from_grids(&g, &g, &Default::default())
 }
 
-fn values<B: FusedBackend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+fn values<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
     t.into_data().convert::<f32>().to_vec().unwrap()
 }
 

@@ -28,6 +28,8 @@ use super::config::{HrmPreset, HrmTrainConfig};
 use super::loss::{blank_cell_hits, hrm_loss, sequence_correct_count};
 use super::model::{Carry, HrmModel};
 use super::optim::{AdamAtan2, HrmOptimizer, SignSgd};
+use crate::engine::optim::{global_grad_norm, scale_grads};
+use crate::engine::{LossScaler, ScaledStep};
 
 /// Learning rate at `step` (1-based): linear warmup, then cosine decay to
 /// `lr_min_ratio·lr` over `total_steps` (ratio 1.0 = constant, the paper's).
@@ -57,6 +59,8 @@ pub struct StepMetrics {
     pub cell_accuracy: f64,
     /// Segment counts of the rows that halted this step.
     pub halted_steps: Vec<usize>,
+    /// fp16: the loss scale this step used and what the scaler decided.
+    pub loss_scale: Option<(f64, ScaledStep)>,
 }
 
 /// Model, optimizers and the ACT state of every micro-batch chunk.
@@ -67,8 +71,12 @@ pub struct HrmTrainer<B: FusedAutodiffBackend> {
     pub chunks: Vec<ActState<B>>,
     pub train: HrmTrainConfig,
     pub total_steps: usize,
-    /// Optimizer steps completed.
+    /// Steps completed (batches consumed).
     pub step: usize,
+    /// Optimizer updates applied: `step` minus the steps fp16 skipped.
+    pub optimizer_steps: usize,
+    /// fp16's dynamic loss scaling (engine::precision); `None` otherwise.
+    pub loss_scaler: Option<LossScaler>,
     pub policy: HaltPolicy,
     pub micro_batch: usize,
 }
@@ -109,6 +117,8 @@ where
             train,
             total_steps,
             step: 0,
+            optimizer_steps: 0,
+            loss_scaler: None,
             policy: HaltPolicy::Learned,
             micro_batch,
         }
@@ -138,6 +148,7 @@ where
         let (mut loss_sum, mut lm, mut q_halt, mut q_cont) = (0.0, 0.0, 0.0, 0.0);
         let (mut exact, mut hits, mut blanks) = (0usize, 0usize, 0usize);
         let mut halted_steps = Vec::new();
+        let loss_scale = self.loss_scaler.as_ref().map_or(1.0, |s| s.scale);
         for (chunk, fresh) in self
             .chunks
             .iter_mut()
@@ -163,6 +174,11 @@ where
             lm += scalar(loss.lm);
             q_halt += scalar(loss.q_halt);
             q_cont += scalar(loss.q_continue);
+            let scaled = if loss_scale == 1.0 {
+                scaled
+            } else {
+                scaled * loss_scale
+            };
             let grads = GradientsParams::from_grads(scaled.backward(), &self.model);
             accumulator.accumulate(&self.model, grads);
             halted_steps.extend(
@@ -178,13 +194,29 @@ where
             self.total_steps,
             &self.train,
         );
-        self.model = self.optimizer.step(
-            self.model.clone(),
-            accumulator.grads(),
-            self.step,
-            lr,
-            puzzle_lr,
-        );
+        let grads = accumulator.grads();
+        let decision = match self.loss_scaler.as_mut() {
+            Some(scaler) => scaler.update(global_grad_norm::<B, _>(&self.model, &grads)),
+            None => ScaledStep::Apply {
+                unscale: 1.0,
+                raised: false,
+            },
+        };
+        if let ScaledStep::Apply { unscale, .. } = decision {
+            let grads = if unscale == 1.0 {
+                grads
+            } else {
+                scale_grads::<B, _>(&self.model, grads, unscale)
+            };
+            self.optimizer_steps += 1;
+            self.model = self.optimizer.step(
+                self.model.clone(),
+                grads,
+                self.optimizer_steps,
+                lr,
+                puzzle_lr,
+            );
+        }
         let per_row = |v: f64| v / rows as f64;
         StepMetrics {
             step: self.step,
@@ -196,6 +228,7 @@ where
             exact_accuracy: per_row(exact as f64),
             cell_accuracy: hits as f64 / blanks.max(1) as f64,
             halted_steps,
+            loss_scale: self.loss_scaler.is_some().then_some((loss_scale, decision)),
         }
     }
 

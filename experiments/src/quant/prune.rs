@@ -331,20 +331,10 @@ fn recover(
         .is_ok_and(|s| s.status == Status::Completed);
     if !(done && model_path.is_file()) {
         std::fs::create_dir_all(dir)?;
-        let stage = RunControl {
-            run_dir: dir.to_path_buf(),
-            // One micro-batch per step (the CLI's micro-batch counts
-            // quantize's "rows", not the recovery's); the loss is the same.
-            micro_batch: usize::MAX,
-            resume: dir
-                .join(engine::checkpoint::CHECKPOINTS)
-                .join("latest")
-                .exists(),
-            // The test hook stops each fine-tune after that many steps.
-            stop_after: control.stop_after,
-            stop: control.stop.clone(),
-            progress: control.progress,
-        };
+        // One micro-batch per step (the CLI's micro-batch counts quantize's
+        // "rows", not the recovery's; the loss is the same); the test hook
+        // stops each fine-tune after that many steps.
+        let stage = control.stage(dir, usize::MAX, control.stop_after);
         let device = Default::default();
         let summary = match &source.kind {
             GptKind::Gpt2(task) => engine::train::<CpuTrain, _>(

@@ -876,14 +876,7 @@ fn train_stage<B: FusedAutodiffBackend>(
         }
     }
     std::fs::create_dir_all(dir)?;
-    let stage_control = RunControl {
-        run_dir: dir.to_path_buf(),
-        micro_batch: control.micro_batch,
-        resume: dir.join("checkpoints").join("latest").exists(),
-        stop_after,
-        stop: control.stop.clone(),
-        progress: control.progress,
-    };
+    let stage_control = control.stage(dir, control.micro_batch, stop_after);
     engine::train::<B, RftTrainTask>(task, &stage_control, device)
 }
 
@@ -1126,8 +1119,7 @@ mod tests {
                 micro_batch: 4,
                 resume,
                 stop_after,
-                stop: Default::default(),
-                progress: false,
+                ..Default::default()
             };
             engine::train::<B, _>(&task, &control, &Default::default()).unwrap()
         };
