@@ -129,6 +129,18 @@ impl LossScaler {
     }
 }
 
+impl LossScaler {
+    /// The scaler's final state in summary.json's metrics.
+    pub fn summarize(&self, metrics: &mut serde_json::Map<String, serde_json::Value>) {
+        metrics.insert("loss_scale".into(), serde_json::json!(self.scale));
+        metrics.insert(
+            "skipped_steps".into(),
+            serde_json::json!(self.skipped_steps),
+        );
+        metrics.insert("scale_raises".into(), serde_json::json!(self.scale_raises));
+    }
+}
+
 /// Write what the scaler did in a step into that step's metrics.jsonl
 /// record: the scale the step used, whether it was skipped or raised the
 /// scale, and the running counts.

@@ -434,7 +434,13 @@ where
         status,
         wall_s: wall_before + session_s,
         steps_done: state.step,
-        metrics: summary_metrics(&state, preset, &ds, plan, session_steps, session_s),
+        metrics: {
+            let mut m = summary_metrics(&state, preset, &ds, plan, session_steps, session_s);
+            if let Some(scaler) = &trainer.loss_scaler {
+                scaler.summarize(&mut m);
+            }
+            m
+        },
     };
     finish_run(&control.run_dir, &summary)?;
     Ok(summary)
