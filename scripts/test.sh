@@ -10,6 +10,10 @@ source "$here/lib.sh"
 cd "$here/.."
 require_rust
 apt_install pkg-config ca-certificates nix-bin
+# Mesa's software Vulkan driver (lavapipe): the GPU code paths (Burn's wgpu
+# backend, CubeCL kernels) run in CI without a GPU, and must.
+apt_install mesa-vulkan-drivers
+export ENVGEN_TEST_REQUIRE_VULKAN=1
 
 export ENVGEN_TEST_STATE="${ENVGEN_TEST_STATE:-$PWD/.envgen-test}"
 mkdir -p "$ENVGEN_TEST_STATE"

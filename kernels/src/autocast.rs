@@ -75,12 +75,25 @@ pub fn linear_layer<B: Backend, const D: usize>(
 
 /// `x · weight + bias` (weight [d_in, d_out], Burn's `Linear` layout) in the
 /// scope's compute type; the output stays in that type.
+///
+/// The leading dims of `x` are flattened first, so the products (and the
+/// weight gradient xᵀ·dy) are plain 2-D matmuls: Burn 0.21's CubeCL matmul
+/// computes some batched products with a transposed left operand wrongly
+/// (found by tests/cubecl_lavapipe.rs: [8, 64, 82]ᵀ-view · [8, 82, 512] on
+/// wgpu is off by O(10); 2-D products of the same sizes are right), and on
+/// the CPU one 2-D product is also faster than a batch of small ones.
 pub fn linear<B: Backend, const D: usize>(
     x: Tensor<B, D>,
     weight: Tensor<B, 2>,
     bias: Option<Tensor<B, 1>>,
 ) -> Tensor<B, D> {
-    burn_linear(half(x), half(weight), bias.map(half))
+    let mut dims = x.dims();
+    let d_in = dims[D - 1];
+    let rows = x.shape().num_elements() / d_in.max(1);
+    let d_out = weight.dims()[1];
+    let flat: Tensor<B, 2> = half(x).reshape([rows, d_in]);
+    dims[D - 1] = d_out;
+    burn_linear(flat, half(weight), bias.map(half)).reshape(dims)
 }
 
 #[cfg(test)]

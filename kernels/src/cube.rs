@@ -5,3 +5,6 @@
 
 #[cfg(feature = "cuda")]
 impl crate::FusedBackend for burn::backend::Cuda {}
+
+#[cfg(feature = "wgpu")]
+impl crate::FusedBackend for burn::backend::Wgpu {}

@@ -42,7 +42,7 @@ use burn::tensor::{Int, Tensor, TensorPrimitive};
 pub mod autocast;
 mod autodiff;
 pub mod composed;
-#[cfg(feature = "cuda")]
+#[cfg(any(feature = "cuda", feature = "wgpu"))]
 mod cube;
 mod flex;
 
