@@ -1,8 +1,13 @@
 //! Hardware profiles (`env/profiles.toml`): the one place that maps a GPU
 //! (or the CPU) to the hardware knobs of a run. A profile never touches the
 //! science config; see the file's header for the rules.
+//!
+//! A user profile file (`envgen probe` writes it: [`user_file`]) is read
+//! before the embedded one, so a measured micro-batch wins over the
+//! estimates shipped with envgen.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -23,17 +28,52 @@ pub enum ProfileBackend {
 pub use envgen_experiments::engine::Precision;
 
 /// Which machines a profile fits. All given conditions must hold.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Match {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cpu: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub compute_capability: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub min_memory_gib: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_memory_gib: Option<f64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+/// What `envgen probe` measured for one "experiment/preset": the
+/// micro-batch it chose and every trial it ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Measurement {
+    pub micro_batch: usize,
+    pub steps_per_s: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_memory_mib: Option<f64>,
+    pub precision: Precision,
+    /// Where and when: the GPU (or "cpu"), the memory cap if one was set, the date.
+    pub device: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit: Option<String>,
+    pub measured_at: String,
+    #[serde(default)]
+    pub trials: Vec<Trial>,
+}
+
+/// One micro-batch the probe tried.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Trial {
+    pub micro_batch: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps_per_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_memory_mib: Option<f64>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub out_of_memory: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Profile {
     pub name: String,
@@ -45,25 +85,51 @@ pub struct Profile {
     #[serde(default)]
     pub micro_batch: BTreeMap<String, usize>,
     /// Defaults for `envgen run --where slurm --profile NAME` (flags win).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<SlurmDefaults>,
+    /// "experiment/preset" → what `envgen probe` measured (user profiles).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub measured: BTreeMap<String, Measurement>,
 }
 
 /// What a Slurm job for this hardware asks for by default.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SlurmDefaults {
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub gpus_per_node: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cpus_per_task: Option<u32>,
     /// Memory per node as sbatch takes it, e.g. "64G".
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub mem: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ProfilesFile {
+    #[serde(default)]
     profile: Vec<Profile>,
 }
+
+/// The user's profile file: `$ENVGEN_CONFIG_DIR/profiles.toml`, else
+/// `$XDG_CONFIG_HOME/envgen/profiles.toml`, else
+/// `~/.config/envgen/profiles.toml` (`None` without any of these).
+pub fn user_file() -> Option<PathBuf> {
+    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    let dir = var("ENVGEN_CONFIG_DIR")
+        .map(PathBuf::from)
+        .or_else(|| var("XDG_CONFIG_HOME").map(|d| PathBuf::from(d).join("envgen")))
+        .or_else(|| var("HOME").map(|h| PathBuf::from(h).join(".config").join("envgen")))?;
+    Some(dir.join("profiles.toml"))
+}
+
+const USER_FILE_HEADER: &str = "\
+# envgen hardware profiles of this user, read before the ones built into
+# envgen (env/profiles.toml in its sources). `envgen probe` writes them:
+# each micro_batch entry was measured on this machine, see `measured`.
+# Edit freely; the format is env/profiles.toml's.
+";
 
 /// The hardware knobs chosen for one run, with the reasons for any fallback.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -91,11 +157,83 @@ impl Profiles {
     }
 
     pub fn parse(text: &str) -> Result<Profiles> {
-        let file: ProfilesFile = toml::from_str(text)
-            .map_err(|e| UserError::usage(format!("env/profiles.toml: {e}")))?;
+        Self::parse_file(text, "env/profiles.toml")
+    }
+
+    fn parse_file(text: &str, origin: &str) -> Result<Profiles> {
+        let file: ProfilesFile = toml::from_str(text).map_err(|e| {
+            UserError::usage(format!("{origin}: {e}"))
+                .with_fix("fix or delete the file (envgen probe writes it again)")
+        })?;
         Ok(Profiles {
             profiles: file.profile,
         })
+    }
+
+    /// The user's profiles ([`user_file`], when it exists) before the
+    /// embedded ones: what `envgen run` chooses from.
+    pub fn load() -> Result<Profiles> {
+        let mut profiles = match user_file().filter(|p| p.is_file()) {
+            Some(path) => {
+                let text = std::fs::read_to_string(&path).map_err(|e| {
+                    UserError::environment(format!("cannot read {}: {e}", path.display()))
+                })?;
+                Self::parse_file(&text, &path.display().to_string())?.profiles
+            }
+            None => Vec::new(),
+        };
+        profiles.extend(Self::embedded().profiles.iter().cloned());
+        Ok(Profiles { profiles })
+    }
+
+    /// Record a measurement in the user profile file at `path`: in the
+    /// profile called `template.name` (created from `template` when the
+    /// file has none), set the micro-batch of `key` ("experiment/preset")
+    /// and keep the measurement next to it. Other profiles and keys stay.
+    pub fn record_measurement(
+        path: &Path,
+        template: &Profile,
+        key: &str,
+        measurement: Measurement,
+    ) -> Result<()> {
+        let mut file: ProfilesFile = match std::fs::read_to_string(path) {
+            Ok(text) => toml::from_str(&text).map_err(|e| {
+                UserError::usage(format!("{}: {e}", path.display()))
+                    .with_fix("fix or delete the file, then probe again")
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => ProfilesFile::default(),
+            Err(e) => {
+                return Err(
+                    UserError::environment(format!("cannot read {}: {e}", path.display())).into(),
+                )
+            }
+        };
+        let profile = match file
+            .profile
+            .iter_mut()
+            .position(|p| p.name == template.name)
+        {
+            Some(i) => &mut file.profile[i],
+            None => {
+                file.profile.push(template.clone());
+                file.profile.last_mut().expect("just pushed")
+            }
+        };
+        profile
+            .micro_batch
+            .insert(key.to_string(), measurement.micro_batch);
+        profile.measured.insert(key.to_string(), measurement);
+        let text = format!(
+            "{USER_FILE_HEADER}\n{}",
+            toml::to_string_pretty(&file).map_err(|e| anyhow::anyhow!("{e}"))?
+        );
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                UserError::environment(format!("cannot create {}: {e}", dir.display()))
+            })?;
+        }
+        envgen_experiments::engine::safetensors_io::write_atomic(path, text.as_bytes())?;
+        Ok(())
     }
 
     pub fn names(&self) -> Vec<&str> {

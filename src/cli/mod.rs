@@ -9,6 +9,7 @@ use crate::error::Result;
 pub mod doctor;
 pub mod experiments;
 pub mod image;
+pub mod probe;
 pub mod rerun;
 pub mod run;
 pub mod runs;
@@ -38,6 +39,9 @@ pub enum Command {
     Experiments(experiments::Command),
     /// Run an experiment natively, in Docker, or through Slurm.
     Run(run::Args),
+    /// Find the fastest micro-batch that fits this machine; write it to
+    /// the user's hardware profile file.
+    Probe(probe::Args),
     /// Inspect, compare and report finished or running runs.
     #[command(subcommand)]
     Runs(runs::Command),
@@ -57,6 +61,7 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
         Command::Image(cmd) => image::execute(cmd),
         Command::Experiments(cmd) => experiments::execute(cmd),
         Command::Run(args) => run::execute(args),
+        Command::Probe(args) => probe::execute(args),
         Command::Runs(cmd) => runs::execute(cmd),
         Command::Rerun(args) => rerun::execute(args),
         Command::Sample(args) => sample::execute(args),

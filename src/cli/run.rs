@@ -231,7 +231,7 @@ fn hardware_choice(
     let gpu = (backend_name == "cuda")
         .then(|| host.gpus.first())
         .flatten();
-    let choice = Profiles::embedded().choose(
+    let choice = Profiles::load()?.choose(
         gpu,
         args.profile.as_deref(),
         args.precision.map(Precision::from),
@@ -563,7 +563,7 @@ fn run_here(args: &Args, experiment: &dyn Experiment, decision: &Decision) -> Re
     let sampler = GpuSampler::start(&run_dir.join("metrics.jsonl"), GPU_SAMPLE_INTERVAL);
     let outcome = experiment.run(&science, &control, resolved);
     drop(sampler);
-    let summary = match outcome {
+    let mut summary = match outcome {
         Ok(summary) => summary,
         Err(err) => {
             let _ = rundir::write_json(
@@ -573,6 +573,12 @@ fn run_here(args: &Args, experiment: &dyn Experiment, decision: &Decision) -> Re
             return Err(err);
         }
     };
+    // The process's peak memory, for `envgen probe` and for readers sizing
+    // a machine (CPU runs: it is the tensors' memory too).
+    if let Some(mib) = crate::probe::proc::peak_rss_mib() {
+        summary.metrics.insert("peak_rss_mib".into(), json!(mib));
+        rundir::write_json(&run_dir.join("summary.json"), &summary)?;
+    }
     record_data_files(&run_dir, &summary)?;
     let outcomes = [RunOutcome { run_dir, summary }];
     print_outcomes(experiment, &outcomes, args.json)?;
@@ -903,7 +909,7 @@ fn slurm_runtime(launch: &LaunchArgs) -> Result<Runtime> {
 /// Flags first, then the `[slurm]` defaults of the forced hardware profile.
 fn slurm_resources(args: &Args) -> Result<slurm_job::Resources> {
     let defaults = match &args.profile {
-        Some(name) => Profiles::embedded()
+        Some(name) => Profiles::load()?
             .get(name)?
             .slurm
             .clone()

@@ -58,6 +58,15 @@ pub fn probe() -> Option<String> {
     }
 }
 
+/// This process's peak resident memory in MiB (`VmHWM` of
+/// /proc/self/status), when the kernel reports it.
+pub fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
