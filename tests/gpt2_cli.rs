@@ -113,15 +113,21 @@ fn tiny_preset_learns_against_the_entropy_bound() {
 #[test]
 fn runs_are_bit_identical_and_resume_is_exact() {
     let tmp = tempfile::tempdir().unwrap();
-    let a = json_of(&short_run(tmp.path(), &[]));
-    let b = json_of(&short_run(tmp.path(), &[]));
+    // Two runs, on different thread counts: the CPU kernels split work so
+    // that no reduction depends on how many threads share it.
+    let a = json_of(&short_run(tmp.path(), &["--threads", "2"]));
+    let b = json_of(&short_run(tmp.path(), &["--threads", "1"]));
     for key in ["final_train_loss", "final_val_loss"] {
         assert_eq!(
             metric_bits(&a, key),
             metric_bits(&b, key),
-            "{key} differs run to run"
+            "{key} differs run to run (2 threads vs 1)"
         );
     }
+    let threads = |doc: &Value| {
+        read_json(&run_dir_of(doc).join("manifest.json"))["profile"]["threads"].clone()
+    };
+    assert_eq!((threads(&a), threads(&b)), (2.into(), 1.into()));
 
     // Interrupted after 12 steps (checkpoint at 8 and at 12), then resumed.
     let stopped = short_run(tmp.path(), &["--stop-after", "12"]);

@@ -303,3 +303,55 @@ fn slurm_job_runs_inside_the_exported_cpu_profile_image() {
         "{host}"
     );
 }
+
+/// `--where slurm --ranks 2`: one job, two srun tasks on the one node,
+/// training data-parallel through the collective; the same science as a
+/// native one-rank run, the loss within the tolerance of
+/// tests/distributed_cli.rs (f32 reassociation of the gradient average).
+#[test]
+fn two_slurm_tasks_train_data_parallel_like_one_native_rank() {
+    require_cluster();
+    let tmp = tempfile::tempdir().unwrap();
+    let native = short_run(tmp.path(), &["--where", "native"]);
+    assert_ok(&native, "native run");
+    let native = json_of(&native);
+    let slurm = short_run(tmp.path(), &["--where", "slurm", "--ranks", "2"]);
+    assert_ok(&slurm, "--where slurm --ranks 2");
+    let slurm = json_of(&slurm);
+    assert_eq!(slurm["summary"]["status"], "completed");
+    for key in ["final_train_loss", "final_val_loss"] {
+        let (a, b) = (
+            native["summary"]["metrics"][key].as_f64().unwrap(),
+            slurm["summary"]["metrics"][key].as_f64().unwrap(),
+        );
+        assert!(
+            (a - b).abs() <= 1e-4,
+            "{key}: native {a}, 2 Slurm tasks {b}"
+        );
+    }
+    let dir = run_dir_of(&slurm);
+    let manifest = read(&dir, "manifest.json");
+    assert_eq!(manifest["world_size"], 2);
+    assert_eq!(manifest["distributed"]["ranks_per_node"], 2);
+    assert_eq!(manifest["distributed"]["reduction"], "collective");
+    assert_eq!(
+        manifest["distributed"]["nodes"].as_array().unwrap().len(),
+        1
+    );
+    assert_eq!(manifest["slurm"]["state"], "COMPLETED");
+    assert_eq!(
+        manifest["config_hash"],
+        read(&run_dir_of(&native), "manifest.json")["config_hash"]
+    );
+    let script = std::fs::read_to_string(dir.join("job.sbatch")).unwrap();
+    assert!(script.contains("#SBATCH --ntasks-per-node=2"), "{script}");
+    assert!(script.contains("srun --kill-on-bad-exit=1 "), "{script}");
+    // Each step logged once: rank 0 alone writes.
+    let steps: Vec<u64> = std::fs::read_to_string(dir.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok()?["step"].as_u64())
+        .filter(|&s| s > 0)
+        .collect();
+    assert_eq!(steps, (1..=6).collect::<Vec<_>>());
+}

@@ -68,6 +68,9 @@ pub trait Experiment: Sync {
     ) -> anyhow::Result<Summary>;
     /// The human line printed after a run.
     fn summary_line(&self, summary: &Summary) -> String;
+    /// Whether `run` trains data-parallel when `control.world` is set
+    /// (one rank per process, engine::distributed).
+    fn data_parallel(&self) -> bool;
 }
 
 /// What identifies an experiment: its name, its one-line description and
@@ -99,6 +102,11 @@ pub trait TypedExperiment: Sync {
         backend: backend::Resolved,
     ) -> anyhow::Result<Summary>;
     fn line(&self, summary: &Summary) -> String;
+    /// See [`Experiment::data_parallel`]: experiments whose training is
+    /// [`engine::train`] alone say yes.
+    fn data_parallel(&self) -> bool {
+        false
+    }
 }
 
 impl<T: TypedExperiment> Experiment for T {
@@ -141,6 +149,9 @@ impl<T: TypedExperiment> Experiment for T {
     }
     fn summary_line(&self, summary: &Summary) -> String {
         self.line(summary)
+    }
+    fn data_parallel(&self) -> bool {
+        TypedExperiment::data_parallel(self)
     }
 }
 

@@ -16,6 +16,7 @@ use crate::error::{Result, UserError};
 use crate::host::Host;
 use crate::launch::auto::{self, Decision, Place};
 use crate::launch::docker::GpuRequest;
+use crate::launch::ranks::WorldPlan;
 use crate::launch::slurm::{Runtime, Sweep};
 use crate::launch::{docker_job, slurm_job, RunOutcome};
 use crate::profiles::{HardwareChoice, Precision, Profiles};
@@ -106,10 +107,20 @@ pub struct LaunchArgs {
     /// Slurm time limit, e.g. 01:00:00.
     #[arg(long, value_name = "LIMIT")]
     pub time: Option<String>,
-    #[arg(long, value_name = "N")]
+    /// Slurm: nodes to train on (data-parallel across them).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub nodes: Option<u32>,
+    /// Slurm: GPUs per node; with a GPU backend, one rank per GPU.
     #[arg(long, value_name = "N")]
     pub gpus_per_node: Option<u32>,
+    /// Data-parallel ranks (processes) in all: natively on this machine, or
+    /// as Slurm tasks spread over --nodes. The global batch is split over
+    /// them; the science stays the same.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub ranks: Option<u32>,
+    /// Native: the GPU of each rank, e.g. --ranks 2 --devices 0,1.
+    #[arg(long, value_name = "ID,…", value_delimiter = ',')]
+    pub devices: Vec<String>,
     #[arg(long, value_name = "N")]
     pub cpus_per_task: Option<u32>,
     /// Slurm memory per node, e.g. 32G.
@@ -296,9 +307,11 @@ pub fn execute(args: Args) -> Result<i32> {
         )
         .into());
     }
+    let world = world_plan(&args, experiment, decision.place)?;
     match decision.place {
+        Place::Native if world.size > 1 => run_ranks(&args, experiment, &decision, &world),
         Place::Native => run_here(&args, experiment, &decision),
-        Place::Slurm => run_slurm(&args, experiment, &decision, sweep.as_ref()),
+        Place::Slurm => run_slurm(&args, experiment, &decision, sweep.as_ref(), &world),
         Place::Docker => run_docker(&args, experiment, &decision),
     }
 }
@@ -337,6 +350,8 @@ struct Setup<'a> {
     device: &'a str,
     /// Tensor threads of the process that trains, when known here.
     threads: Option<usize>,
+    /// Data-parallel ranks the run trains on (1: one process).
+    world_size: usize,
 }
 
 /// The directory of a new run: a fresh one under --out, or one made
@@ -376,6 +391,7 @@ fn create_run(
         backend: backend_name,
         device,
         threads,
+        world_size,
     } = *setup;
     let loaded = match &args.from_run {
         Some(source) => config_of_run(experiment, source)?.0,
@@ -393,7 +409,7 @@ fn create_run(
     let hash = loaded.config_hash()?;
     let choice = hardware_choice(args, host, backend_name, loaded.preset.as_deref())?;
     let (micro_batch, grad_accum) = engine::split_batch(
-        loaded.batch_size,
+        engine::distributed::rank_batch(loaded.batch_size, world_size)?,
         args.micro_batch
             .or(choice.micro_batch)
             .or(loaded.hardware.micro_batch),
@@ -411,7 +427,8 @@ fn create_run(
     let (run_id, dir) = new_dir.create(&id)?;
     std::fs::write(dir.join("config.toml"), loaded.canonical_toml()?)?;
     let mut environment = manifest_environment(decision, host);
-    if decision.place != Place::Native {
+    environment.insert("world_size".into(), json!(world_size));
+    if decision.place != Place::Native || world_size > 1 {
         // Where-specific flags, so `envgen rerun` launches the same way.
         environment.insert("launch_args".into(), json!(launch_args_of(&args.launch)));
     }
@@ -471,6 +488,21 @@ fn config_of_run(experiment: &dyn Experiment, dir: &Path) -> Result<(ResolvedCon
 /// Train in this process: a new native run, `--resume`, or (`--launched`)
 /// the run a launcher prepared for this job or container.
 fn run_here(args: &Args, experiment: &dyn Experiment, decision: &Decision) -> Result<i32> {
+    // A rank of a data-parallel run (started by `--ranks` or srun) learns
+    // its place from the environment its launcher set.
+    let world = if args.launched {
+        engine::World::from_env()?
+    } else {
+        None
+    };
+    if let Some(w) = &world {
+        if !experiment.data_parallel() {
+            return Err(not_data_parallel(experiment, w.size));
+        }
+        select_gpu_of_rank();
+    }
+    let leader = engine::distributed::writes_files(world.as_ref());
+    let world_size = world.as_ref().map_or(1, |w| w.size);
     let threads = configure_threads(args.threads)?;
     let resolved = backend::resolve(args.backend.into())?;
     let host = crate::probe::probe_host();
@@ -486,13 +518,14 @@ fn run_here(args: &Args, experiment: &dyn Experiment, decision: &Decision) -> Re
                 );
             }
             let mut profile = manifest.profile.clone();
+            let share = engine::distributed::rank_batch(loaded.batch_size, world_size)?;
             if args.launched && !resume {
                 // First start of a launched run: its hardware is this node's
                 // (or this container's), not the submitting host's.
                 let choice =
                     hardware_choice(args, &host, resolved.name(), manifest.preset.as_deref())?;
                 let (micro_batch, grad_accum) = engine::split_batch(
-                    loaded.batch_size,
+                    share,
                     args.micro_batch
                         .or(choice.micro_batch)
                         .or(loaded.hardware.micro_batch),
@@ -501,23 +534,43 @@ fn run_here(args: &Args, experiment: &dyn Experiment, decision: &Decision) -> Re
                 profile.micro_batch = micro_batch;
                 profile.grad_accum = grad_accum;
                 profile.precision = choice.precision.name().into();
-            } else if let Some(requested) = args.precision {
-                // A resumed run may change its precision (not its science):
-                // checkpoints hold f32 weights and moments whatever it was.
-                profile.precision = Precision::from(requested).name().into();
+            } else {
+                if let Some(requested) = args.precision {
+                    // A resumed run may change its precision (not its science):
+                    // checkpoints hold f32 weights and moments whatever it was.
+                    profile.precision = Precision::from(requested).name().into();
+                }
+                // ... and its world size: the split of each global batch
+                // follows; the data of every step stays the same.
+                let (micro_batch, grad_accum) = engine::split_batch(
+                    share,
+                    Some(args.micro_batch.unwrap_or(profile.micro_batch)),
+                )?;
+                profile.micro_batch = micro_batch;
+                profile.grad_accum = grad_accum;
             }
             profile.backend = resolved.name().into();
             profile.device = resolved.device().into();
             profile.threads = Some(threads);
-            if args.launched {
+            if leader {
+                if args.launched {
+                    manifest
+                        .environment
+                        .insert("host".into(), serde_json::to_value(&host)?);
+                }
                 manifest
                     .environment
-                    .insert("host".into(), serde_json::to_value(&host)?);
+                    .insert("world_size".into(), json!(world_size));
+                if let Some(w) = &world {
+                    manifest
+                        .environment
+                        .insert("distributed".into(), distributed_record(w));
+                }
+                manifest.profile = profile.clone();
+                rundir::write_json(&dir.join("manifest.json"), &manifest)?;
+                // A stale summary (interrupted) must not describe the run while it goes on.
+                let _ = std::fs::remove_file(dir.join("summary.json"));
             }
-            manifest.profile = profile.clone();
-            rundir::write_json(&dir.join("manifest.json"), &manifest)?;
-            // A stale summary (interrupted) must not describe the run while it goes on.
-            let _ = std::fs::remove_file(dir.join("summary.json"));
             (dir.clone(), loaded.science, profile, resume)
         }
         None => {
@@ -527,13 +580,16 @@ fn run_here(args: &Args, experiment: &dyn Experiment, decision: &Decision) -> Re
                 backend: resolved.name(),
                 device: resolved.device(),
                 threads: Some(threads),
+                world_size: 1,
             };
             let (dir, science, profile) =
                 create_run(args, experiment, &setup, &[], NewDir::Fresh(&args.out))?;
             (dir, science, profile, false)
         }
     };
-    eprintln!("envgen: run directory {}", run_dir.display());
+    if leader {
+        eprintln!("envgen: run directory {}", run_dir.display());
+    }
 
     let control = RunControl {
         run_dir: run_dir.clone(),
@@ -550,6 +606,7 @@ fn run_here(args: &Args, experiment: &dyn Experiment, decision: &Decision) -> Re
             ))
             .with_fix("restore the manifest.json that `envgen run` wrote")
         })?,
+        world: world.clone(),
     };
     let mut science = science;
     if args.launched {
@@ -560,25 +617,196 @@ fn run_here(args: &Args, experiment: &dyn Experiment, decision: &Decision) -> Re
             &crate::launch::docker_job::path_map_from_env(),
         );
     }
-    let sampler = GpuSampler::start(&run_dir.join("metrics.jsonl"), GPU_SAMPLE_INTERVAL);
+    let sampler =
+        leader.then(|| GpuSampler::start(&run_dir.join("metrics.jsonl"), GPU_SAMPLE_INTERVAL));
     let outcome = experiment.run(&science, &control, resolved);
     drop(sampler);
     let mut summary = match outcome {
         Ok(summary) => summary,
         Err(err) => {
-            let _ = rundir::write_json(
-                &run_dir.join("summary.json"),
-                &registry::failed_summary(&err),
-            );
+            if leader {
+                let _ = rundir::write_json(
+                    &run_dir.join("summary.json"),
+                    &registry::failed_summary(&err),
+                );
+            }
             return Err(err);
         }
     };
+    if !leader {
+        // The run's files are rank 0's; this rank says only how it ended.
+        let rank = world.as_ref().map_or(0, |w| w.rank);
+        eprintln!(
+            "envgen: rank {rank}: {:?} after {} steps",
+            summary.status, summary.steps_done
+        );
+        return Ok(crate::launch::exit_code(&[RunOutcome { run_dir, summary }]));
+    }
     // The process's peak memory, for `envgen probe` and for readers sizing
     // a machine (CPU runs: it is the tensors' memory too).
     if let Some(mib) = crate::probe::proc::peak_rss_mib() {
         summary.metrics.insert("peak_rss_mib".into(), json!(mib));
         rundir::write_json(&run_dir.join("summary.json"), &summary)?;
     }
+    record_data_files(&run_dir, &summary)?;
+    let outcomes = [RunOutcome { run_dir, summary }];
+    print_outcomes(experiment, &outcomes, args.json)?;
+    Ok(crate::launch::exit_code(&outcomes))
+}
+
+/// How many ranks the run trains on and where they sit (launch::ranks).
+fn world_plan(args: &Args, experiment: &dyn Experiment, place: Place) -> Result<WorldPlan> {
+    let l = &args.launch;
+    let gpus_per_node = match place {
+        Place::Slurm => slurm_resources(args)?.gpus_per_node,
+        _ => None,
+    };
+    let plan = crate::launch::ranks::plan_world(
+        place,
+        l.ranks,
+        l.nodes,
+        gpus_per_node.filter(|_| args.backend != Backend::Cpu),
+    )?;
+    if !l.devices.is_empty() && place != Place::Native {
+        return Err(
+            UserError::usage("--devices picks GPUs for --ranks on this machine")
+                .with_fix("under Slurm, ask for GPUs with --gpus-per-node")
+                .into(),
+        );
+    }
+    if plan.size > 1 && !experiment.data_parallel() {
+        return Err(not_data_parallel(experiment, plan.size));
+    }
+    Ok(plan)
+}
+
+fn not_data_parallel(experiment: &dyn Experiment, size: usize) -> anyhow::Error {
+    UserError::usage(format!(
+        "{} does not train data-parallel yet ({size} ranks asked for)",
+        experiment.name()
+    ))
+    .with_fix("run it on one rank (leave out --ranks; under Slurm one GPU per node), or train gpt2, which does")
+    .into()
+}
+
+/// With one process per GPU, each sees only its own: the `local rank`-th of
+/// the GPUs the job was given (CUDA_VISIBLE_DEVICES, set by Slurm or by
+/// `--devices`), so every CUDA device 0 below is this rank's.
+fn select_gpu_of_rank() {
+    let local = std::env::var("ENVGEN_LOCAL_RANK")
+        .or_else(|_| std::env::var("SLURM_LOCALID"))
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok());
+    let visible = std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_default();
+    let gpus: Vec<&str> = visible.split(',').filter(|g| !g.is_empty()).collect();
+    if let (Some(local), true) = (local, gpus.len() > 1) {
+        if let Some(gpu) = gpus.get(local) {
+            // Before any CUDA call in this process (the backend is resolved after).
+            std::env::set_var("CUDA_VISIBLE_DEVICES", gpu);
+        }
+    }
+}
+
+/// The manifest's `distributed`: how the ranks sat and how they reduced.
+fn distributed_record(world: &engine::World) -> Value {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let nodes: Vec<String> = match var("SLURM_JOB_NODELIST") {
+        Some(list) => std::process::Command::new("scontrol")
+            .args(["show", "hostnames", &list])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_else(|| vec![list]),
+        None => vec![std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "localhost".into())],
+    };
+    let per_node = var("SLURM_NTASKS_PER_NODE")
+        .and_then(|v| {
+            v.split(['(', ','])
+                .next()
+                .and_then(|n| n.parse::<usize>().ok())
+        })
+        .unwrap_or(world.size / nodes.len().max(1));
+    json!({
+        "ranks_per_node": per_node,
+        "nodes": nodes,
+        "reduction": "collective",
+        "reduction_detail": "burn-collective tree all-reduce over TCP (one bucket per step)",
+        "rendezvous": format!("{}:{}", world.rendezvous.0, world.rendezvous.1),
+    })
+}
+
+/// `--ranks N` on this machine: the run directory is made here, then N
+/// ranks train into it (launch::ranks) and rank 0 writes its files.
+fn run_ranks(
+    args: &Args,
+    experiment: &dyn Experiment,
+    decision: &Decision,
+    world: &WorldPlan,
+) -> Result<i32> {
+    let devices = crate::launch::ranks::devices_for(&args.launch.devices, world.size)?;
+    let resolved = backend::resolve(args.backend.into())?;
+    let run_dir = match &args.resume {
+        Some(dir) => {
+            config_of_run(experiment, dir)?;
+            dir.clone()
+        }
+        None => {
+            let host = crate::probe::probe_host();
+            let setup = Setup {
+                decision,
+                host: &host,
+                backend: resolved.name(),
+                device: resolved.device(),
+                threads: None,
+                world_size: world.size,
+            };
+            create_run(args, experiment, &setup, &[], NewDir::Fresh(&args.out))?.0
+        }
+    };
+    eprintln!(
+        "envgen: run directory {} ({} ranks on this machine)",
+        run_dir.display(),
+        world.size
+    );
+    let mut words = vec![
+        "run".to_string(),
+        experiment.name().to_string(),
+        "--launched".into(),
+        "--resume".into(),
+        run_dir.display().to_string(),
+    ];
+    words.extend(job_args(args));
+    if args.threads.is_none() && resolved.name() == "cpu" {
+        // Ranks share this machine's cores instead of each taking all.
+        let per_rank = (rayon::current_num_threads() / world.size).max(1);
+        words.extend(["--threads".to_string(), per_rank.to_string()]);
+    }
+    let stop = install_stop_handler("interrupted: stopping every rank (rank 0 checkpoints first)");
+    let ends = crate::launch::ranks::run(
+        &crate::launch::ranks::RankLaunch {
+            args: &words,
+            ranks: world.size,
+            devices: devices.as_deref(),
+        },
+        &stop,
+    )?;
+    if let Some(err) = crate::launch::ranks::failure(&ends, experiment.name(), &run_dir, world.size)
+    {
+        let state: Option<engine::Summary> = rundir::read_json(&run_dir.join("summary.json")).ok();
+        if state.is_none_or(|s| s.status == engine::Status::Running) {
+            crate::launch::mark_ended(&run_dir, engine::Status::Failed, &format!("{err}"))?;
+        }
+        return Err(err);
+    }
+    let summary: engine::Summary = rundir::read_json(&run_dir.join("summary.json"))?;
     record_data_files(&run_dir, &summary)?;
     let outcomes = [RunOutcome { run_dir, summary }];
     print_outcomes(experiment, &outcomes, args.json)?;
@@ -657,6 +885,10 @@ fn launch_args_of(launch: &LaunchArgs) -> Vec<String> {
     push("--account", launch.account.clone());
     push("--time", launch.time.clone());
     push("--nodes", launch.nodes.map(|n| n.to_string()));
+    push("--ranks", launch.ranks.map(|n| n.to_string()));
+    if !launch.devices.is_empty() {
+        push("--devices", Some(launch.devices.join(",")));
+    }
     push(
         "--gpus-per-node",
         launch.gpus_per_node.map(|n| n.to_string()),
@@ -707,6 +939,7 @@ fn launched_runs(
     experiment: &dyn Experiment,
     decision: &Decision,
     sweep: Option<&Sweep>,
+    world_size: usize,
 ) -> Result<(Vec<PathBuf>, Option<String>)> {
     if let Some(dir) = &args.resume {
         config_of_run(experiment, dir)?;
@@ -723,6 +956,7 @@ fn launched_runs(
         backend: &backend_name,
         device: "-",
         threads: args.threads.map(usize::from),
+        world_size,
     };
     let create = |extra: &[String], new_dir: NewDir| {
         create_run(args, experiment, &setup, extra, new_dir).map(|(dir, _, _)| dir)
@@ -802,9 +1036,10 @@ fn run_slurm(
     experiment: &dyn Experiment,
     decision: &Decision,
     sweep: Option<&Sweep>,
+    world: &WorldPlan,
 ) -> Result<i32> {
     let runtime = slurm_runtime(&args.launch)?;
-    let (runs, sweep_base) = launched_runs(args, experiment, decision, sweep)?;
+    let (runs, sweep_base) = launched_runs(args, experiment, decision, sweep, world.size)?;
     let output = match &sweep_base {
         Some(base) => slurm_job::sweep_output(&args.out, base),
         None => runs[0].join(slurm_job::JOB_OUTPUT),
@@ -818,7 +1053,11 @@ fn run_slurm(
         runs: runs.clone(),
         job_args: job_args(args),
         output,
-        resources: slurm_resources(args)?,
+        resources: slurm_job::Resources {
+            nodes: Some(world.nodes as u32),
+            tasks_per_node: world.per_node as u32,
+            ..slurm_resources(args)?
+        },
         runtime,
         data_dirs: data,
     };
@@ -929,6 +1168,7 @@ fn slurm_resources(args: &Args) -> Result<slurm_job::Resources> {
             .or((args.backend == Backend::Cuda).then_some(1)),
         cpus_per_task: l.cpus_per_task.or(defaults.cpus_per_task),
         mem: l.mem.clone().or(defaults.mem),
+        tasks_per_node: 1,
     })
 }
 
@@ -982,7 +1222,7 @@ fn run_docker(args: &Args, experiment: &dyn Experiment, decision: &Decision) -> 
     let image = docker_image(&runtime, args, &gpus)?;
     let facts = crate::image::profile_facts(&image.profile);
     docker_job::check_verdict(&host, &image.reference, facts)?;
-    let (runs, _) = launched_runs(args, experiment, decision, None)?;
+    let (runs, _) = launched_runs(args, experiment, decision, None, 1)?;
     let run_dir = runs[0].clone();
     let job = docker_job::DockerRun {
         experiment: experiment.name().into(),

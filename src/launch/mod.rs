@@ -6,6 +6,7 @@
 pub mod auto;
 pub mod docker;
 pub mod docker_job;
+pub mod ranks;
 pub mod slurm;
 pub mod slurm_job;
 

@@ -74,6 +74,8 @@ pub struct JobSpec {
     pub account: Option<String>,
     pub time: Option<String>,
     pub nodes: u32,
+    /// srun tasks per node: the data-parallel ranks there (1: not distributed).
+    pub tasks_per_node: u32,
     pub cpus_per_task: u32,
     pub mem: Option<String>,
     pub gpus_per_node: Option<u32>,
@@ -154,6 +156,8 @@ fn render_with_path(spec: &JobSpec, script_path: &str) -> Result<String> {
         job_name: sanitize_job_name(&spec.job_name),
         output: quote_path(&spec.output),
         nodes: spec.nodes.max(1),
+        tasks_per_node: spec.tasks_per_node.max(1),
+        distributed: distributed_context(spec),
         cpus_per_task: spec.cpus_per_task.max(1),
         partition: spec.partition.clone(),
         account: spec.account.clone(),
@@ -191,6 +195,8 @@ struct TemplateContext {
     job_name: String,
     output: String,
     nodes: u32,
+    tasks_per_node: u32,
+    distributed: Option<DistributedContext>,
     cpus_per_task: u32,
     partition: Option<String>,
     account: Option<String>,
@@ -204,6 +210,34 @@ struct TemplateContext {
     array_tasks: Vec<String>,
     runtime: serde_json::Value,
     command: String,
+}
+
+/// The rendezvous of a data-parallel job (more than one task in all).
+#[derive(Serialize)]
+struct DistributedContext {
+    world_size: u32,
+    /// First port of the range jobs draw their rendezvous port from.
+    port_base: u32,
+    /// Ports one job uses: the orchestrator and one per rank.
+    stride: u32,
+    /// How many jobs' port ranges fit below 60000.
+    slots: u32,
+}
+
+/// Each job picks its ports from its job ID, so that two jobs sharing a
+/// node do not collide: rank r listens on port + 1 + r on its node.
+fn distributed_context(spec: &JobSpec) -> Option<DistributedContext> {
+    const BASE: u32 = 20000;
+    let world_size = spec.nodes.max(1) * spec.tasks_per_node.max(1);
+    (world_size > 1).then(|| {
+        let stride = world_size + 1;
+        DistributedContext {
+            world_size,
+            port_base: BASE,
+            stride,
+            slots: ((60000 - BASE) / stride).max(1),
+        }
+    })
 }
 
 /// Job names end up in `#SBATCH` lines: keep them to a safe alphabet.
@@ -387,6 +421,7 @@ mod tests {
             cpus_per_task: 8,
             mem: Some("32G".into()),
             gpus_per_node: Some(1),
+            tasks_per_node: 1,
             runtime: Runtime::Native,
             binds: vec![],
             env: BTreeMap::from([("ENVGEN_LOG".to_string(), "info; rm -rf /".to_string())]),
@@ -412,6 +447,41 @@ mod tests {
         assert!(script.contains("export ENVGEN_LOG='info; rm -rf /'"));
         assert!(script.contains("srun envgen run gpt2 --set 'data.path=$(reboot)'"));
         assert!(!script.contains("--array"));
+    }
+
+    /// 2 nodes × 8 GPUs: 16 srun tasks, a rendezvous on the first node,
+    /// and one failed task ends the job; a single task has none of it.
+    #[test]
+    fn a_data_parallel_job_runs_one_task_per_gpu_with_a_rendezvous() {
+        let mut spec = spec();
+        spec.nodes = 2;
+        spec.tasks_per_node = 8;
+        spec.gpus_per_node = Some(8);
+        let script = render(&spec).unwrap();
+        for line in [
+            "#SBATCH --nodes=2",
+            "#SBATCH --ntasks-per-node=8",
+            "#SBATCH --gpus-per-node=8",
+            "# Data-parallel: 16 ranks, 8 per node",
+            r#"export ENVGEN_RENDEZVOUS="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1):$(( 20000 + SLURM_JOB_ID % 2352 * 17 ))""#,
+            "srun --kill-on-bad-exit=1 envgen run gpt2",
+        ] {
+            assert!(script.contains(line), "{line}\n{script}");
+        }
+        let single = render(&super::tests::spec()).unwrap();
+        assert!(single.contains("#SBATCH --ntasks-per-node=1"));
+        assert!(!single.contains("ENVGEN_RENDEZVOUS"));
+        assert!(!single.contains("--kill-on-bad-exit"));
+        // The script is valid bash.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("job.sbatch");
+        std::fs::write(&path, &script).unwrap();
+        let check = std::process::Command::new("bash")
+            .arg("-n")
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(check.success());
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub struct Resources {
     pub account: Option<String>,
     pub time: Option<String>,
     pub nodes: Option<u32>,
+    /// Tasks (data-parallel ranks) per node; 0 or 1: one.
+    pub tasks_per_node: u32,
     pub gpus_per_node: Option<u32>,
     pub cpus_per_task: Option<u32>,
     pub mem: Option<String>,
@@ -143,6 +145,7 @@ pub fn submit(sub: &Submission) -> Result<String> {
         account: r.account.clone(),
         time: r.time.clone(),
         nodes: r.nodes.unwrap_or(1),
+        tasks_per_node: r.tasks_per_node.max(1),
         cpus_per_task: r.cpus_per_task.unwrap_or(1),
         mem: r.mem.clone(),
         gpus_per_node: r.gpus_per_node,

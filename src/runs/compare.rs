@@ -14,6 +14,8 @@ const ENVIRONMENT_SECTIONS: &[&str] = &[
     "preset",
     "profile",
     "where",
+    "world_size",
+    "distributed",
     "image",
     "data_files",
     "host",

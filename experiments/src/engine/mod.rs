@@ -6,6 +6,7 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod distributed;
 pub mod optim;
 pub mod params;
 pub mod precision;
@@ -14,6 +15,7 @@ pub mod safetensors_io;
 pub mod train;
 
 pub use config::{config_hash, load, split_batch, HardwareHint, Loaded, OptimConfig, TrainConfig};
+pub use distributed::World;
 pub use precision::{LossScaler, Precision, ScaledStep};
 pub use rundir::{Manifest, Profile, Status, Summary};
 pub use train::{train, train_on, AnyBackendTask, RunControl, Task};

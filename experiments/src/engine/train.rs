@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use super::config::{OptimConfig, TrainConfig};
+use super::distributed::{writes_files, Collective, World};
 use super::optim::{clip_scale, global_grad_norm, learning_rate, AdamW};
 use super::precision::{LossScaler, Precision, ScaledStep};
 use super::rundir::{finish_run, read_json, write_json, MetricsLog, Status, Summary};
@@ -72,6 +73,8 @@ pub struct RunControl {
     pub progress: bool,
     /// What the arithmetic runs in (a hardware knob, never the science).
     pub precision: Precision,
+    /// Data-parallel: this process is one rank of these (None: alone).
+    pub world: Option<World>,
 }
 
 impl RunControl {
@@ -87,6 +90,7 @@ impl RunControl {
             stop: self.stop.clone(),
             progress: self.progress,
             precision: self.precision,
+            world: self.world.clone(),
         }
     }
 }
@@ -120,8 +124,15 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
 ) -> anyhow::Result<Summary> {
     let train_cfg = task.train_config().clone();
     let optim_cfg = task.optim_config().clone();
-    let (micro_batch, grad_accum) =
-        super::config::split_batch(train_cfg.batch_size, Some(control.micro_batch))?;
+    let world = control.world.as_ref();
+    let leader = writes_files(world);
+    // Each rank takes a contiguous, disjoint share of every global batch:
+    // rank r the rows r·share … (r+1)·share, in micro-batches.
+    let (share, first_row) = rank_share(train_cfg.batch_size, world)?;
+    let (micro_batch, grad_accum) = super::config::split_batch(share, Some(control.micro_batch))?;
+    let collective = world
+        .map(|w| Collective::<B::InnerBackend>::join(w, &inner_device_of::<B>(device)))
+        .transpose()?;
     B::seed(device, train_cfg.seed);
     // Mixed precision for everything below on this thread (forward,
     // backward and evaluation); see engine::precision.
@@ -143,11 +154,15 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
         model = m;
         state = s;
     }
-    let mut metrics = MetricsLog::open(
-        &control.run_dir.join("metrics.jsonl"),
-        control.resume.then_some(state.step),
-    )?;
-    if state.initial_val_loss.is_none() {
+    let mut metrics = leader
+        .then(|| {
+            MetricsLog::open(
+                &control.run_dir.join("metrics.jsonl"),
+                control.resume.then_some(state.step),
+            )
+        })
+        .transpose()?;
+    if let (None, Some(metrics)) = (state.initial_val_loss, metrics.as_mut()) {
         let val = task.evaluate(&model.valid(), micro_batch, &inner_device_of::<B>(device));
         state.initial_val_loss = Some(val);
         metrics.write(&json!({"step": 0, "val_loss": val}))?;
@@ -158,7 +173,7 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
     }
     let (units_per_row, unit) = task.units_per_row();
     let units_per_step = units_per_row * train_cfg.batch_size;
-    let bar = progress_bar(control.progress, train_cfg.steps, state.step);
+    let bar = progress_bar(control.progress && leader, train_cfg.steps, state.step);
     let session_start = Instant::now();
     let wall_before = state.wall_s;
     let mut status = Status::Completed;
@@ -173,7 +188,8 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
         // fp16: the loss is scaled up before backward (engine::precision).
         let loss_scale = state.loss_scaler.as_ref().map_or(1.0, |s| s.scale);
         for micro in 0..grad_accum {
-            let rows = micro * micro_batch..(micro + 1) * micro_batch;
+            let start = first_row + micro * micro_batch;
+            let rows = start..start + micro_batch;
             let loss = task.loss(&model, step, rows, device) / grad_accum as f64;
             loss_sum += loss.clone().into_scalar().elem::<f64>();
             let loss = if loss_scale == 1.0 {
@@ -185,6 +201,17 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
             accumulator.accumulate(&model, grads);
         }
         let mut grads = accumulator.grads();
+        // Ranks agree on everything that decides what happens next: the
+        // gradients, the loss, and whether any of them was asked to stop.
+        let mut stop_requested = control.stop.load(Ordering::SeqCst);
+        if let Some(collective) = &collective {
+            let stop = if stop_requested { 1.0 } else { 0.0 };
+            let (averaged, scalars) =
+                collective.average::<B, T::Model>(&model, grads, &[loss_sum, stop])?;
+            grads = averaged;
+            loss_sum = scalars[0];
+            stop_requested = scalars[1] > 0.0;
+        }
         let scaled_norm = global_grad_norm::<B, T::Model>(&model, &grads);
         let decision = match state.loss_scaler.as_mut() {
             Some(scaler) => scaler.update(scaled_norm),
@@ -217,25 +244,29 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
         if let Some(scaler) = &state.loss_scaler {
             super::precision::record_step(&mut record, loss_scale, decision, scaler);
         }
-        if state.step % train_cfg.eval_every.max(1) == 0 || state.step == train_cfg.steps {
+        let eval_due =
+            state.step % train_cfg.eval_every.max(1) == 0 || state.step == train_cfg.steps;
+        if let (true, Some(metrics)) = (eval_due, metrics.as_mut()) {
             let val = task.evaluate(&model.valid(), micro_batch, &inner_device_of::<B>(device));
             state.last_val_loss = Some(val);
             record["val_loss"] = json!(val);
+            metrics.write(&record)?;
+        } else if let Some(metrics) = metrics.as_mut() {
+            metrics.write(&record)?;
         }
-        metrics.write(&record)?;
         bar.set_position(state.step);
         bar.set_message(format!(
             "loss {loss_sum:.4} {:.0} {unit}/s",
             units_per_step as f64 / step_s
         ));
 
-        let interrupted = control.stop.load(Ordering::SeqCst)
+        let interrupted = stop_requested
             || control
                 .stop_after
                 .is_some_and(|n| state.step >= n && state.step < train_cfg.steps);
         let periodic =
             train_cfg.checkpoint_every > 0 && state.step % train_cfg.checkpoint_every == 0;
-        if interrupted || periodic || state.step == train_cfg.steps {
+        if leader && (interrupted || periodic || state.step == train_cfg.steps) {
             state.wall_s = wall_before + session_start.elapsed().as_secs_f64();
             save_checkpoint::<B, T>(&ckpt_root, &model, &optimizer, &state)?;
         }
@@ -245,7 +276,7 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
         }
     }
     bar.finish_and_clear();
-    if status == Status::Completed {
+    if status == Status::Completed && leader {
         task.finish(&model, &control.run_dir)?;
     }
     let session_s = session_start.elapsed().as_secs_f64();
@@ -263,14 +294,27 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
         scaler.summarize(&mut m);
     }
     m.extend(task.summary_extras());
-    let summary = Summary {
+    let mut summary = Summary {
         status,
         wall_s,
         steps_done: state.step,
         metrics: m,
     };
-    finish_run(&control.run_dir, &summary)?;
+    if let Some(w) = world {
+        summary.metrics.insert("world_size".into(), json!(w.size));
+    }
+    if leader {
+        finish_run(&control.run_dir, &summary)?;
+    }
     Ok(summary)
+}
+
+/// How many rows of each global batch this rank trains on, and the first
+/// of them: rank r takes rows r·share … (r+1)·share.
+fn rank_share(batch_size: usize, world: Option<&World>) -> anyhow::Result<(usize, usize)> {
+    let size = world.map_or(1, |w| w.size);
+    let share = super::distributed::rank_batch(batch_size, size)?;
+    Ok((share, world.map_or(0, |w| w.rank) * share))
 }
 
 /// The inner (non-autodiff) backend's device of an autodiff device.

@@ -95,6 +95,9 @@ impl TypedExperiment for Gpt2Experiment {
         let task = Gpt2Task::new(config.clone())?;
         engine::train_on(&task, control, backend)
     }
+    fn data_parallel(&self) -> bool {
+        true
+    }
     fn line(&self, summary: &Summary) -> String {
         let m = &summary.metrics;
         format!(

@@ -40,6 +40,10 @@ pub enum CollectiveError {
     RegisterNotFirstOperation,
     /// The global orchestrator had an error
     Global(GlobalCollectiveError),
+    /// The operation did not complete within the configured
+    /// [operation timeout](CollectiveConfig::with_operation_timeout): a peer
+    /// is gone or stuck (envgen patch C3).
+    Timeout(std::time::Duration),
 
     #[allow(unused)]
     Other(String),
@@ -57,6 +61,7 @@ pub fn register<B: Backend>(
     config: CollectiveConfig,
 ) -> Result<(), CollectiveError> {
     log::info!("Registering peer {id} with config: {config}");
+    crate::local::client::set_operation_timeout(config.operation_timeout);
     let mut client = get_collective_client::<B>();
     client.register(id, device, config)
 }

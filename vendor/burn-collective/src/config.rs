@@ -23,6 +23,12 @@ pub struct CollectiveConfig {
     pub(crate) global_all_reduce_strategy: Option<AllReduceStrategy>,
     pub(crate) global_reduce_strategy: Option<ReduceStrategy>,
     pub(crate) global_broadcast_strategy: Option<BroadcastStrategy>,
+
+    // envgen patch C3: how long a caller waits for any operation (register,
+    // all-reduce, …) before it gets `CollectiveError::Timeout`. `None`:
+    // forever, as before. Without it a lost peer hangs every other one.
+    #[serde(default)]
+    pub(crate) operation_timeout: Option<std::time::Duration>,
 }
 
 impl Default for CollectiveConfig {
@@ -44,6 +50,7 @@ impl Display for CollectiveConfig {
         let global_all_reduce_strategy = self.global_all_reduce_strategy;
         let global_reduce_strategy = self.global_reduce_strategy;
         let global_broadcast_strategy = self.global_broadcast_strategy;
+        let operation_timeout = self.operation_timeout;
 
         write!(
             f,
@@ -60,6 +67,7 @@ CollectiveConfig {{
     global_all_reduce_strategy: {global_all_reduce_strategy:?},
     global_reduce_strategy: {global_reduce_strategy:?},
     global_broadcast_strategy: {global_broadcast_strategy:?},
+    operation_timeout: {operation_timeout:?},
 }}
 "#
         )
@@ -81,7 +89,17 @@ impl CollectiveConfig {
             global_all_reduce_strategy: Some(AllReduceStrategy::Ring),
             global_reduce_strategy: Some(ReduceStrategy::Tree(2)),
             global_broadcast_strategy: Some(BroadcastStrategy::Tree(2)),
+            operation_timeout: None,
         }
+    }
+
+    /// Fail any operation (including [register](crate::register)) that
+    /// has not completed after `timeout` with
+    /// [`CollectiveError::Timeout`](crate::CollectiveError::Timeout),
+    /// instead of waiting forever for a peer that may be gone.
+    pub fn with_operation_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.operation_timeout = Some(timeout);
+        self
     }
 
     /// Selects the number of devices (local peers) on the current node

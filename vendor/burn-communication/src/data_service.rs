@@ -204,6 +204,11 @@ impl<B: Backend, P: Protocol> TensorDataService<B, P> {
         transfer_id: TensorTransferId,
     ) -> Option<bytes::Bytes> {
         loop {
+            // envgen patch C2: register interest *before* checking, otherwise a concurrent
+            // `expose` + `notify_waiters()` between the check and the await is lost (hang).
+            let notified = self.new_tensor_notify.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
             {
                 let mut exposed_tensors = self.exposed_tensors.lock().await;
                 // take the tensor out of the hashmap while we download
@@ -220,7 +225,7 @@ impl<B: Backend, P: Protocol> TensorDataService<B, P> {
                 }
             }
             // No matching tensor, wait for a new one to come in.
-            self.new_tensor_notify.notified().await;
+            notified.await;
         }
     }
 

@@ -7,7 +7,17 @@ use crate::{
     },
 };
 use burn_backend::Backend;
-use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::sync::RwLock;
+use std::time::Duration;
+
+/// envgen patch C3: the process-wide operation timeout, set by `register`
+/// from [`CollectiveConfig`]'s `operation_timeout`.
+static OPERATION_TIMEOUT: RwLock<Option<Duration>> = RwLock::new(None);
+
+pub(crate) fn set_operation_timeout(timeout: Option<Duration>) {
+    *OPERATION_TIMEOUT.write().unwrap_or_else(|e| e.into_inner()) = timeout;
+}
 
 /// Local client to communicate with the local server. Each thread has a client.
 #[derive(Clone)]
@@ -33,12 +43,18 @@ impl<T> PendingCollectiveOperation<T> {
     /// - Unwraps `Ok(Result<T, CollectiveError>)` into `Result<T, CollectiveError>`;
     /// - maps `Err(RecvError)` to `Err(CollectiveError::LocalServerMissing)`.
     pub(crate) fn wait(self) -> Result<T, CollectiveError> {
-        let tensor = self
-            .rx
-            .recv()
-            .unwrap_or(Err(CollectiveError::LocalServerMissing))?;
-
-        Ok(tensor)
+        let timeout = *OPERATION_TIMEOUT.read().unwrap_or_else(|e| e.into_inner());
+        let received = match timeout {
+            Some(limit) => self.rx.recv_timeout(limit).map_err(|e| match e {
+                RecvTimeoutError::Timeout => CollectiveError::Timeout(limit),
+                RecvTimeoutError::Disconnected => CollectiveError::LocalServerMissing,
+            }),
+            None => self
+                .rx
+                .recv()
+                .map_err(|_| CollectiveError::LocalServerMissing),
+        };
+        received?
     }
 }
 

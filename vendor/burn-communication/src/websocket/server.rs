@@ -46,7 +46,18 @@ impl ProtocolServer for WsServer {
         let address = format!("0.0.0.0:{}", self.port);
         log::info!("Starting server {address}");
 
-        let listener = tokio::net::TcpListener::bind(address).await?;
+        // envgen patch C5: TCP_NODELAY on accepted connections, as the
+        // client already sets it. Without it, Nagle's algorithm holds the
+        // small frames of every exchange until the peer's delayed ACK
+        // (~40 ms on Linux): each all-reduce step paid that wait.
+        let listener = axum::serve::ListenerExt::tap_io(
+            tokio::net::TcpListener::bind(address).await?,
+            |tcp: &mut tokio::net::TcpStream| {
+                if let Err(err) = tcp.set_nodelay(true) {
+                    log::warn!("TCP_NODELAY: {err}");
+                }
+            },
+        );
 
         axum::serve(
             listener,

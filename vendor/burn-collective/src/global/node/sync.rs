@@ -66,22 +66,34 @@ impl<P: Protocol> SyncService<P> {
                 .expect("Peer closed connection unexpectedly");
         }
         loop {
+            // envgen patch C2: register for the notification *before*
+            // checking, so a sync arriving between the check and the await
+            // is not lost (tokio's Notify::notify_waiters wakes only
+            // futures that already exist).
+            let notified = self.sync_notif.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
             {
                 // compare currently synced peers with list of all nodes
-                let mut syncing_peers = self.syncing_peers.lock().unwrap().to_vec();
-                syncing_peers.sort();
+                // envgen patch C1: consume one sync per node from the shared
+                // list itself. Upstream cleared a copy (`.to_vec()`), so the
+                // list never emptied and the second barrier passed at once
+                // or hung. A fast peer may already have sent its sync for
+                // the next barrier: that one stays.
+                let mut guard = self.syncing_peers.lock().unwrap();
+                let all_node_ids = node_state.nodes.keys().cloned().collect::<Vec<_>>();
 
-                let mut all_node_ids = node_state.nodes.keys().cloned().collect::<Vec<_>>();
-                all_node_ids.sort();
-
-                if syncing_peers == all_node_ids {
+                if all_node_ids.iter().all(|id| guard.contains(id)) {
                     // all nodes have synced
-                    syncing_peers.clear();
+                    for id in &all_node_ids {
+                        let pos = guard.iter().position(|p| p == id).unwrap();
+                        guard.remove(pos);
+                    }
                     return;
                 }
             }
             // Wait for the next sync to come in
-            self.sync_notif.notified().await
+            notified.await
         }
     }
 

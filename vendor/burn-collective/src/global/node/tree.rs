@@ -53,7 +53,12 @@ where
             .collect::<FuturesUnordered<_>>();
 
         for _ in children {
-            let res = downloads.next().await.unwrap().unwrap();
+            // envgen patch C6: a lost child is an error for the caller
+            // (`PeerLost`), not a panic of the runtime's worker task.
+            let res = downloads
+                .next()
+                .await
+                .expect("one download per child")?;
             if res.shape() != shape {
                 return Err(GlobalCollectiveError::PeerSentIncoherentTensor);
             }

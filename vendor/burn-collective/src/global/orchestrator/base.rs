@@ -130,8 +130,20 @@ impl GlobalOrchestrator {
 
 /// Start a global orchestrator with WebSocket on the given port
 pub async fn start_global_orchestrator(port: u16) {
+    start_global_orchestrator_until(port, os_shutdown_signal()).await
+}
+
+/// Start a global orchestrator with WebSocket on the given port, until
+/// `shutdown` completes (envgen patch C4). [start_global_orchestrator]
+/// stops on SIGINT/SIGTERM, which installs tokio signal handlers: a
+/// training process that hosts the orchestrator in a thread would then no
+/// longer die of SIGTERM, and has its own stop logic anyway.
+pub async fn start_global_orchestrator_until<F>(port: u16, shutdown: F)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
     let server = WsServer::new(port);
-    let res = GlobalOrchestrator::start(os_shutdown_signal(), server).await;
+    let res = GlobalOrchestrator::start(shutdown, server).await;
     if let Err(err) = res {
         log::error!("Global Collective Orchestrator error: {err:?}");
     }

@@ -1,4 +1,4 @@
 pub(crate) mod base;
 pub(crate) mod state;
 
-pub use base::start_global_orchestrator;
+pub use base::{start_global_orchestrator, start_global_orchestrator_until};

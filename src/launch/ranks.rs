@@ -1,0 +1,308 @@
+//! `envgen run --ranks N` on this machine: one `envgen run --launched`
+//! process per rank, wired to each other through the environment
+//! (engine::distributed::World reads it), watched until all have ended.
+//!
+//! This is what `srun` does for a Slurm job and torchrun for PyTorch; it is
+//! written here because neither exists on a workstation without Slurm, and
+//! it is small: pick ports, start, forward a stop, and when one rank fails,
+//! stop the others instead of leaving them waiting for it.
+
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::error::{Result, UserError};
+use crate::launch::auto::Place;
+
+/// How many data-parallel ranks a run trains on, and how they sit on nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorldPlan {
+    pub size: usize,
+    pub per_node: usize,
+    pub nodes: usize,
+}
+
+/// `--ranks`, `--nodes` and (with a GPU backend) the GPUs per node, for a
+/// run going to `place`. Under Slurm each GPU gets a rank: 2 nodes × 8 GPUs
+/// is a world of 16, 8 tasks per node; on the CPU, `--ranks` spread evenly
+/// over the nodes. On this machine, `--ranks` processes.
+pub fn plan_world(
+    place: Place,
+    ranks: Option<u32>,
+    nodes: Option<u32>,
+    gpus_per_node: Option<u32>,
+) -> Result<WorldPlan> {
+    let ranks = ranks.map(|r| r as usize);
+    let nodes = nodes.unwrap_or(1).max(1) as usize;
+    let gpus = gpus_per_node.filter(|&g| g > 0).map(|g| g as usize);
+    if place != Place::Slurm {
+        if nodes > 1 {
+            return Err(UserError::usage(format!(
+                "--nodes {nodes} needs a cluster, but this run goes to {}",
+                place.name()
+            ))
+            .with_fix("add --where slurm, or use --ranks N on this machine")
+            .into());
+        }
+        let size = ranks.unwrap_or(1);
+        if size > 1 && place == Place::Docker {
+            return Err(
+                UserError::usage("--ranks with --where docker is not supported")
+                    .with_fix("run the ranks natively (--where native) or through Slurm")
+                    .into(),
+            );
+        }
+        return Ok(WorldPlan {
+            size,
+            per_node: size,
+            nodes: 1,
+        });
+    }
+    let per_node = match (ranks, gpus) {
+        (Some(r), _) if r % nodes != 0 => {
+            return Err(UserError::usage(format!(
+                "--ranks {r} does not spread evenly over --nodes {nodes}"
+            ))
+            .with_fix("use a multiple of the node count")
+            .into())
+        }
+        (Some(r), Some(g)) if r != nodes * g => {
+            return Err(UserError::usage(format!(
+            "--ranks {r}, but --nodes {nodes} × --gpus-per-node {g} is {} GPUs: one rank per GPU",
+            nodes * g
+        ))
+            .with_fix("leave out --ranks (it follows from the GPUs), or match it")
+            .into())
+        }
+        (Some(r), _) => r / nodes,
+        (None, Some(g)) => g,
+        (None, None) => 1,
+    };
+    Ok(WorldPlan {
+        size: nodes * per_node,
+        per_node,
+        nodes,
+    })
+}
+
+/// How long ranks get to stop by themselves (checkpoint included) after a
+/// SIGTERM, before SIGKILL.
+const GRACE: Duration = Duration::from_secs(20);
+
+/// What to start: the same envgen arguments for every rank.
+pub struct RankLaunch<'a> {
+    pub args: &'a [String],
+    pub ranks: usize,
+    /// GPU per rank (`--devices`), as CUDA_VISIBLE_DEVICES; none on the CPU.
+    pub devices: Option<&'a [String]>,
+}
+
+/// How a rank ended.
+#[derive(Debug)]
+pub struct RankEnd {
+    pub rank: usize,
+    pub status: ExitStatus,
+}
+
+impl RankEnd {
+    /// Completed (0) or stopped after its checkpoint (130).
+    pub fn ok(&self) -> bool {
+        matches!(self.status.code(), Some(0 | 130))
+    }
+
+    /// "rank 1 of 2 was killed by signal 9".
+    pub fn describe(&self, ranks: usize) -> String {
+        use std::os::unix::process::ExitStatusExt;
+        let who = format!("rank {} of {ranks}", self.rank);
+        match (self.status.code(), self.status.signal()) {
+            (Some(code), _) => format!("{who} exited with code {code}"),
+            (None, Some(signal)) => format!("{who} was killed by signal {signal}"),
+            _ => format!("{who} ended ({})", self.status),
+        }
+    }
+}
+
+/// Free TCP ports on this machine: the rendezvous, then one per rank.
+fn free_ports(n: usize) -> Result<Vec<u16>> {
+    // All listeners are held until every port is known, so the n ports differ.
+    let listeners = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    listeners
+        .iter()
+        .map(|l| Ok(l.local_addr()?.port()))
+        .collect()
+}
+
+fn signal(child: &Child, signal: i32) {
+    // SAFETY: kill(2) on a child we started and have not reaped.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, signal);
+    }
+}
+
+/// Start the ranks and wait for all of them. When one fails, or `stop` is
+/// set, the others get SIGTERM (they checkpoint and stop), then SIGKILL
+/// after [`GRACE`]. Returns how each rank ended, in rank order.
+pub fn run(launch: &RankLaunch, stop: &AtomicBool) -> Result<Vec<RankEnd>> {
+    let envgen = std::env::current_exe()?;
+    let ports = free_ports(launch.ranks + 1)?;
+    let mut children: Vec<(usize, Child)> = Vec::new();
+    for rank in 0..launch.ranks {
+        let mut command = Command::new(&envgen);
+        command
+            .args(launch.args)
+            .env("ENVGEN_RENDEZVOUS", format!("127.0.0.1:{}", ports[0]))
+            .env("ENVGEN_RANK", rank.to_string())
+            .env("ENVGEN_WORLD_SIZE", launch.ranks.to_string())
+            .env("ENVGEN_LOCAL_RANK", rank.to_string())
+            .env("ENVGEN_DATA_PORT", ports[rank + 1].to_string())
+            .env("ENVGEN_NODE_HOST", "127.0.0.1")
+            // A rank's stdout (its summary line) would mix into ours.
+            .stdout(Stdio::from(std::io::stderr().as_fd().try_clone_to_owned()?));
+        if let Some(devices) = launch.devices {
+            command.env("CUDA_VISIBLE_DEVICES", &devices[rank]);
+        }
+        match command.spawn() {
+            Ok(child) => children.push((rank, child)),
+            Err(e) => {
+                for (_, child) in &children {
+                    signal(child, libc::SIGKILL);
+                }
+                return Err(UserError::environment(format!(
+                    "cannot start rank {rank} ({}): {e}",
+                    envgen.display()
+                ))
+                .into());
+            }
+        }
+    }
+    let mut ended: Vec<RankEnd> = Vec::new();
+    let mut stopping_since: Option<Instant> = None;
+    while !children.is_empty() {
+        let mut still = Vec::new();
+        for (rank, mut child) in children {
+            match child.try_wait()? {
+                Some(status) => ended.push(RankEnd { rank, status }),
+                None => still.push((rank, child)),
+            }
+        }
+        children = still;
+        let failed = ended.iter().any(|e| !e.ok());
+        if stopping_since.is_none() && (failed || stop.load(Ordering::SeqCst)) {
+            if let Some(first) = ended.iter().find(|e| !e.ok()) {
+                eprintln!(
+                    "envgen: {}: stopping the other ranks",
+                    first.describe(launch.ranks)
+                );
+            }
+            for (_, child) in &children {
+                signal(child, libc::SIGTERM);
+            }
+            stopping_since = Some(Instant::now());
+        }
+        if stopping_since.is_some_and(|t| t.elapsed() > GRACE) {
+            for (_, child) in &children {
+                signal(child, libc::SIGKILL);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    ended.sort_by_key(|e| e.rank);
+    Ok(ended)
+}
+
+/// `--devices 0,1` checked against `--ranks`.
+pub fn devices_for(devices: &[String], ranks: usize) -> Result<Option<Vec<String>>> {
+    if devices.is_empty() {
+        return Ok(None);
+    }
+    if devices.len() != ranks {
+        return Err(UserError::usage(format!(
+            "--devices names {} GPUs for {ranks} ranks",
+            devices.len()
+        ))
+        .with_fix("name one GPU per rank, e.g. --ranks 2 --devices 0,1")
+        .into());
+    }
+    Ok(Some(devices.to_vec()))
+}
+
+/// The first rank that failed, as an error for the run in `run_dir`.
+pub fn failure(
+    ends: &[RankEnd],
+    experiment: &str,
+    run_dir: &Path,
+    ranks: usize,
+) -> Option<anyhow::Error> {
+    let first = ends.iter().find(|e| !e.ok())?;
+    Some(
+        UserError::environment(format!(
+            "{}; the other ranks were stopped",
+            first.describe(ranks)
+        ))
+        .with_fix(format!(
+            "see the rank's output above; continue from the last checkpoint with: envgen run {experiment} --resume {} --ranks {ranks}",
+            run_dir.display()
+        ))
+        .into(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slurm_gives_each_gpu_a_rank() {
+        let plan = plan_world(Place::Slurm, None, Some(2), Some(8)).unwrap();
+        assert_eq!(
+            plan,
+            WorldPlan {
+                size: 16,
+                per_node: 8,
+                nodes: 2
+            }
+        );
+        let plan = plan_world(Place::Slurm, Some(16), Some(2), Some(8)).unwrap();
+        assert_eq!(plan.size, 16);
+        assert!(plan_world(Place::Slurm, Some(4), Some(2), Some(8)).is_err());
+        assert!(plan_world(Place::Slurm, Some(3), Some(2), None).is_err());
+        let cpu = plan_world(Place::Slurm, Some(2), None, None).unwrap();
+        assert_eq!(
+            cpu,
+            WorldPlan {
+                size: 2,
+                per_node: 2,
+                nodes: 1
+            }
+        );
+        let one_per_node = plan_world(Place::Slurm, None, Some(3), None).unwrap();
+        assert_eq!(
+            one_per_node,
+            WorldPlan {
+                size: 3,
+                per_node: 1,
+                nodes: 3
+            }
+        );
+    }
+
+    #[test]
+    fn this_machine_runs_ranks_as_processes() {
+        let plan = plan_world(Place::Native, Some(4), None, None).unwrap();
+        assert_eq!(
+            plan,
+            WorldPlan {
+                size: 4,
+                per_node: 4,
+                nodes: 1
+            }
+        );
+        assert_eq!(plan_world(Place::Native, None, None, None).unwrap().size, 1);
+        assert!(plan_world(Place::Native, Some(2), Some(2), None).is_err());
+        assert!(plan_world(Place::Docker, Some(2), None, None).is_err());
+    }
+}
