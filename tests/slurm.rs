@@ -24,6 +24,7 @@ fn job(dir: &Path, name: &str, command: &[&str]) -> JobSpec {
         account: None,
         time: Some("00:05:00".into()),
         nodes: 1,
+        tasks_per_node: 1,
         cpus_per_task: 1,
         mem: None,
         gpus_per_node: None,

@@ -7,8 +7,8 @@ use crate::{
     },
 };
 use burn_backend::Backend;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::sync::RwLock;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::time::Duration;
 
 /// envgen patch C3: the process-wide operation timeout, set by `register`
@@ -283,5 +283,40 @@ impl<B: Backend> LocalCollectiveClient<B> {
 
     pub(crate) fn finish_start(&self, id: PeerId) -> PendingCollectiveOperation<()> {
         self.start_operation(|callback| Message::Finish { id, callback })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serial_test::serial;
+
+    /// envgen patch C3: a wait ends with `Timeout` once the configured
+    /// timeout has passed, and with `LocalServerMissing` when the server
+    /// side is gone; without a timeout it still waits for the answer.
+    #[test]
+    #[serial]
+    fn waits_end_at_the_operation_timeout() {
+        set_operation_timeout(Some(Duration::from_millis(50)));
+        let (_tx, rx) = std::sync::mpsc::sync_channel::<Result<(), CollectiveError>>(1);
+        let started = std::time::Instant::now();
+        let waited = PendingCollectiveOperation { rx }.wait();
+        assert!(
+            matches!(waited, Err(CollectiveError::Timeout(t)) if t == Duration::from_millis(50))
+        );
+        assert!(started.elapsed() >= Duration::from_millis(50));
+
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<(), CollectiveError>>(1);
+        drop(tx);
+        let waited = PendingCollectiveOperation { rx }.wait();
+        assert!(matches!(waited, Err(CollectiveError::LocalServerMissing)));
+
+        set_operation_timeout(None);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<(), CollectiveError>>(1);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            tx.send(Ok(())).unwrap();
+        });
+        assert!(PendingCollectiveOperation { rx }.wait().is_ok());
     }
 }

@@ -55,10 +55,7 @@ where
         for _ in children {
             // envgen patch C6: a lost child is an error for the caller
             // (`PeerLost`), not a panic of the runtime's worker task.
-            let res = downloads
-                .next()
-                .await
-                .expect("one download per child")?;
+            let res = downloads.next().await.expect("one download per child")?;
             if res.shape() != shape {
                 return Err(GlobalCollectiveError::PeerSentIncoherentTensor);
             }
