@@ -52,16 +52,6 @@ fn assert_close(a: &Value, b: &Value, key: &str) {
     );
 }
 
-/// The training steps metrics.jsonl logs, in order.
-fn logged_steps(dir: &Path) -> Vec<u64> {
-    std::fs::read_to_string(dir.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok()?["step"].as_u64())
-        .filter(|&s| s > 0)
-        .collect()
-}
-
 #[test]
 fn two_ranks_train_the_same_science_as_one() {
     let tmp = tempfile::tempdir().unwrap();

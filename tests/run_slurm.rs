@@ -347,11 +347,8 @@ fn two_slurm_tasks_train_data_parallel_like_one_native_rank() {
     assert!(script.contains("#SBATCH --ntasks-per-node=2"), "{script}");
     assert!(script.contains("srun --kill-on-bad-exit=1 "), "{script}");
     // Each step logged once: rank 0 alone writes.
-    let steps: Vec<u64> = std::fs::read_to_string(dir.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok()?["step"].as_u64())
-        .filter(|&s| s > 0)
-        .collect();
-    assert_eq!(steps, (1..=6).collect::<Vec<_>>());
+    assert_eq!(
+        experiment_common::logged_steps(&dir),
+        (1..=6).collect::<Vec<_>>()
+    );
 }

@@ -98,13 +98,17 @@ pub fn assert_resumed_identically(
         weights(&run_dir_of(whole)) == weights(resumed_dir),
         "final weights differ after resume"
     );
-    let logged: Vec<u64> = std::fs::read_to_string(resumed_dir.join("metrics.jsonl"))
+    assert_eq!(logged_steps(resumed_dir), (1..=steps).collect::<Vec<_>>());
+}
+
+/// The training steps a run's metrics.jsonl logs, in order.
+pub fn logged_steps(dir: &Path) -> Vec<u64> {
+    std::fs::read_to_string(dir.join("metrics.jsonl"))
         .unwrap()
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok()?["step"].as_u64())
         .filter(|&s| s > 0)
-        .collect();
-    assert_eq!(logged, (1..=steps).collect::<Vec<_>>());
+        .collect()
 }
 
 /// A run stopped by `--stop-after STEPS`: exit 130, status `interrupted`
