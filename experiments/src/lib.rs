@@ -7,6 +7,7 @@ pub mod backend;
 pub mod data;
 pub mod engine;
 pub mod error;
+pub mod experiment;
 pub mod gpt2;
 pub mod hrm;
 pub mod memory;

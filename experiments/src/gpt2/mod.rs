@@ -22,7 +22,7 @@ use crate::backend;
 use crate::data::{self, DataConfig, TokenData};
 use crate::engine::{self, OptimConfig, RunControl, Summary, Task, TrainConfig};
 use crate::error::UserError;
-use crate::registry::{self, Experiment, ExperimentInfo, TypedExperiment};
+use crate::experiment::{self, Experiment, ExperimentInfo, TypedExperiment};
 pub use batch::{sample_batch, BatchSampleOptions};
 pub use model::{Gpt2, ModelConfig};
 
@@ -105,10 +105,10 @@ impl TypedExperiment for Gpt2Experiment {
             summary.status,
             summary.steps_done,
             summary.wall_s,
-            registry::fmt_metric(m.get("final_train_loss")),
-            registry::fmt_metric(m.get("final_val_loss")),
-            registry::fmt_metric(m.get("initial_val_loss")),
-            registry::fmt_metric(m.get("tokens_per_s")),
+            experiment::fmt_metric(m.get("final_train_loss")),
+            experiment::fmt_metric(m.get("final_val_loss")),
+            experiment::fmt_metric(m.get("initial_val_loss")),
+            experiment::fmt_metric(m.get("tokens_per_s")),
         )
     }
 }

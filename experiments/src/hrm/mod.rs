@@ -2,6 +2,7 @@
 
 pub mod act;
 pub mod config;
+pub mod data;
 pub mod loss;
 pub mod model;
 pub mod optim;

@@ -11,24 +11,21 @@
 //! `ceil(epochs · groups / global_batch)` optimizer steps and evaluates
 //! every `eval_interval` epochs, converted to steps the same way.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use burn::module::AutodiffModule;
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{Tensor, TensorData};
 use envgen_kernels::{FusedAutodiffBackend, FusedBackend};
-use rand::seq::SliceRandom;
-use rand::Rng;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use super::act::{act_eval, ActState, PuzzleBatch};
-use super::config::{HrmDataConfig, HrmPreset, BUILTIN_PRESETS};
-use super::loss::{blank_cell_hits, sequence_correct_count};
+use super::act::{ActState, PuzzleBatch};
+use super::config::{HrmPreset, BUILTIN_PRESETS};
+pub use super::data::{evaluate, prepare_dataset, EvalMetrics, Sampler};
 use super::model::{parameter_count, Carry, HrmModel};
-use super::sudoku::dataset::{self, BuildOptions, Recipe, Split, SudokuDataset};
-use super::sudoku::generate::puzzle_rng;
+use super::sudoku::dataset::{self, SudokuDataset};
 use super::train::{HrmTrainer, StepMetrics};
 use crate::engine::checkpoint;
 use crate::engine::rundir::{finish_run, read_json, write_json, MetricsLog, Status, Summary};
@@ -36,7 +33,7 @@ use crate::engine::safetensors_io;
 use crate::engine::train::{inner_device_of, progress_bar, RunControl};
 use crate::engine::LossScaler;
 use crate::error::UserError;
-use crate::registry::{self, ExperimentInfo, TypedExperiment};
+use crate::experiment::{self, ExperimentInfo, TypedExperiment};
 
 pub const EXPERIMENT: &str = "hrm-sudoku";
 pub const DEFAULT_PRESET: &str = "tiny";
@@ -80,11 +77,11 @@ impl TypedExperiment for HrmExperiment {
             summary.status,
             summary.steps_done,
             summary.wall_s,
-            registry::fmt_metric(m.get("cell_accuracy")),
-            registry::fmt_metric(m.get("initial_cell_accuracy")),
-            registry::fmt_metric(m.get("exact_accuracy")),
-            registry::fmt_metric(m.get("mean_act_steps")),
-            registry::fmt_metric(m.get("steps_per_s")),
+            experiment::fmt_metric(m.get("cell_accuracy")),
+            experiment::fmt_metric(m.get("initial_cell_accuracy")),
+            experiment::fmt_metric(m.get("exact_accuracy")),
+            experiment::fmt_metric(m.get("mean_act_steps")),
+            experiment::fmt_metric(m.get("steps_per_s")),
         )
     }
 }
@@ -131,164 +128,6 @@ impl Plan {
             total_steps: steps_for(train.epochs).max(1),
             eval_every: steps_for(train.eval_interval).max(1),
         }
-    }
-}
-
-/// The dataset of a run: `data.dir` as is, else built (or re-opened on
-/// resume) in `run_dir/dataset` from the CSVs or from generated puzzles.
-pub fn prepare_dataset(data: &HrmDataConfig, run_dir: &Path) -> anyhow::Result<SudokuDataset> {
-    if let Some(dir) = &data.dir {
-        return Ok(SudokuDataset::open(Path::new(dir)).map_err(|e| {
-            let message = format!("data.dir: {}", e.message);
-            let fix = e
-                .fix
-                .clone()
-                .unwrap_or_else(|| "build one with `envgen sudoku build-dataset`".into());
-            UserError::usage(message).with_fix(fix)
-        })?);
-    }
-    let out = run_dir.join("dataset");
-    if out.join("dataset.json").exists() {
-        if let Ok(ds) = SudokuDataset::open(&out) {
-            return Ok(ds);
-        }
-    }
-    let csvs = data
-        .train_csv
-        .as_ref()
-        .zip(data.test_csv.as_ref())
-        .map(|(train, test)| (PathBuf::from(train), PathBuf::from(test)));
-    let recipe = Recipe {
-        csvs,
-        difficulty: data.difficulty,
-        train_count: data.train_puzzles,
-        test_count: data.test_puzzles,
-        extra_clues: data.extra_clues,
-        options: BuildOptions {
-            subsample: data.subsample,
-            augmentations: data.augmentations,
-            seed: data.seed,
-        },
-        threads: 0,
-    };
-    tracing::info!(dir = %out.display(), "building the Sudoku dataset");
-    dataset::build_recipe(&recipe, &out)?;
-    Ok(SudokuDataset::open(&out)?)
-}
-
-/// Which train example each row of each step starts from: a pure function
-/// of (seed, step, row). As in the reference loader, every epoch visits the
-/// groups in a fresh random order and takes one random variant (original or
-/// augmentation) of each.
-pub struct Sampler<'a> {
-    split: &'a Split,
-    groups: Vec<std::ops::Range<usize>>,
-    seed: u64,
-    batch: usize,
-    /// The example order of the most recent epoch asked for.
-    epoch_order: Option<(u64, Vec<usize>)>,
-}
-
-/// Separates the sampler's random streams from the dataset builder's.
-const SAMPLER_STREAM: u64 = 0x5a3f_1e00_0000_0001;
-
-impl<'a> Sampler<'a> {
-    pub fn new(split: &'a Split, seed: u64, batch: usize) -> Self {
-        Self {
-            groups: split.group_ranges(),
-            split,
-            seed,
-            batch,
-            epoch_order: None,
-        }
-    }
-
-    fn example(&mut self, index: u64) -> usize {
-        let groups = self.groups.len() as u64;
-        let (epoch, pos) = (index / groups, (index % groups) as usize);
-        if self.epoch_order.as_ref().map(|(e, _)| *e) != Some(epoch) {
-            let mut rng = puzzle_rng(self.seed ^ SAMPLER_STREAM, epoch);
-            let mut order: Vec<usize> = (0..self.groups.len()).collect();
-            order.shuffle(&mut rng);
-            let examples = order
-                .into_iter()
-                .map(|g| {
-                    let range = &self.groups[g];
-                    range.start + rng.random_range(0..range.len())
-                })
-                .collect();
-            self.epoch_order = Some((epoch, examples));
-        }
-        self.epoch_order.as_ref().map_or(0, |(_, order)| order[pos])
-    }
-
-    /// The fresh puzzles offered to the rows of 1-based `step`.
-    pub fn batch<B: FusedBackend>(&mut self, step: u64, device: &B::Device) -> PuzzleBatch<B> {
-        let first = (step - 1) * self.batch as u64;
-        let rows: Vec<usize> = (0..self.batch as u64)
-            .map(|r| self.example(first + r))
-            .collect();
-        rows_to_batch(self.split, &rows, device)
-    }
-}
-
-fn rows_to_batch<B: FusedBackend>(
-    split: &Split,
-    rows: &[usize],
-    device: &B::Device,
-) -> PuzzleBatch<B> {
-    let seq = dataset::SEQ_LEN;
-    let gather = |labels: bool| -> Tensor<B, 2, Int> {
-        let flat: Vec<i64> = rows
-            .iter()
-            .flat_map(|&i| {
-                if labels {
-                    split.label(i)
-                } else {
-                    split.input(i)
-                }
-            })
-            .map(|&t| t as i64)
-            .collect();
-        Tensor::from_data(TensorData::new(flat, [rows.len(), seq]), device)
-    };
-    PuzzleBatch {
-        inputs: gather(false),
-        labels: gather(true),
-        puzzle_ids: Tensor::zeros([rows.len()], device),
-    }
-}
-
-/// Accuracy on held-out puzzles after `halt_max_steps` segments.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct EvalMetrics {
-    pub exact_accuracy: f64,
-    /// Over the cells that are blank in the puzzle.
-    pub cell_accuracy: f64,
-    pub puzzles: usize,
-}
-
-/// Evaluate on every puzzle of `split`, `batch` puzzles at a time.
-pub fn evaluate<B: FusedBackend>(
-    model: &HrmModel<B>,
-    split: &Split,
-    batch: usize,
-    device: &B::Device,
-) -> EvalMetrics {
-    let (mut exact, mut hits, mut blanks) = (0usize, 0usize, 0usize);
-    let rows: Vec<usize> = (0..split.len()).collect();
-    for chunk in rows.chunks(batch.max(1)) {
-        let puzzles = rows_to_batch::<B>(split, chunk, device);
-        let out = act_eval(model, &puzzles);
-        exact += sequence_correct_count(out.logits.clone(), puzzles.labels.clone());
-        let (h, b) = blank_cell_hits(out.logits, puzzles.inputs, puzzles.labels);
-        hits += h;
-        blanks += b;
-    }
-    EvalMetrics {
-        exact_accuracy: exact as f64 / split.len().max(1) as f64,
-        cell_accuracy: hits as f64 / blanks.max(1) as f64,
-        puzzles: split.len(),
     }
 }
 

@@ -29,7 +29,7 @@ use crate::engine::rundir::{read_json, write_json, Status, Summary};
 use crate::engine::safetensors_io::NamedTensors;
 use crate::engine::{self, RunControl};
 use crate::error::UserError;
-use crate::registry::{ExperimentInfo, TypedExperiment};
+use crate::experiment::{ExperimentInfo, TypedExperiment};
 
 pub const EXPERIMENT: &str = "quantize";
 pub const PRESETS: &[(&str, &str)] = &[("tiny", include_str!("../../presets/quantize/tiny.toml"))];

@@ -26,11 +26,11 @@ use crate::engine::{self, params, Task};
 use crate::error::UserError;
 use crate::gpt2::{hf, Gpt2, Gpt2Config, Gpt2Task, ModelConfig};
 use crate::hrm::config::HrmPreset;
+use crate::hrm::data::{evaluate as evaluate_hrm, prepare_dataset};
 use crate::hrm::model::HrmModel;
-use crate::hrm::run::{evaluate as evaluate_hrm, prepare_dataset};
 use crate::hrm::sudoku::dataset::SudokuDataset;
-use crate::rft::run::{evaluate_accuracy, RftConfig, RftTrainTask};
 use crate::rft::Question;
+use crate::rft::{config::RftConfig, eval::evaluate_accuracy, train::RftTrainTask};
 
 /// Weights as (name, shape, row-major f32 values), in the model's order.
 pub type Weights = Vec<(String, Vec<usize>, Vec<f32>)>;

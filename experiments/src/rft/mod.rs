@@ -5,9 +5,12 @@
 //! * [`datagen`]: rejection sampling through a [`datagen::Sampler`] (the GPT
 //!   implements it) into a deduplicated fine-tuning set.
 
+pub mod config;
 pub mod datagen;
+pub mod eval;
 pub mod run;
 pub mod task;
+pub mod train;
 pub mod verify;
 
 pub use datagen::{build_dataset, DatagenConfig, DatagenStats, Dataset, Example, Sampler};

@@ -1,0 +1,188 @@
+//! Unit tests of the `rft` config, stages and evaluation.
+
+use super::*;
+use crate::gpt2::lora::LoraConfig;
+use crate::gpt2::{hf, ModelConfig};
+use burn::tensor::ElementConversion;
+
+fn preset() -> RftConfig {
+    load_config(PRESETS[0].1, "preset tiny", &[])
+        .unwrap()
+        .science
+}
+
+fn with(overrides: &[&str]) -> anyhow::Result<RftConfig> {
+    let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    Ok(load_config(PRESETS[0].1, "preset tiny", &overrides)?.science)
+}
+
+#[test]
+fn tiny_preset_is_valid_and_lora_is_configured_in_lora_mode_only() {
+    let config = preset();
+    assert_eq!(config.datagen.oversample, 16);
+    assert_eq!(config.datagen.temperature, 0.7);
+    assert_eq!(config.finetune.mode, FinetuneMode::Full);
+    assert_eq!(config.finetune.adapters(), None);
+    let err = with(&["model.block_size=32"]).unwrap_err();
+    assert!(format!("{err:#}").contains("model.block_size"), "{err:#}");
+
+    // `mode = "lora"` alone: the default adapters, recorded in config.toml.
+    let lora = with(&["finetune.mode=lora"]).unwrap();
+    assert_eq!(lora.finetune.lora, Some(LoraConfig::default()));
+    let text = engine::config::to_canonical_toml(&lora).unwrap();
+    assert!(text.contains("[finetune.lora]\nrank = 8"), "{text}");
+    // Full mode's config.toml (and hash) is what it was before LoRA.
+    let text = engine::config::to_canonical_toml(&config).unwrap();
+    assert!(!text.contains("lora"), "{text}");
+    let small = with(&["finetune.mode=lora", "finetune.lora={rank=4, alpha=8}"]).unwrap();
+    assert_eq!(small.finetune.adapters().map(|l| l.scale()), Some(2.0));
+
+    for (overrides, names) in [
+        (
+            &["finetune.mode=lora", "finetune.lora={rank=65}"][..],
+            "finetune.lora.rank = 65",
+        ),
+        (
+            &["finetune.mode=lora", "finetune.lora={rank=0}"],
+            "finetune.lora.rank = 0",
+        ),
+        (
+            &["finetune.mode=lora", "finetune.lora={alpha=-1}"],
+            "finetune.lora.alpha = -1",
+        ),
+        (
+            &[
+                "finetune.mode=lora",
+                "finetune.lora={targets=[\"mlp.c_gate\"]}",
+            ],
+            "mlp.c_gate",
+        ),
+        (&["finetune.mode=lora", "finetune.lora={rnak=4}"], "rnak"),
+        (&["finetune.lora={rank=4}"], "[finetune.lora] is set"),
+    ] {
+        let err = with(overrides).unwrap_err();
+        assert!(format!("{err:#}").contains(names), "{overrides:?}: {err:#}");
+        assert_eq!(crate::error::exit_code_of(&err), 2, "{overrides:?}");
+    }
+}
+
+/// Stage (c) in LoRA mode on a small GPT: straight through vs stopped
+/// after 2 steps and resumed give the same bytes; the base weights stay
+/// frozen; the saved model is a plain (merged) GPT.
+#[test]
+fn lora_finetuning_freezes_the_base_and_resumes_bit_exactly() {
+    type B = crate::backend::CpuTrain;
+    let config = with(&[
+        "finetune.mode=lora",
+        "finetune.lora={rank=2}",
+        "model.n_layer=1",
+        "model.n_embd=16",
+        "task.train_questions=8",
+        "task.worked_questions=4",
+        "task.validation_questions=2",
+        "finetune.train.steps=4",
+        "finetune.train.batch_size=4",
+        "finetune.train.checkpoint_every=2",
+    ])
+    .unwrap();
+    let split = config.split().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let base_path = tmp.path().join("base.safetensors");
+    let base = config.model.init::<B>(&Default::default());
+    hf::save(&base, &base_path).unwrap();
+    let examples: Vec<Tokenized> = split
+        .train
+        .iter()
+        .map(|q| tokenize(&q.prompt(), &q.training_text()))
+        .collect();
+    let stage = StageConfig {
+        train: config.finetune.train.clone(),
+        optim: config.finetune.optim.clone(),
+    };
+    let task = RftTrainTask::new(&config, &stage, examples, &split, Some(base_path));
+    assert!(task.lora.is_some());
+    let train = |name: &str, resume: bool, stop_after: Option<u64>| {
+        let run_dir = tmp.path().join(name);
+        std::fs::create_dir_all(&run_dir).unwrap();
+        let control = RunControl {
+            run_dir,
+            micro_batch: 4,
+            resume,
+            stop_after,
+            ..Default::default()
+        };
+        engine::train::<B, _>(&task, &control, &Default::default()).unwrap()
+    };
+    assert_eq!(train("straight", false, None).status, Status::Completed);
+    assert_eq!(train("resumed", false, Some(2)).status, Status::Interrupted);
+    assert_eq!(train("resumed", true, None).status, Status::Completed);
+    for file in [MODEL_FILE, ADAPTER_FILE] {
+        let read = |run: &str| std::fs::read(tmp.path().join(run).join(file)).unwrap();
+        assert_eq!(
+            read("straight"),
+            read("resumed"),
+            "{file} differs after resume"
+        );
+    }
+
+    let tuned =
+        crate::engine::safetensors_io::read(&tmp.path().join("straight").join(MODEL_FILE)).unwrap();
+    let before: std::collections::HashMap<String, Vec<f32>> = hf::named_weights(&base)
+        .into_iter()
+        .map(|(name, _, values)| (name, values))
+        .collect();
+    // Untouched by LoRA: bit-identical to the base.
+    for name in ["wte.weight", "h.0.ln_1.weight", "h.0.attn.c_attn.bias"] {
+        assert_eq!(tuned[name].1, before[name], "{name} changed");
+    }
+    // Adapted and merged: the plain GPT's attention weights moved.
+    assert_ne!(
+        tuned["h.0.attn.c_attn.weight"].1,
+        before["h.0.attn.c_attn.weight"]
+    );
+    assert_eq!(
+        tuned.len(),
+        before.len(),
+        "model.safetensors is a plain GPT"
+    );
+    let adapters =
+        crate::engine::safetensors_io::read(&tmp.path().join("straight").join(ADAPTER_FILE))
+            .unwrap();
+    assert_eq!(adapters.len(), 2 * 4 * config.model.n_layer);
+    assert!(adapters.contains_key("h.0.mlp.c_fc_lora.b"));
+}
+
+#[test]
+fn loss_covers_only_completion_tokens() {
+    type B = crate::backend::Cpu;
+    let device = Default::default();
+    let cfg = ModelConfig {
+        n_layer: 1,
+        n_head: 1,
+        n_embd: 8,
+        block_size: 16,
+        vocab_size: 256,
+        dropout: 0.0,
+    };
+    let model = cfg.init::<B>(&device);
+    let a = tokenize("ab", "abcd");
+    // Only the completion "cd" is scored: changing it changes the loss.
+    let b = tokenize("ab", "abce");
+    let la: f64 = completion_loss(&model, &[&a], &device).into_scalar().elem();
+    let lb: f64 = completion_loss(&model, &[&b], &device).into_scalar().elem();
+    assert!(la.is_finite() && lb.is_finite());
+    assert_ne!(la, lb);
+    // A padded batch scores each example exactly as alone would.
+    let short = tokenize("a", "ab");
+    let lab: f64 = completion_loss(&model, &[&a, &short], &device)
+        .into_scalar()
+        .elem();
+    let ls: f64 = completion_loss(&model, &[&short], &device)
+        .into_scalar()
+        .elem();
+    // Token-weighted mean: a has 2 completion targets, short has 1.
+    assert!(
+        (lab - (2.0 * la + ls) / 3.0).abs() < 1e-5,
+        "{lab} {la} {ls}"
+    );
+}
