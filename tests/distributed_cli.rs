@@ -254,6 +254,71 @@ fn a_killed_rank_fails_the_run_with_a_clear_message() {
     assert!(dir.join("checkpoints/latest").is_file());
 }
 
+/// SIGTERM to the launcher (what Ctrl-C or a scheduler does) reaches every
+/// rank; they stop in the same step, rank 0 checkpoints, the run is
+/// `interrupted` (exit 130), and a resume completes it with every step
+/// logged once.
+#[test]
+fn a_stopped_launcher_stops_every_rank_at_one_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("runs");
+    let mut child = envgen()
+        .args(["run", "gpt2", "--backend", "cpu", "--ranks", "2", "--json"])
+        .args(["--set", "train.steps=200", "--set", "train.eval_every=1000"])
+        .arg("--out")
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !out.exists() || std::fs::read_dir(&out).unwrap().next().is_none() {
+        assert!(start.elapsed() < Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let dir = only_run_dir(&out);
+    wait_for_step(&dir, 3, &mut child);
+    // SAFETY: kill(2) on our own child, not yet reaped.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let done = finish_within(child, Duration::from_secs(60));
+    let stopped = stopped_after_some(&done);
+    let steps = stopped["summary"]["steps_done"].as_u64().unwrap();
+    assert!((3..200).contains(&steps), "{stopped}");
+    assert_eq!(logged_steps(&dir), (1..=steps).collect::<Vec<_>>());
+    let resumed = expect_success(output({
+        let mut c = envgen();
+        c.args([
+            "run",
+            "gpt2",
+            "--backend",
+            "cpu",
+            "--json",
+            "--ranks",
+            "2",
+            "--resume",
+        ])
+        .arg(&dir);
+        c
+    }));
+    assert_eq!(json_of(&resumed)["summary"]["status"], "completed");
+    assert_eq!(logged_steps(&dir), (1..=200).collect::<Vec<_>>());
+}
+
+/// The JSON of a run that ended interrupted (exit 130).
+fn stopped_after_some(out: &Output) -> Value {
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = json_of(out);
+    assert_eq!(doc["summary"]["status"], "interrupted");
+    doc
+}
+
 /// Without a launcher to notice: a rank that hangs (here: SIGSTOP; in life
 /// a stuck GPU or a network partition) keeps its connections open, so only
 /// a timeout can tell. The surviving rank's next collective wait times out
