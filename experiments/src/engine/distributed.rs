@@ -150,8 +150,6 @@ pub fn writes_files(world: Option<&World>) -> bool {
 pub struct Collective<B: Backend> {
     world: World,
     peer: PeerId,
-    /// Rank 0: stops the orchestrator thread when dropped.
-    _orchestrator: Option<tokio::sync::oneshot::Sender<()>>,
     _backend: std::marker::PhantomData<B>,
 }
 
@@ -159,9 +157,9 @@ impl<B: Backend> Collective<B> {
     /// Join the run: rank 0 starts the orchestrator, every rank registers
     /// (and waits, up to the timeout, for all the others to register).
     pub fn join(world: &World, device: &B::Device) -> anyhow::Result<Self> {
-        let orchestrator = world
-            .is_leader()
-            .then(|| start_orchestrator(world.rendezvous.1));
+        if world.is_leader() {
+            start_orchestrator(world.rendezvous.1);
+        }
         let address = |host: &str, port: u16| {
             Address::from_str(&format!("ws://{host}:{port}"))
                 .map_err(|e| anyhow::anyhow!("address {host}:{port}: {e:?}"))
@@ -182,7 +180,6 @@ impl<B: Backend> Collective<B> {
         Ok(Self {
             world: world.clone(),
             peer,
-            _orchestrator: orchestrator,
             _backend: std::marker::PhantomData,
         })
     }
@@ -251,9 +248,11 @@ impl<B: Backend> Drop for Collective<B> {
     }
 }
 
-/// The orchestrator in a thread of this process, until the sender drops.
-fn start_orchestrator(port: u16) -> tokio::sync::oneshot::Sender<()> {
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+/// The orchestrator in a thread of this process, for as long as the process
+/// lives: the other ranks may still be leaving the collective when rank 0
+/// is done, and a stopped orchestrator would leave them waiting for an
+/// answer (till the timeout). It ends with the process.
+fn start_orchestrator(port: u16) {
     std::thread::spawn(move || {
         let runtime = match tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -266,14 +265,13 @@ fn start_orchestrator(port: u16) -> tokio::sync::oneshot::Sender<()> {
                 return;
             }
         };
+        // Not `start_global_orchestrator`: its tokio signal handlers would
+        // take SIGTERM away from envgen's own (patch C4).
         runtime.block_on(burn_collective::start_global_orchestrator_until(
             port,
-            async move {
-                let _ = stopped.await;
-            },
+            std::future::pending(),
         ));
     });
-    stop
 }
 
 fn collective_error(
