@@ -50,8 +50,12 @@ pub(super) fn run_ranks(
     decision: &Decision,
     world: &WorldPlan,
 ) -> Result<i32> {
-    let devices = crate::launch::ranks::devices_for(&args.launch.devices, world.size)?;
     let resolved = backend::resolve(args.backend.into())?;
+    let mut devices = crate::launch::ranks::devices_for(&args.launch.devices, world.size)?;
+    if devices.is_none() && resolved.name() == "cuda" {
+        // One GPU per rank by default: GPUs 0 … N-1.
+        devices = Some((0..world.size).map(|g| g.to_string()).collect());
+    }
     let run_dir = match &args.resume {
         Some(dir) => {
             config_of_run(experiment, dir)?;
