@@ -145,7 +145,8 @@ fn signal(child: &Child, signal: i32) {
 
 /// Start the ranks and wait for all of them. When one fails, or `stop` is
 /// set, the others get SIGTERM (they checkpoint and stop), then SIGKILL
-/// after [`GRACE`]. Returns how each rank ended, in rank order.
+/// after [`GRACE`]. Returns how each rank ended, in the order they were
+/// seen to end.
 pub fn run(launch: &RankLaunch, stop: &AtomicBool) -> Result<Vec<RankEnd>> {
     let envgen = std::env::current_exe()?;
     let ports = free_ports(launch.ranks + 1)?;
@@ -192,7 +193,7 @@ pub fn run(launch: &RankLaunch, stop: &AtomicBool) -> Result<Vec<RankEnd>> {
         children = still;
         let failed = ended.iter().any(|e| !e.ok());
         if stopping_since.is_none() && (failed || stop.load(Ordering::SeqCst)) {
-            if let Some(first) = ended.iter().find(|e| !e.ok()) {
+            if let Some(first) = first_failure(&ended) {
                 eprintln!(
                     "envgen: {}: stopping the other ranks",
                     first.describe(launch.ranks)
@@ -210,8 +211,19 @@ pub fn run(launch: &RankLaunch, stop: &AtomicBool) -> Result<Vec<RankEnd>> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    ended.sort_by_key(|e| e.rank);
     Ok(ended)
+}
+
+/// The failure that caused the others: a rank killed by a signal, else the
+/// first rank seen to fail. (When one rank dies, the others fail at their
+/// next all-reduce — often before this loop has looked — with an error
+/// exit: those are consequences.)
+fn first_failure(ends: &[RankEnd]) -> Option<&RankEnd> {
+    use std::os::unix::process::ExitStatusExt;
+    let failed = || ends.iter().filter(|e| !e.ok());
+    failed()
+        .find(|e| e.status.signal().is_some())
+        .or_else(|| failed().next())
 }
 
 /// `--devices 0,1` checked against `--ranks`.
@@ -230,14 +242,15 @@ pub fn devices_for(devices: &[String], ranks: usize) -> Result<Option<Vec<String
     Ok(Some(devices.to_vec()))
 }
 
-/// The first rank that failed, as an error for the run in `run_dir`.
+/// The rank whose failure ended the run ([`first_failure`]), as an error
+/// for the run in `run_dir`.
 pub fn failure(
     ends: &[RankEnd],
     experiment: &str,
     run_dir: &Path,
     ranks: usize,
 ) -> Option<anyhow::Error> {
-    let first = ends.iter().find(|e| !e.ok())?;
+    let first = first_failure(ends)?;
     Some(
         UserError::environment(format!(
             "{}; the other ranks were stopped",
@@ -288,6 +301,21 @@ mod tests {
                 nodes: 3
             }
         );
+    }
+
+    #[test]
+    fn a_killed_rank_is_named_before_the_ranks_it_brought_down() {
+        use std::os::unix::process::ExitStatusExt;
+        let end = |rank, raw| RankEnd {
+            rank,
+            status: ExitStatus::from_raw(raw),
+        };
+        // Rank 0 seen first with exit code 3, rank 1 killed by SIGKILL.
+        let ends = [end(0, 3 << 8), end(1, libc::SIGKILL)];
+        assert_eq!(first_failure(&ends).unwrap().rank, 1);
+        let ends = [end(1, 0), end(0, 3 << 8), end(2, 1 << 8)];
+        assert_eq!(first_failure(&ends).unwrap().rank, 0);
+        assert!(first_failure(&[end(0, 0), end(1, 130 << 8)]).is_none());
     }
 
     #[test]
