@@ -111,9 +111,8 @@ pub fn logged_steps(dir: &Path) -> Vec<u64> {
         .collect()
 }
 
-/// A run stopped by `--stop-after STEPS`: exit 130, status `interrupted`
-/// after exactly `steps` steps. Its run directory.
-pub fn stopped_after(out: &Output, steps: u64) -> PathBuf {
+/// The JSON of a run that ended interrupted: exit 130, status `interrupted`.
+pub fn interrupted(out: &Output) -> Value {
     assert_eq!(
         out.status.code(),
         Some(130),
@@ -122,6 +121,13 @@ pub fn stopped_after(out: &Output, steps: u64) -> PathBuf {
     );
     let doc = json_of(out);
     assert_eq!(doc["summary"]["status"], "interrupted");
+    doc
+}
+
+/// A run stopped by `--stop-after STEPS`: exit 130, status `interrupted`
+/// after exactly `steps` steps. Its run directory.
+pub fn stopped_after(out: &Output, steps: u64) -> PathBuf {
+    let doc = interrupted(out);
     assert_eq!(doc["summary"]["steps_done"], steps);
     run_dir_of(&doc)
 }
