@@ -208,9 +208,27 @@ fn repeated_precisions_get_one_verdict_each() {
 
 // --- the property -----------------------------------------------------------
 
-/// Every GPU row × driver branch × catalog image: a driver branch older than
-/// the GPU's architecture fails; an image whose CUDA major is newer than the
-/// driver's fails without forward compatibility and is never "ok" with it.
+/// The GPU rows to check: one per (compute capability, class), which are the
+/// only GPU facts a verdict's status reads (names and memory go into messages
+/// only); together they cover every row of env/gpus.toml.
+fn gpu_row_per_verdict_fact() -> Vec<String> {
+    let mut seen: Vec<(String, GpuClass)> = Vec::new();
+    let mut ids = Vec::new();
+    for gpu in kb().gpus() {
+        let key = (gpu.compute_capability.clone(), gpu.class);
+        if !seen.contains(&key) {
+            seen.push(key);
+            ids.push(gpu.id.clone());
+        }
+    }
+    assert!(ids.len() >= 30, "{ids:?}");
+    ids
+}
+
+/// Every GPU row (by its verdict facts) × driver branch × catalog image: a
+/// driver branch older than the GPU's architecture fails; an image whose CUDA
+/// major is newer than the driver's fails without forward compatibility and
+/// is never "ok" with it.
 #[test]
 fn no_verdict_is_ok_where_the_driver_cannot_run_the_gpu_or_the_image() {
     let branches = [
@@ -223,7 +241,7 @@ fn no_verdict_is_ok_where_the_driver_cannot_run_the_gpu_or_the_image() {
     for branch in branches {
         let driver = Version::parse(branch).unwrap();
         let driver_cuda = kb().max_cuda_for_driver(&driver).expect(branch);
-        let gpus: Vec<String> = kb().gpus().iter().map(|g| g.id.clone()).collect();
+        let gpus = gpu_row_per_verdict_fact();
         let host = kb().assumed_host(&gpus, Some(branch)).unwrap();
         let verdicts = evaluate(kb(), &host, &images);
         assert_eq!(verdicts.len(), gpus.len() * kb().images().len());
@@ -257,7 +275,7 @@ fn no_verdict_is_ok_where_the_driver_cannot_run_the_gpu_or_the_image() {
             checked += 1;
         }
     }
-    assert!(checked > 100_000, "{checked}");
+    assert!(checked > 80_000, "{checked}");
 }
 
 #[test]
