@@ -98,7 +98,7 @@ pub(super) fn driver_predates_gpu(
             unconfirmed_note(&arch.unconfirmed, &["min_driver_linux"])
         ),
         format!(
-            "upgrade the driver to R{} or newer (≥ {min}); then check again with --assume-driver",
+            "upgrade the driver to R{} or newer (≥ {min}); no choice of image or wheel avoids this",
             min.major()
         ),
     ))
