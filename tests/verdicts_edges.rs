@@ -305,3 +305,33 @@ fn no_wheel_or_precision_is_ok_on_a_gpu_the_driver_predates() {
         }
     }
 }
+
+#[test]
+fn a_local_image_that_sets_its_own_rule_is_still_gated_by_the_runtime() {
+    // What tests/doctor_answer.rs's Docker test builds: env only, CUDA 12.8.1 and
+    // NVIDIA_REQUIRE_CUDA=cuda>=12.8. Not an NGC image: the runtime refuses it
+    // on R535 (CUDA 12.2), and R570 runs it.
+    let image = ImageFacts {
+        reference: "envgen-test/fake-cuda:12.8".into(),
+        cuda: Some("12.8.1".into()),
+        require_cuda: Some("cuda>=12.8".into()),
+        origin: "docker".into(),
+        ..ImageFacts::default()
+    };
+    let v = verdict(
+        &host("RTX 4090", "535.261.03"),
+        CheckRequest::only_images(vec![image.clone()]),
+    );
+    expect(&v, Status::Fail, &["driver-too-old"]);
+    assert!(
+        v.reasons[0]
+            .message
+            .contains("unsatisfied condition: cuda>=12.8"),
+        "{v:#?}"
+    );
+    let v = verdict(
+        &host("RTX 4090", "570.172.08"),
+        CheckRequest::only_images(vec![image]),
+    );
+    expect(&v, Status::Ok, &[]);
+}
