@@ -211,6 +211,24 @@ fn precision_may_be_given_more_than_once() {
             ("\"precision:fp16\"".to_string(), "\"ok\"".to_string()),
             ("\"precision:bf16\"".to_string(), "\"fail\"".to_string())
         ]
+    ); // The same precision twice is one question.
+    let output = doctor(
+        bin.path(),
+        None,
+        None,
+        &[
+            "--assume-gpu",
+            "T4",
+            "--precision",
+            "bf16",
+            "--precision",
+            "bf16",
+            "--json",
+        ],
+    );
+    assert_eq!(
+        json_of(&output)["verdicts"].as_array().map(Vec::len),
+        Some(1)
     );
 }
 

@@ -90,7 +90,14 @@ pub fn execute(args: Args) -> Result<i32> {
         let request = CheckRequest {
             images: args.images.iter().map(|r| image_facts(kb, r)).collect(),
             pytorch: args.pytorch.clone(),
-            precisions: args.precisions.clone(),
+            // `--precision bf16 --precision bf16` asks one question.
+            precisions: args
+                .precisions
+                .iter()
+                .enumerate()
+                .filter(|(i, p)| !args.precisions[..*i].contains(p))
+                .map(|(_, p)| *p)
+                .collect(),
         };
         let catalog = (args.json || args.all).then(|| evaluate(kb, &host, &catalog_request));
         (evaluate(kb, &host, &request), catalog)
