@@ -253,6 +253,17 @@ fn typed_gpu_names_resolve_to_one_answer_or_a_listed_choice() {
             One("rtx-pro-4500-blackwell-server", "12.0", D),
         ),
         ("RTX 5080", One("rtx-5080", "12.0", C)),
+        // Laptop parts, by nvidia-smi's names.
+        ("NVIDIA GeForce MX450", One("mx450", "7.5", C)),
+        (
+            "NVIDIA RTX A2000 Laptop GPU",
+            One("rtx-a2000-laptop", "8.6", W),
+        ),
+        (
+            "NVIDIA RTX 2000 Ada Generation Laptop GPU",
+            One("rtx-2000-ada-laptop", "8.9", W),
+        ),
+        ("Quadro T1000", One("quadro-t1000-laptop", "7.5", W)),
         ("RTX 5080 Laptop", One("rtx-5080-laptop", "12.0", C)),
         ("Radeon 7900", Unknown),
         ("Z100", Unknown),

@@ -301,7 +301,7 @@ pub(super) fn check_driver(
     };
     let unavailable = if fc_gpu && packaging.ships_compat_libs() {
         format!(
-            "the image's forward-compatibility libraries do not support driver branch R{} (the branches the nvidia/cuda:{target} images list for brand tesla)",
+            "the image's forward-compatibility libraries do not support driver branch R{} (modelled by the brand and branch alternatives of the nvidia/cuda:{target} rule)",
             driver.version.as_ref().map_or(0, Version::major)
         )
     } else {
