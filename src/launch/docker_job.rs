@@ -302,7 +302,8 @@ mod tests {
     #[test]
     fn an_image_doctor_fails_is_refused_with_doctors_reasons() {
         let kb = KnowledgeBase::embedded();
-        // RTX 5070 Ti on driver 535: a consumer GPU cannot use forward compatibility for CUDA 12.8.
+        // RTX 5070 Ti on driver 535: the driver predates Blackwell (R570+), so it
+        // cannot drive the GPU at all (doctor's first check, issue #27).
         let old = kb
             .assumed_host(&["RTX 5070 Ti".to_string()], Some("535.261.03"))
             .unwrap();
@@ -310,7 +311,7 @@ mod tests {
         let err = check_verdict(&old, &facts.reference.clone(), Some(facts.clone())).unwrap_err();
         assert_eq!(crate::error::exit_code_of(&err), 3);
         let text = format!("{err:#}");
-        assert!(text.contains("forward-compat-unsupported"), "{text}");
+        assert!(text.contains("driver-predates-gpu"), "{text}");
         // Word for word what `envgen doctor --image` prints for it.
         let verdicts = evaluate(kb, &old, &CheckRequest::only_images(vec![facts.clone()]));
         let doctor = crate::cli::doctor::render_requested(&old, &verdicts);
