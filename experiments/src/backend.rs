@@ -79,6 +79,21 @@ pub fn resolve(choice: BackendChoice) -> anyhow::Result<Resolved> {
     }
 }
 
+static ALLOW_TF32: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether f32 matrix products on CUDA may use TF32 tensor cores: only for
+/// `--precision tf32`. `fp32` means fp32, as in PyTorch (whose
+/// `allow_tf32` is off for matmuls by default), and bf16/fp16 autocast keeps
+/// its f32 products in f32 too. Call before [`resolve`]; later calls have
+/// no effect on a process whose CUDA backend is set up.
+pub fn use_tf32(allow: bool) {
+    ALLOW_TF32.store(allow, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn tf32_allowed() -> bool {
+    ALLOW_TF32.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Whether a CUDA device initialises and can run envgen's kernels (for
 /// callers that only need yes or no, such as the hardware-profile choice).
 pub fn cuda_usable() -> bool {
@@ -99,7 +114,10 @@ pub fn cuda_ready() -> Result<(), UserError> {
             let stack = CudaStack::probe();
             stack.activate().map_err(|p| p.to_user_error())?;
             #[cfg(feature = "cuda")]
-            configure_kernel_cache(&stack);
+            {
+                cubek_matmul::definition::set_allow_tf32(tf32_allowed());
+                configure_kernel_cache(&stack);
+            }
             smoke_test(&stack)
         })
         .clone()
@@ -119,9 +137,11 @@ pub fn cache_dir() -> Option<std::path::PathBuf> {
 }
 
 /// The folder CubeCL keeps this GPU model's compiled kernels (PTX) and
-/// autotune results in: `<cache>/cubecl/<gpu-model>-sm<cc>`. Kernels are
-/// compiled for one architecture and autotune results hold for one model,
-/// so each model has its own. None without a cache folder or a device.
+/// autotune results in: `<cache>/cubecl/<gpu-model>-sm<cc>` (`-tf32` added
+/// when TF32 is allowed: autotune results found with TF32 tiles must not be
+/// replayed without them). Kernels are compiled for one architecture and
+/// autotune results hold for one model, so each model has its own. None
+/// without a cache folder or a device.
 pub fn kernel_cache_dir(stack: &CudaStack) -> Option<std::path::PathBuf> {
     let device = stack.driver.as_ref().ok()?.devices.first()?;
     let (major, minor) = device.compute_capability;
@@ -139,7 +159,8 @@ pub fn kernel_cache_dir(stack: &CudaStack) -> Option<std::path::PathBuf> {
     while slug.contains("--") {
         slug = slug.replace("--", "-");
     }
-    let slug = format!("{}-sm{major}{minor}", slug.trim_matches('-'));
+    let tf32 = if tf32_allowed() { "-tf32" } else { "" };
+    let slug = format!("{}-sm{major}{minor}{tf32}", slug.trim_matches('-'));
     Some(cache_dir()?.join("cubecl").join(slug))
 }
 
@@ -189,6 +210,7 @@ fn smoke_test(stack: &CudaStack) -> Result<(), UserError> {
         }
     }
 
+    eprintln!("envgen: CUDA backend: {}", stack.describe());
     // Burn reports CUDA failures by panicking, often on a worker thread:
     // keep the first panic message to say what failed.
     let first_panic: Arc<Mutex<Option<String>>> = Arc::default();
@@ -231,7 +253,6 @@ fn smoke_test(stack: &CudaStack) -> Result<(), UserError> {
         .zip(&expected)
         .map(|(g, e)| (g - e).abs())
         .fold(0f32, f32::max);
-    eprintln!("envgen: CUDA backend: {}", stack.describe());
     if standin {
         eprintln!(
             "envgen: CUDA backend: the driver is envgen's stand-in (kernels compute nothing): \

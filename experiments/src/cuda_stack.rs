@@ -202,7 +202,7 @@ impl CudaStack {
 /// What a failure of Burn's CUDA backend (a panic message or error text)
 /// means, in the terms of [`Problem`].
 pub fn classify_failure(text: &str) -> Problem {
-    let first_lines: String = text.lines().take(12).collect::<Vec<_>>().join("\n    ");
+    let first_lines = summarize_failure(text);
     if text.contains("UNSUPPORTED_PTX_VERSION") || text.contains("error 222") {
         Problem::new(
             "ptx-refused",
@@ -240,6 +240,44 @@ pub fn classify_failure(text: &str) -> Problem {
             "run `envgen doctor` and check its CUDA backend verdict",
         )
     }
+}
+
+/// The few lines of a CubeCL failure worth showing: NVRTC's log when a
+/// compilation failed, else the message without the panic location. CubeCL
+/// nests errors in `Debug` output (escaped newlines) and appends the whole
+/// kernel source: megabytes nobody reads.
+fn summarize_failure(text: &str) -> String {
+    let text = text.replace("\\n", "\n").replace("\\\"", "\"");
+    let body = match text.find("[Compilation Error]") {
+        Some(start) => {
+            let log = &text[start + "[Compilation Error]".len()..];
+            log.split("[Source]").next().unwrap_or(log).to_string()
+        }
+        None => text
+            .lines()
+            .skip_while(|l| l.starts_with("panicked at "))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    };
+    let mut lines: Vec<&str> = body
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .take(6)
+        .collect();
+    if lines.is_empty() {
+        lines.push("(no message)");
+    }
+    let mut summary = lines.join("\n    ");
+    if summary.len() > 800 {
+        let mut cut = 800;
+        while !summary.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        summary.truncate(cut);
+        summary.push_str(" …");
+    }
+    summary
 }
 
 /// Load a library for the rest of the process (never unloaded: the loader
@@ -666,6 +704,26 @@ mod tests {
             "gpu-out-of-memory"
         );
         assert_eq!(code("something else"), "cuda-backend-failed");
+    }
+
+    #[test]
+    fn failures_are_summarized_to_the_compiler_log() {
+        let text = "panicked at tuner.rs:199:17:\nCan't execute the autotune plan: Err(\"[Compilation Error] \\n    \
+                    kernel.cu(1): catastrophic error: #error directive: broken\\n[Source]  \\n#include <x>\\n\
+                    huge source\")";
+        let summary = summarize_failure(text);
+        assert!(
+            summary.contains("catastrophic error: #error directive: broken"),
+            "{summary}"
+        );
+        assert!(
+            !summary.contains("huge source") && !summary.contains("panicked"),
+            "{summary}"
+        );
+        let plain =
+            summarize_failure("panicked at x.rs:1:1:\nDriverError(CUDA_ERROR_OUT_OF_MEMORY)");
+        assert_eq!(plain, "DriverError(CUDA_ERROR_OUT_OF_MEMORY)");
+        assert!(summarize_failure(&"x".repeat(5000)).len() < 900);
     }
 
     #[test]

@@ -4,4 +4,3 @@ pub mod definition;
 pub mod launch;
 /// Contains matmul kernels
 pub mod routines;
-

@@ -80,6 +80,25 @@ impl Blueprint for TilingBlueprint {
     }
 }
 
+/// Whether f32 matmuls may run on TF32 tensor cores (the counterpart of
+/// PyTorch's `torch.backends.cuda.matmul.allow_tf32`). On by default, which
+/// was the only behaviour before this switch existed.
+static ALLOW_TF32: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(true);
+
+/// Allow or forbid TF32 tensor cores for f32 matmuls, process-wide. With
+/// TF32 forbidden, f32 matmuls keep f32 operands: routines that need a
+/// tensor-core tile then fail their setup and autotune picks among the
+/// others (plain FMA kernels). Takes effect for matmuls set up afterwards;
+/// autotune results cached while it had the other value must not be reused.
+pub fn set_allow_tf32(allow: bool) {
+    ALLOW_TF32.store(allow, core::sync::atomic::Ordering::Relaxed);
+}
+
+/// See [`set_allow_tf32`].
+pub fn allow_tf32() -> bool {
+    ALLOW_TF32.load(core::sync::atomic::Ordering::Relaxed)
+}
+
 /// Modifies the given matmul element types based on the kind of accelerator the kernel is run on.
 pub fn adjust_dtypes<R: Runtime>(
     client: &ComputeClient<R>,
@@ -95,6 +114,7 @@ pub fn adjust_dtypes<R: Runtime>(
         if dtypes.lhs_global == f32_dtype
             && dtypes.rhs_global == f32_dtype
             && client.properties().supports_type(tf32_dtype)
+            && allow_tf32()
         {
             dtypes.lhs_stage = tf32_dtype;
             dtypes.rhs_stage = tf32_dtype;
@@ -273,5 +293,19 @@ impl From<LoadingPrecomputeStrategy> for bool {
             LoadingPrecomputeStrategy::Always => true,
             LoadingPrecomputeStrategy::Never => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tf32_switch_tests {
+    use super::*;
+
+    #[test]
+    fn tf32_is_allowed_by_default_and_can_be_forbidden() {
+        assert!(allow_tf32());
+        set_allow_tf32(false);
+        assert!(!allow_tf32());
+        set_allow_tf32(true);
+        assert!(allow_tf32());
     }
 }
