@@ -11,7 +11,7 @@
 //! Compiled kernels are kept between test runs (ENVGEN_TEST_CACHE, like the
 //! Python venv): the first run on a machine compiles every kernel with NVRTC
 //! for five architectures (about half an hour on 2 cores), later runs only
-//! the kernels that changed. `cuda_host_path_trains_gpt2_from_a_cold_cache`
+//! the kernels that changed. `warmup_compiles_the_cuda_host_path_once_and_runs_reuse_it`
 //! always starts cold, so NVRTC itself runs in every CI run.
 
 use std::collections::BTreeSet;
@@ -189,6 +189,20 @@ fn readiness_names_each_missing_piece_before_any_run_directory() {
     let out = gpt2_step(envgen(home, true).env("CUDA_PATH", &tk), &runs);
     assert_refused(&out, &runs, &["has no include/cuda_bf16.h"]);
 
+    // Headers without CCCL (CUDA 13 keeps it in include/cccl).
+    let no_cccl = home.join("include-no-cccl");
+    std::fs::create_dir_all(&no_cccl).unwrap();
+    for entry in std::fs::read_dir(cu13.join("include")).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name() != "cccl" {
+            std::os::unix::fs::symlink(entry.path(), no_cccl.join(entry.file_name())).unwrap();
+        }
+    }
+    let tk = toolkit(&home.join("tk-no-cccl"), true, Some(&no_cccl));
+    let runs = case("no-cccl");
+    let out = gpt2_step(envgen(home, true).env("CUDA_PATH", &tk), &runs);
+    assert_refused(&out, &runs, &["have no CCCL (nv/target, cuda/barrier)"]);
+
     // NVRTC 13.0 with a driver of CUDA 12.8: error 222 waiting to happen.
     let runs = case("nvrtc-newer");
     let mut cmd = envgen(home, true);
@@ -206,8 +220,16 @@ fn readiness_names_each_missing_piece_before_any_run_directory() {
 
     // Headers that exist but break the compile: NVRTC's log is shown.
     let broken = home.join("broken-include");
-    std::fs::create_dir_all(&broken).unwrap();
-    for h in ["cuda_bf16.h", "cuda_fp16.h", "mma.h", "cuda_runtime.h"] {
+    std::fs::create_dir_all(broken.join("crt")).unwrap();
+    std::fs::create_dir_all(broken.join("nv")).unwrap();
+    for h in [
+        "cuda_bf16.h",
+        "cuda_fp16.h",
+        "mma.h",
+        "cuda_runtime.h",
+        "crt/host_config.h",
+        "nv/target",
+    ] {
         std::fs::write(broken.join(h), "#error envgen test: a broken header\n").unwrap();
     }
     let tk = toolkit(&home.join("tk-broken"), true, Some(&broken));
@@ -260,42 +282,64 @@ fn json_doc(out: &Output) -> Value {
 }
 
 #[test]
-fn cuda_host_path_trains_gpt2_from_a_cold_cache_and_reuses_it() {
+fn warmup_compiles_the_cuda_host_path_once_and_runs_reuse_it() {
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path();
     let ptx = home.join("ptx");
     std::fs::create_dir_all(&ptx).unwrap();
-    let run = |ptx_dir: Option<&Path>| {
-        let started = Instant::now();
-        let mut cmd = envgen(home, true);
-        if let Some(dir) = ptx_dir {
-            cmd.env("ENVGEN_STANDIN_PTX_DIR", dir);
-        }
-        let out = cmd
-            .env("CUDA_PATH", cuda_wheels())
-            .args([
-                "run",
-                "gpt2",
-                "--preset",
-                "tiny",
-                "--backend",
-                "cuda",
-                "--json",
-            ])
-            .args(["--precision", "bf16", "--set", "train.steps=2", "--out"])
-            .arg(home.join("runs"))
-            .output()
-            .unwrap();
-        (out, started.elapsed().as_secs_f64())
-    };
-    let (cold, cold_s) = run(Some(&ptx));
-    let doc = json_doc(&cold);
-    let stderr = text(&cold.stderr);
+
+    // Cold: `envgen warmup` trains two steps through the whole host path,
+    // compiling every kernel with NVRTC into an empty cache.
+    let started = Instant::now();
+    let warmup = envgen(home, true)
+        .env("CUDA_PATH", cuda_wheels())
+        .env("ENVGEN_STANDIN_PTX_DIR", &ptx)
+        .args(["warmup", "gpt2", "--preset", "tiny", "--precision", "bf16"])
+        .output()
+        .unwrap();
+    let cold_s = started.elapsed().as_secs_f64();
+    let stderr = text(&warmup.stderr);
+    assert!(warmup.status.success(), "warmup failed:\n{stderr}");
     assert!(
         stderr.contains("NVIDIA H100 80GB HBM3 (envgen stand-in driver)")
-            && stderr.contains("NVRTC 13.0"),
-        "readiness line:\n{stderr}"
+            && stderr.contains("NVRTC 13.0")
+            && stderr.contains("kernel cache"),
+        "warmup's account:\n{stderr}"
     );
+    let modules = ptx_files(&ptx);
+    assert!(
+        modules.len() >= 100,
+        "a gpt2 step loads hundreds of kernels; {} loaded",
+        modules.len()
+    );
+    let cache = home.join("cache/cubecl");
+    assert!(
+        walk(&cache)
+            .iter()
+            .any(|f| f.to_string_lossy().contains("sm90")),
+        "nothing in the kernel cache {}",
+        cache.display()
+    );
+
+    // Warm: a real run of the same preset compiles nothing and is much faster.
+    let started = Instant::now();
+    let out = envgen(home, true)
+        .env("CUDA_PATH", cuda_wheels())
+        .args([
+            "run",
+            "gpt2",
+            "--preset",
+            "tiny",
+            "--backend",
+            "cuda",
+            "--json",
+        ])
+        .args(["--precision", "bf16", "--set", "train.steps=2", "--out"])
+        .arg(home.join("runs"))
+        .output()
+        .unwrap();
+    let warm_s = started.elapsed().as_secs_f64();
+    let doc = json_doc(&out);
     assert_eq!(doc["summary"]["status"], "completed", "{doc}");
     let manifest: Value = serde_json::from_str(
         &std::fs::read_to_string(Path::new(doc["run_dir"].as_str().unwrap()).join("manifest.json"))
@@ -304,26 +348,9 @@ fn cuda_host_path_trains_gpt2_from_a_cold_cache_and_reuses_it() {
     .unwrap();
     assert_eq!(manifest["profile"]["backend"], "cuda", "{manifest}");
     assert_eq!(manifest["profile"]["precision"], "bf16", "{manifest}");
-    let modules = ptx_files(&ptx);
-    assert!(
-        modules.len() >= 100,
-        "a gpt2 step loads hundreds of kernels; {} loaded",
-        modules.len()
-    );
-    let cache = home.join("cache/cubecl");
-    let kept: Vec<_> = walk(&cache);
-    assert!(
-        !kept.is_empty(),
-        "nothing in the kernel cache {}",
-        cache.display()
-    );
-
-    // Warm: the same run compiles nothing and is much faster.
-    let (warm, warm_s) = run(None);
-    json_doc(&warm);
     assert!(
         warm_s * 3.0 < cold_s,
-        "warm run {warm_s:.1} s vs cold {cold_s:.1} s: the kernel cache did not help"
+        "warm run {warm_s:.1} s vs cold warmup {cold_s:.1} s: the kernel cache did not help"
     );
 }
 

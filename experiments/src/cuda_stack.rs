@@ -116,8 +116,20 @@ impl CudaStack {
             Ok(n) => n,
             Err(p) => return Some(p.clone()),
         };
-        if let Err(p) = &self.headers {
-            return Some(p.clone());
+        let headers = match &self.headers {
+            Ok(h) => h,
+            Err(p) => return Some(p.clone()),
+        };
+        if !headers.cccl {
+            return Some(Problem::new(
+                "no-cccl",
+                format!(
+                    "the CUDA headers in {}/include have no CCCL (nv/target, cuda/barrier), \
+                     which cuda_fp16.h and the kernels include",
+                    headers.cuda_path.display()
+                ),
+                "install CCCL of the same CUDA (apt: cuda-cccl-13-0; pip: nvidia-cuda-cccl)",
+            ));
         }
         if nvrtc.version > driver.cuda {
             let (nm, nn) = nvrtc.version;
@@ -541,8 +553,9 @@ fn builtins_next_to(nvrtc: &Path) -> Option<PathBuf> {
 
 // --- 3. headers -------------------------------------------------------------------
 
-/// Headers CubeCL's generated kernels include.
-const NEEDED_HEADERS: [&str; 3] = ["cuda_bf16.h", "cuda_fp16.h", "mma.h"];
+/// Headers CubeCL's generated kernels include (directly, or through
+/// cuda_runtime.h: `crt/host_config.h`).
+const NEEDED_HEADERS: [&str; 4] = ["cuda_bf16.h", "cuda_fp16.h", "mma.h", "crt/host_config.h"];
 
 fn probe_headers(nvrtc: Option<&Nvrtc>) -> Result<Headers, Problem> {
     let mut roots: Vec<PathBuf> = Vec::new();
@@ -591,8 +604,8 @@ fn headers_at(root: &Path) -> Option<Headers> {
     if !NEEDED_HEADERS.iter().all(|h| include.join(h).is_file()) {
         return None;
     }
-    let cccl =
-        include.join("cccl/cuda/barrier").is_file() || include.join("cuda/barrier").is_file();
+    // CCCL: in include/ up to CUDA 12, in include/cccl/ from CUDA 13.
+    let cccl = include.join("cccl/nv/target").is_file() || include.join("nv/target").is_file();
     Some(Headers {
         cuda_path: root.to_path_buf(),
         cccl,
@@ -731,12 +744,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert!(headers_at(dir.path()).is_none());
         let include = dir.path().join("include");
-        std::fs::create_dir_all(include.join("cccl/cuda")).unwrap();
+        std::fs::create_dir_all(include.join("cccl/nv")).unwrap();
+        std::fs::create_dir_all(include.join("crt")).unwrap();
         for h in NEEDED_HEADERS {
             std::fs::write(include.join(h), "").unwrap();
         }
         assert!(!headers_at(dir.path()).unwrap().cccl);
-        std::fs::write(include.join("cccl/cuda/barrier"), "").unwrap();
+        std::fs::write(include.join("cccl/nv/target"), "").unwrap();
         assert!(headers_at(dir.path()).unwrap().cccl);
     }
 

@@ -46,6 +46,9 @@ struct Report<'a> {
     summary: Option<Vec<GpuSummary>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     catalog: Option<&'a [Verdict]>,
+    /// envgen's own CUDA backend on this host (probed hosts only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cuda_backend: Option<crate::probe::cuda_backend::CudaBackendVerdict>,
 }
 
 /// The image facts for `reference` (see [`crate::image::image_facts`]), else
@@ -85,6 +88,10 @@ pub fn execute(args: Args) -> Result<i32> {
         crate::probe::probe_host()
     };
 
+    // envgen's own backend: only on a probed host (an assumed one has no
+    // libraries to load).
+    let cuda_backend = (!assumed).then(crate::probe::cuda_backend::check);
+
     let catalog_request = CheckRequest::only_images(kb.images().to_vec());
     let (verdicts, catalog) = if args.asks_something() {
         let request = CheckRequest {
@@ -111,6 +118,7 @@ pub fn execute(args: Args) -> Result<i32> {
             verdicts: &verdicts,
             summary: (!args.asks_something()).then(|| summarize(&verdicts)),
             catalog: catalog.as_deref(),
+            cuda_backend: cuda_backend.clone(),
         };
         write_stdout(&format!("{}\n", serde_json::to_string_pretty(&document)?))?;
     } else {
@@ -124,6 +132,10 @@ pub fn execute(args: Args) -> Result<i32> {
             text += &render_catalog(&host, &verdicts, true);
         } else {
             text += &render_summary(&host, &verdicts);
+        }
+        // On a host without NVIDIA GPUs the block would only say so again.
+        if let Some(backend) = cuda_backend.as_ref().filter(|_| !host.gpus.is_empty()) {
+            text += &backend.render();
         }
         write_stdout(&text)?;
     }
