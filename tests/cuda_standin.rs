@@ -189,12 +189,13 @@ fn readiness_names_each_missing_piece_before_any_run_directory() {
     let out = gpt2_step(envgen(home, true).env("CUDA_PATH", &tk), &runs);
     assert_refused(&out, &runs, &["has no include/cuda_bf16.h"]);
 
-    // Headers without CCCL (CUDA 13 keeps it in include/cccl).
+    // Headers without CCCL (the nvidia-cuda-cccl wheel brings include/cccl
+    // and include/nv).
     let no_cccl = home.join("include-no-cccl");
     std::fs::create_dir_all(&no_cccl).unwrap();
     for entry in std::fs::read_dir(cu13.join("include")).unwrap() {
         let entry = entry.unwrap();
-        if entry.file_name() != "cccl" {
+        if entry.file_name() != "cccl" && entry.file_name() != "nv" {
             std::os::unix::fs::symlink(entry.path(), no_cccl.join(entry.file_name())).unwrap();
         }
     }

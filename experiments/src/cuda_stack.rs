@@ -604,7 +604,8 @@ fn headers_at(root: &Path) -> Option<Headers> {
     if !NEEDED_HEADERS.iter().all(|h| include.join(h).is_file()) {
         return None;
     }
-    // CCCL: in include/ up to CUDA 12, in include/cccl/ from CUDA 13.
+    // CCCL: in include/ up to CUDA 12; from CUDA 13 in include/cccl/, with
+    // include/nv/ still beside the other headers.
     let cccl = include.join("cccl/nv/target").is_file() || include.join("nv/target").is_file();
     Some(Headers {
         cuda_path: root.to_path_buf(),
