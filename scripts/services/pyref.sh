@@ -21,6 +21,8 @@ pyref_start() {
   local cache req key venv cuda
   cache="$(pyref_cache)"
   mkdir -p "$cache"
+  # The tests keep other slow-to-make things here too (compiled CUDA kernels).
+  export ENVGEN_TEST_CACHE="$cache"
 
   req="$PWD/scripts/test-requirements.txt"
   key="$(sha256sum "$req" | cut -c1-16)"
