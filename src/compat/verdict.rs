@@ -46,7 +46,7 @@ impl Precision {
     }
 }
 
-/// One finding, with a stable code from CONTRACT.md.
+/// One finding, with a stable code from docs/cli.md.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Reason {
     pub code: String,
