@@ -48,7 +48,9 @@ pub(super) fn run_here(
     let world_size = world.as_ref().map_or(1, |w| w.size);
     let threads = configure_threads(args.threads)?;
     let host = crate::probe::probe_host();
-    if args.backend != Backend::Cpu {
+    let may_use_cuda = args.backend == Backend::Cuda
+        || (args.backend == Backend::Auto && std::path::Path::new("/dev/nvidiactl").exists());
+    if may_use_cuda {
         backend::use_tf32(planned_precision(args, experiment, &host)? == Precision::Tf32);
     }
     let resolved = backend::resolve(args.backend.into())?;
