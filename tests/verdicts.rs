@@ -1,12 +1,15 @@
 //! Verdict table: host × image / PyTorch wheel / precision → expected status
-//! and reason codes. Each case cites the fact (from ../shared/research/compat.md,
-//! recorded with its source in env/*.toml) that makes the expectation true.
+//! and reason codes. Each case cites the fact (recorded with its source in env/*.toml) that makes the expectation true.
 
 use envgen::compat::{
     evaluate, CheckRequest, ImageFacts, KnowledgeBase, Precision, Status, Verdict,
 };
 use envgen::host::{Gpu, Host, HostSource};
 use proptest::prelude::*;
+
+// Issue #27's cases at the edges, with the helpers below.
+#[path = "verdicts/edges.rs"]
+mod edges;
 
 fn kb() -> &'static KnowledgeBase {
     KnowledgeBase::embedded()

@@ -5,23 +5,10 @@
 //! Facts: env/cuda.toml (`[[architecture]]`, Table 3) and env/images.toml
 //! (`[ngc_runtime]`), each row with its source.
 
+use super::{catalog, host, kb};
 use envgen::compat::version::Version;
-use envgen::compat::{evaluate, CheckRequest, ImageFacts, KnowledgeBase, Precision, Status};
+use envgen::compat::{evaluate, CheckRequest, ImageFacts, Precision, Status};
 use envgen::host::{Gpu, GpuClass, Host, HostSource};
-
-fn kb() -> &'static KnowledgeBase {
-    KnowledgeBase::embedded()
-}
-
-fn host(gpu: &str, driver: &str) -> Host {
-    kb().assumed_host(&[gpu.to_string()], Some(driver))
-        .expect("assumed host")
-}
-
-fn catalog(reference: &str) -> ImageFacts {
-    kb().image(reference)
-        .unwrap_or_else(|| panic!("{reference} not in the catalog"))
-}
 
 fn verdict(host: &Host, request: CheckRequest) -> envgen::compat::Verdict {
     let mut verdicts = evaluate(kb(), host, &request);
