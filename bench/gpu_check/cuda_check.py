@@ -83,7 +83,12 @@ for root in out["roots"]:
 if not nvrtc_path:
     done(False, error="no libnvrtc.so* under any CUDA root")
 try:
-    # NVRTC dlopens its builtins from its own folder.
+    # NVRTC dlopens libnvrtc-builtins.so.13.x by name at compile time: load
+    # it first (global), so the name resolves without LD_LIBRARY_PATH.
+    builtins = first([os.path.join(os.path.dirname(nvrtc_path), "libnvrtc-builtins.so*")])
+    if builtins:
+        ctypes.CDLL(builtins, mode=ctypes.RTLD_GLOBAL)
+    out["libnvrtc_builtins"] = builtins
     nvrtc = ctypes.CDLL(nvrtc_path)
 except OSError as e:
     done(False, error=f"{nvrtc_path}: {e}")
