@@ -227,11 +227,11 @@ fn print_plan(doc: &Value) {
         other => other.to_string(),
     };
     println!(
-        "dry run: envgen would run {} {} (backend {}: {}), {} rank(s); nothing was created",
+        "dry run: {} would train {} on {} (--backend {}), {} rank(s); nothing was created",
         text(&doc["experiment"]),
         text(&doc["where"]),
-        text(&doc["backend"]),
         text(&doc["backend_planned"]),
+        text(&doc["backend"]),
         text(&doc["world_size"]),
     );
     println!("  where: {}", text(&doc["where_reason"]));
