@@ -94,14 +94,6 @@ fn tf32_allowed() -> bool {
     ALLOW_TF32.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Whether a CUDA device initialises and can run envgen's kernels (for
-/// callers that only need yes or no, such as the hardware-profile choice).
-pub fn cuda_usable() -> bool {
-    cuda_compiled()
-        && std::path::Path::new("/dev/nvidiactl").exists()
-        && CudaStack::probe().first_problem().is_none()
-}
-
 /// Everything `--backend cuda` needs, checked before any run directory is
 /// made, each missing piece with its own message and fix (exit 3): the
 /// driver and a device, NVRTC (+ builtins), the CUDA headers, an NVRTC no
