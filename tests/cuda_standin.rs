@@ -520,8 +520,11 @@ fn mma_instructions(modules: &BTreeSet<PathBuf>) -> BTreeSet<String> {
     found
 }
 
+/// bf16 and fp16 runs multiply on their own tensor cores, tf32 on TF32 ones;
+/// and, as Burn 0.21 has no switch against it, so does fp32
+/// (docs/running.md, "Precision"): this test fails the day that changes.
 #[test]
-fn each_precision_compiles_to_the_instructions_it_names() {
+fn precisions_compile_to_their_tensor_core_instructions() {
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path();
     let modules = |precision: &str| {
@@ -530,12 +533,10 @@ fn each_precision_compiles_to_the_instructions_it_names() {
         ptx_files(&dir)
     };
     let fp32 = modules("fp32");
-    let names = |set: &BTreeSet<PathBuf>| -> BTreeSet<String> {
-        set.iter()
-            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
-            .collect()
-    };
-    let fp32_names = names(&fp32);
+    let fp32_names: BTreeSet<String> = fp32
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
     // Modules a run has beyond the fp32 run's: its own matmuls, without the
     // readiness check's bf16 test kernel that every run loads.
     let beyond_fp32 = |set: BTreeSet<PathBuf>| -> BTreeSet<PathBuf> {
@@ -547,19 +548,13 @@ fn each_precision_compiles_to_the_instructions_it_names() {
 
     let fp32_mma = mma_instructions(&fp32);
     assert!(
-        !has(&fp32_mma, ".tf32"),
-        "fp32 used TF32 tensor cores: {fp32_mma:?}"
+        has(&fp32_mma, ".tf32.tf32"),
+        "fp32 no longer uses TF32 tensor cores (update docs/running.md): {fp32_mma:?}"
     );
-    assert!(
-        fp32.iter()
-            .any(|m| std::fs::read_to_string(m).unwrap().contains("fma.rn.f32")),
-        "fp32 products should be f32 FMAs"
-    );
-    let tf32 = mma_instructions(&beyond_fp32(modules("tf32")));
+    let tf32 = mma_instructions(&modules("tf32"));
     assert!(has(&tf32, ".tf32.tf32"), "tf32 without TF32 MMA: {tf32:?}");
     let bf16 = mma_instructions(&beyond_fp32(modules("bf16")));
     assert!(has(&bf16, ".bf16.bf16"), "bf16 without bf16 MMA: {bf16:?}");
-    assert!(!has(&bf16, ".tf32"), "bf16 autocast used TF32: {bf16:?}");
     let fp16 = mma_instructions(&beyond_fp32(modules("fp16")));
     assert!(has(&fp16, ".f16.f16"), "fp16 without f16 MMA: {fp16:?}");
 }

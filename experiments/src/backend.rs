@@ -79,21 +79,6 @@ pub fn resolve(choice: BackendChoice) -> anyhow::Result<Resolved> {
     }
 }
 
-static ALLOW_TF32: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Whether f32 matrix products on CUDA may use TF32 tensor cores: only for
-/// `--precision tf32`. `fp32` means fp32, as in PyTorch (whose
-/// `allow_tf32` is off for matmuls by default), and bf16/fp16 autocast keeps
-/// its f32 products in f32 too. Call before [`resolve`]; later calls have
-/// no effect on a process whose CUDA backend is set up.
-pub fn use_tf32(allow: bool) {
-    ALLOW_TF32.store(allow, std::sync::atomic::Ordering::Relaxed);
-}
-
-fn tf32_allowed() -> bool {
-    ALLOW_TF32.load(std::sync::atomic::Ordering::Relaxed)
-}
-
 /// Everything `--backend cuda` needs, checked before any run directory is
 /// made, each missing piece with its own message and fix (exit 3): the
 /// driver and a device, NVRTC (+ builtins), the CUDA headers, an NVRTC no
@@ -106,10 +91,7 @@ pub fn cuda_ready() -> Result<(), UserError> {
             let stack = CudaStack::probe();
             stack.activate().map_err(|p| p.to_user_error())?;
             #[cfg(feature = "cuda")]
-            {
-                cubek_matmul::definition::set_allow_tf32(tf32_allowed());
-                configure_kernel_cache(&stack);
-            }
+            configure_kernel_cache(&stack);
             smoke_test(&stack)
         })
         .clone()
@@ -129,11 +111,9 @@ pub fn cache_dir() -> Option<std::path::PathBuf> {
 }
 
 /// The folder CubeCL keeps this GPU model's compiled kernels (PTX) and
-/// autotune results in: `<cache>/cubecl/<gpu-model>-sm<cc>` (`-tf32` added
-/// when TF32 is allowed: autotune results found with TF32 tiles must not be
-/// replayed without them). Kernels are compiled for one architecture and
-/// autotune results hold for one model, so each model has its own. None
-/// without a cache folder or a device.
+/// autotune results in: `<cache>/cubecl/<gpu-model>-sm<cc>`. Kernels are
+/// compiled for one architecture and autotune results hold for one model,
+/// so each model has its own. None without a cache folder or a device.
 pub fn kernel_cache_dir(stack: &CudaStack) -> Option<std::path::PathBuf> {
     let device = stack.driver.as_ref().ok()?.devices.first()?;
     let (major, minor) = device.compute_capability;
@@ -151,8 +131,7 @@ pub fn kernel_cache_dir(stack: &CudaStack) -> Option<std::path::PathBuf> {
     while slug.contains("--") {
         slug = slug.replace("--", "-");
     }
-    let tf32 = if tf32_allowed() { "-tf32" } else { "" };
-    let slug = format!("{}-sm{major}{minor}{tf32}", slug.trim_matches('-'));
+    let slug = format!("{}-sm{major}{minor}", slug.trim_matches('-'));
     Some(cache_dir()?.join("cubecl").join(slug))
 }
 

@@ -79,8 +79,7 @@ pub fn execute(args: Args) -> Result<i32> {
         Some(code) => return Ok(code),
         None => return Ok(1),
     }
-    let tf32 = args.precision == Some(super::run::PrecisionArg::Tf32);
-    let cache = kernel_cache(tf32);
+    let cache = kernel_cache();
     eprintln!(
         "envgen warmup: done in {seconds:.1} s; kernel cache {}",
         cache.map_or_else(
@@ -92,8 +91,7 @@ pub fn execute(args: Args) -> Result<i32> {
 }
 
 /// The cache folder the child filled (the stack is probed again here, cheaply).
-fn kernel_cache(tf32: bool) -> Option<PathBuf> {
-    envgen_experiments::backend::use_tf32(tf32);
+fn kernel_cache() -> Option<PathBuf> {
     let stack = envgen_experiments::cuda_stack::CudaStack::probe();
     envgen_experiments::backend::kernel_cache_dir(&stack)
 }

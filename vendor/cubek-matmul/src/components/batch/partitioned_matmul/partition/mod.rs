@@ -1,3 +1,0 @@
-mod matmul;
-
-pub use matmul::*;

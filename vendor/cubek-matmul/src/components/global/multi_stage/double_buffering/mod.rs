@@ -1,5 +1,0 @@
-mod matmul;
-mod setup;
-
-pub use matmul::*;
-pub use setup::DoubleBufferingMatmulFamily;

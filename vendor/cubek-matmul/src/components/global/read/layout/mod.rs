@@ -1,2 +1,0 @@
-pub mod stage;
-pub mod tiled;

@@ -1,4 +1,0 @@
-mod matmul;
-mod setup;
-
-pub use setup::SimpleMatmulFamily;
