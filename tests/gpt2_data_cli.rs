@@ -332,6 +332,34 @@ fn bin_and_npy_shards_train_in_llmc_order_and_resume_exactly() {
         metric(&shuffled, "final_train_loss").to_bits()
     );
 
+    // `envgen eval` on the finished run: val loss over the .bin and the
+    // .npy val shard (the same tokens: the same loss), HellaSwag on the
+    // fixture, every field in one JSON document.
+    let eval = |val: &Path| {
+        json_of(&run_ok(&[
+            "eval",
+            "gpt2",
+            "--checkpoint",
+            run_dir_of(&a).to_str().unwrap(),
+            "--val",
+            val.to_str().unwrap(),
+            "--val-windows",
+            "4",
+            "--hellaswag",
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/hellaswag/hellaswag_val_sample.jsonl"
+            ),
+            "--json",
+        ]))
+    };
+    let (on_bin, on_npy) = (eval(&bin), eval(&npy));
+    let loss = on_bin["val_loss"].as_f64().unwrap();
+    assert!(loss > 0.0 && loss < 12.0, "{on_bin}");
+    assert_eq!(on_bin["val_loss"], on_npy["val_loss"]);
+    assert_eq!(on_bin["hellaswag_items"], 5);
+    assert_eq!(on_bin["val_windows"], 4);
+
     // `envgen sample` needs no training data: delete it, sample anyway.
     std::fs::remove_dir_all(&bin).unwrap();
     let text = run_ok(&[
