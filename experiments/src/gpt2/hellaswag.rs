@@ -166,7 +166,10 @@ pub fn ending_losses<B: FusedBackend>(
     rows.iter()
         .enumerate()
         .map(|(i, (row, ending_at))| {
-            let scored = ending_at - 1..row.len() - 1;
+            // (An empty row, possible only with a char vocabulary that lacks
+            // every character, scores nothing rather than panicking.)
+            let end = row.len().saturating_sub(1);
+            let scored = (ending_at - 1).min(end)..end;
             let count = scored.len().max(1);
             let sum: f64 = scored
                 .map(|p| -f64::from(picked[i * (width - 1) + p]))
