@@ -369,6 +369,41 @@ mod tests {
     }
 
     #[test]
+    fn mapped_shards_are_segments_windows_never_cross() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut shards = Vec::new();
+        for (name, tokens) in [
+            ("a_val_0.bin", (0..10).collect::<Vec<u32>>()),
+            ("a_val_1.bin", (100..106).collect()),
+        ] {
+            let bytes = crate::data::shards::tests::llmc_bytes(
+                crate::data::shards::LLMC_MAGIC_GPT2,
+                1,
+                tokens.len() as i32,
+                &tokens,
+                2,
+            );
+            let path = dir.path().join(name);
+            std::fs::write(&path, bytes).unwrap();
+            shards.push(MappedShard::open(&path, crate::data::shards::ShardFormat::Llmc).unwrap());
+        }
+        let tokens = Tokens::Mapped(shards);
+        assert_eq!(tokens.segment_lens(), [10, 6]);
+        assert_eq!(tokens.window_count(4), 6 + 2);
+        assert_eq!(tokens.window_start(5, 4), Some((0, 5)));
+        assert_eq!(tokens.window_start(6, 4), Some((1, 0)));
+        assert_eq!(tokens.window(1, 1, 4), [101, 102, 103, 104]);
+        assert_eq!(tokens.max_id(), 105);
+        // Batches over mapped shards: B·T = 2·2, shard 0 holds 2 batches,
+        // shard 1 one; step 2 reads shard 1 from its start.
+        let batches = Batches::new(&tokens, 2, 2, None, "a_val_*.bin").unwrap();
+        assert_eq!(batches.per_epoch(), 3);
+        let p = batches.position(2, 1);
+        assert_eq!((p.segment, p.start), (1, 2));
+        assert_eq!(tokens.window(p.segment, p.start, 3), [102, 103, 104]);
+    }
+
+    #[test]
     fn window_starts_count_across_segments() {
         let tokens = segments(&[10]);
         assert_eq!(tokens.window_count(4), 6);
