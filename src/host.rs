@@ -1,7 +1,7 @@
 //! What envgen knows about a machine: the "host snapshot" that `doctor`
 //! prints, verdicts are computed from, and every run manifest records.
 //!
-//! Field names follow `../shared/CONTRACT.md` (`envgen doctor --json`);
+//! Field names follow docs/cli.md (`envgen doctor --json`);
 //! fields may be added, never renamed.
 
 use serde::{Deserialize, Serialize};

@@ -74,7 +74,7 @@ fn an_image_question_shows_that_image_only() {
         None,
         &[
             "--assume-gpu",
-            "RTX 5070 Ti",
+            "RTX 4090",
             "--assume-driver",
             "535.261.03",
             "--image",
@@ -214,7 +214,7 @@ fn a_local_docker_image_is_judged_by_its_env() {
             "--image",
             tag,
             "--assume-gpu",
-            "RTX 5070 Ti",
+            "RTX 4090",
             "--assume-driver",
             driver,
         ]);
@@ -236,4 +236,95 @@ fn a_local_docker_image_is_judged_by_its_env() {
         "{new:?}"
     );
     assert!(!text_of(&new).contains("unknown-image"), "{new:?}");
+}
+
+/// Split a documented command line like a shell would for our examples:
+/// whitespace separates words, double quotes group them.
+fn shell_words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let (mut quoted, mut started) = (false, false);
+    for c in line.chars() {
+        match c {
+            '"' => {
+                quoted = !quoted;
+                started = true;
+            }
+            c if c.is_whitespace() && !quoted => {
+                if started {
+                    words.push(std::mem::take(&mut word));
+                    started = false;
+                }
+            }
+            c => {
+                word.push(c);
+                started = true;
+            }
+        }
+    }
+    assert!(!quoted, "unbalanced quotes in `{line}`");
+    if started {
+        words.push(word);
+    }
+    words
+}
+
+/// Every example in docs/doctor.md (a fenced block starting with
+/// `$ envgen doctor …`) is run and must print exactly what the docs show:
+/// stdout, then stderr, then `[exit N]` when the exit code is not 0. The
+/// docs are regenerated from the binary, so they cannot drift (issue #27).
+#[test]
+fn every_documented_example_prints_what_the_docs_show() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/doctor.md");
+    let docs = std::fs::read_to_string(&path).expect("docs/doctor.md");
+    let mut examples = Vec::new();
+    let mut block: Option<Vec<&str>> = None;
+    for line in docs.lines() {
+        match (&mut block, line.trim_start().starts_with("```")) {
+            (None, true) => block = Some(Vec::new()),
+            (Some(lines), true) => {
+                if lines
+                    .first()
+                    .is_some_and(|first| first.starts_with("$ envgen doctor"))
+                {
+                    examples.push(lines.clone());
+                }
+                block = None;
+            }
+            (Some(lines), false) => lines.push(line),
+            (None, false) => {}
+        }
+    }
+    assert!(
+        examples.len() >= 4,
+        "docs/doctor.md has {} examples",
+        examples.len()
+    );
+    let bin = bin_dir(false);
+    let mut drifted = Vec::new();
+    for lines in &examples {
+        let command = lines[0].trim_start_matches("$ envgen doctor");
+        let args = shell_words(command);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let output = doctor(bin.path(), None, None, &args);
+        let mut printed = text_of(&output);
+        printed.push_str(&String::from_utf8_lossy(&output.stderr));
+        match output.status.code() {
+            Some(0) => {}
+            Some(code) => printed.push_str(&format!("[exit {code}]\n")),
+            None => printed.push_str("[killed]\n"),
+        }
+        let documented: String = lines[1..].iter().map(|l| format!("{l}\n")).collect();
+        if printed != documented {
+            drifted.push(format!(
+                "{}\n--- docs/doctor.md shows:\n{documented}--- the binary prints:\n{printed}",
+                lines[0]
+            ));
+        }
+    }
+    assert!(
+        drifted.is_empty(),
+        "docs/doctor.md examples drifted (regenerate them with the binary):\n{}",
+        drifted.join("\n")
+    );
 }

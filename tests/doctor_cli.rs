@@ -126,7 +126,7 @@ fn json_is_one_document_on_stdout() {
 #[test]
 fn bad_assume_driver_is_a_usage_error_naming_the_value() {
     let bin = bin_dir(false);
-    for value in ["banana", "535", "535.261.03.1"] {
+    for value in ["banana", "12.8", "535.261.03.1"] {
         let output = doctor(
             bin.path(),
             None,
@@ -137,6 +137,99 @@ fn bad_assume_driver_is_a_usage_error_naming_the_value() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains(value), "{value}: {stderr}");
     }
+}
+
+#[test]
+fn a_bare_driver_branch_is_accepted_as_the_docs_say() {
+    // docs/doctor.md: "a bare branch counts as its newest release".
+    let bin = bin_dir(false);
+    for (branch, cuda) in [("535", "12.2"), ("470", "11.4"), ("580", "13.0")] {
+        let output = doctor(
+            bin.path(),
+            None,
+            None,
+            &["--assume-gpu", "A30", "--assume-driver", branch, "--json"],
+        );
+        assert_eq!(output.status.code(), Some(0), "{branch}: {output:?}");
+        let host = &json_of(&output)["host"];
+        assert_eq!(host["driver_version"], branch);
+        assert_eq!(host["cuda_driver_version"], cuda, "{branch}");
+    }
+}
+
+#[test]
+fn a_pytorch_release_without_its_cuda_variant_is_a_usage_error() {
+    // "2.8.0" names three builds (cu126, cu128, cu129) whose kernels differ:
+    // exit 2 with the builds to choose from, not a guessed verdict.
+    let bin = bin_dir(false);
+    let output = doctor(
+        bin.path(),
+        None,
+        None,
+        &["--assume-gpu", "RTX 4090", "--pytorch", "2.8.0"],
+    );
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("`2.8.0` names a PyTorch release but not its CUDA variant")
+            && stderr.contains("2.8.0+cu128"),
+        "{stderr}"
+    );
+    assert!(output.stdout.is_empty(), "{output:?}");
+}
+
+#[test]
+fn precision_may_be_given_more_than_once() {
+    let bin = bin_dir(false);
+    let output = doctor(
+        bin.path(),
+        None,
+        None,
+        &[
+            "--assume-gpu",
+            "T4",
+            "--assume-driver",
+            "570",
+            "--precision",
+            "fp16",
+            "--precision",
+            "bf16",
+            "--json",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let json = json_of(&output);
+    let got: Vec<(String, String)> = json["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| (v["image"].to_string(), v["status"].to_string()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("\"precision:fp16\"".to_string(), "\"ok\"".to_string()),
+            ("\"precision:bf16\"".to_string(), "\"fail\"".to_string())
+        ]
+    ); // The same precision twice is one question.
+    let output = doctor(
+        bin.path(),
+        None,
+        None,
+        &[
+            "--assume-gpu",
+            "T4",
+            "--precision",
+            "bf16",
+            "--precision",
+            "bf16",
+            "--json",
+        ],
+    );
+    assert_eq!(
+        json_of(&output)["verdicts"].as_array().map(Vec::len),
+        Some(1)
+    );
 }
 
 #[test]

@@ -158,3 +158,40 @@ fn a_genuinely_ambiguous_name_lists_the_choices_and_exits_2() {
         assert!(stderr.contains(choice), "{choice}: {stderr}");
     }
 }
+
+#[test]
+fn pascal_maxwell_and_jetson_names_are_known() {
+    // Issue #27: "Tesla P100" was "not a GPU envgen knows", while PyTorch
+    // cu126 wheels still ship sm_60 kernels.
+    let bin = bin_dir(false);
+    let output = doctor(
+        bin.path(),
+        None,
+        None,
+        &[
+            "--assume-gpu",
+            "Tesla P100",
+            "--assume-driver",
+            "570.124.06",
+            "--pytorch",
+            "2.6.0+cu126",
+            "--json",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let json = json_of(&output);
+    assert_eq!(json["host"]["gpus"][0]["compute_capability"], "6.0");
+    assert_eq!(json["verdicts"][0]["status"], "ok", "{json}");
+    for name in [
+        "Tesla M40",
+        "GTX 1080 Ti",
+        "TITAN Xp",
+        "Quadro GP100",
+        "Orin (nvgpu)",
+    ] {
+        let output = doctor(bin.path(), None, None, &["--assume-gpu", name, "--json"]);
+        assert_eq!(output.status.code(), Some(0), "{name}: {output:?}");
+        let gpu = &json_of(&output)["host"]["gpus"][0];
+        assert!(gpu["class"].is_string(), "{name}: {gpu}");
+    }
+}

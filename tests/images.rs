@@ -854,15 +854,54 @@ fn an_unreachable_daemon_exits_3_and_says_how_to_fix_it() {
     );
 }
 
-/// A FAKE Debian package (no files but its control data), for the stand-in
-/// apt repository: (name, version) → `name_version_all.deb` in `dir`.
+/// What NVIDIA's CUDA 12.8 packages install that envgen's CUDA backend needs
+/// (paths under /usr/local/cuda-12.8), which the FAKE packages carry as empty
+/// files: the split of NVIDIA's CUDA 13.0 wheels (nvidia-cuda-runtime:
+/// cuda_*.h and mma.h; nvidia-cuda-crt: crt/; nvidia-cuda-cccl: CCCL;
+/// their RECORD files), with CCCL in include/ as CUDA 12 lays it out. A
+/// profile that forgets one of these packages then fails the headers check
+/// of `envgen doctor` inside its image.
+const NVIDIA_PACKAGE_FILES: &[(&str, &[&str])] = &[
+    (
+        "cuda-cudart-dev-12-8",
+        &[
+            "include/cuda_runtime.h",
+            "include/cuda_fp16.h",
+            "include/cuda_bf16.h",
+            "include/mma.h",
+        ],
+    ),
+    ("cuda-crt-12-8", &["include/crt/host_config.h"]),
+    (
+        "cuda-cccl-12-8",
+        &["include/nv/target", "include/cuda/barrier"],
+    ),
+    (
+        "cuda-nvrtc-12-8",
+        &["lib64/libnvrtc.so.12", "lib64/libnvrtc-builtins.so.12.8"],
+    ),
+];
+
+/// A FAKE Debian package (its control data and, for the packages in
+/// [`NVIDIA_PACKAGE_FILES`], empty files where the real one has them), for
+/// the stand-in apt repository: (name, version) → `name_version_all.deb` in `dir`.
 fn fake_deb(dir: &Path, name: &str, version: &str) -> std::path::PathBuf {
     let root = tempfile::tempdir().unwrap();
     std::fs::create_dir(root.path().join("DEBIAN")).unwrap();
+    for (package, files) in NVIDIA_PACKAGE_FILES {
+        if *package != name {
+            continue;
+        }
+        for file in *files {
+            let path = root.path().join("usr/local/cuda-12.8").join(file);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, "").unwrap();
+        }
+    }
     std::fs::write(
         root.path().join("DEBIAN/control"),
         format!(
-            "Package: {name}\nVersion: {version}\nArchitecture: all\nMaintainer: envgen tests <envgen@example.invalid>\nDescription: FAKE stand-in for NVIDIA's {name} (envgen tests; contains nothing)\n"
+            "Package: {name}\nVersion: {version}\nArchitecture: all\nMaintainer: envgen tests <envgen@example.invalid>\nDescription: FAKE stand-in for NVIDIA's {name} (envgen tests; empty files only)\n"
         ),
     )
     .unwrap();
@@ -1032,6 +1071,23 @@ fn cuda_and_ngc_recipes_build_on_labelled_stand_in_bases() {
         let report: Value = serde_json::from_slice(&doctor.stdout)
             .unwrap_or_else(|err| panic!("{profile}: {err}\n{}", text(&doctor)));
         assert!(report["host"].is_object(), "{report}");
+        if profile == "cuda12.8" {
+            // The profile's packages bring every header the backend's
+            // kernels include (CCCL too) and NVRTC's files; the driver comes
+            // from the host at run time.
+            let parts = &report["cuda_backend"]["parts"];
+            assert_eq!(
+                parts["headers"], "ok",
+                "{profile}: {}",
+                report["cuda_backend"]
+            );
+            assert_ne!(
+                parts["nvrtc"], "no-nvrtc",
+                "{profile}: {}",
+                report["cuda_backend"]
+            );
+            assert_eq!(parts["driver"], "no-libcuda", "{}", report["cuda_backend"]);
+        }
     }
     // The apt step installed exactly the pinned (FAKE) versions.
     let installed = ok(docker(&[

@@ -1,12 +1,15 @@
 //! Verdict table: host × image / PyTorch wheel / precision → expected status
-//! and reason codes. Each case cites the fact (from ../shared/research/compat.md,
-//! recorded with its source in env/*.toml) that makes the expectation true.
+//! and reason codes. Each case cites the fact (recorded with its source in env/*.toml) that makes the expectation true.
 
 use envgen::compat::{
     evaluate, CheckRequest, ImageFacts, KnowledgeBase, Precision, Status, Verdict,
 };
 use envgen::host::{Gpu, Host, HostSource};
 use proptest::prelude::*;
+
+// Issue #27's cases at the edges, with the helpers below.
+#[path = "verdicts/edges.rs"]
+mod edges;
 
 fn kb() -> &'static KnowledgeBase {
     KnowledgeBase::embedded()
@@ -69,7 +72,7 @@ fn precision_verdict(gpu: &str, precision: Precision) -> Verdict {
     one(
         &host(gpu, "570.124.06"),
         CheckRequest {
-            precision: Some(precision),
+            precisions: vec![precision],
             ..CheckRequest::default()
         },
     )
@@ -96,15 +99,46 @@ fn a30_on_r535_runs_cuda_12_8_through_forward_compat() {
 }
 
 #[test]
-fn rtx_5070_ti_on_r535_cannot_use_forward_compat() {
-    // sm_120 first appears in CUDA 12.8 (R570); only forward compat could
-    // bridge R535, and GeForce GPUs fail it with error 804.
+fn rtx_5070_ti_on_r535_predates_blackwell() {
+    // sm_120 first appears in CUDA 12.8, whose driver is 570.26 (Table 3):
+    // R535 cannot drive the GPU at all, whatever the image.
     let v = image_verdict("RTX 5070 Ti", "535.261.03", catalog(CUDA_12_8));
-    expect(&v, Status::Fail, &["forward-compat-unsupported"]);
-    assert!(v.reasons[0].message.contains("804"), "{v:#?}");
-    assert!(v.reasons[0].fix.contains("570.26 (R570)"), "{v:#?}");
-    assert!(v.reasons[0].fix.contains("nvidia/cuda:12.2.2-*"), "{v:#?}");
+    expect(&v, Status::Fail, &["driver-predates-gpu"]);
+    assert!(v.reasons[0].fix.contains("R570"), "{v:#?}");
+    assert!(v.reasons[0].fix.contains("570.26"), "{v:#?}");
     assert!(v.reasons[0].message.contains("535.261.03"), "{v:#?}");
+}
+
+#[test]
+fn a_gpu_newer_than_its_driver_fails_every_subject() {
+    // Issue #27: an RTX 50-series card on R550 or R560 with a CUDA 12.4 / 12.6
+    // image was "ok": the image's CUDA is within the driver's, but the driver
+    // predates Blackwell. The gate comes first for images, wheels and precisions.
+    for driver in ["550.54.15", "560.35.03", "550"] {
+        for image in [
+            "nvidia/cuda:12.4.1-runtime-ubuntu22.04",
+            "nvidia/cuda:12.6.3-runtime-ubuntu24.04",
+            "nvcr.io/nvidia/pytorch:24.10-py3",
+        ] {
+            let v = image_verdict("RTX 5090", driver, catalog(image));
+            expect(&v, Status::Fail, &["driver-predates-gpu"]);
+        }
+        let v = wheel_verdict("RTX 5080", driver, "2.7.1+cu128");
+        expect(&v, Status::Fail, &["driver-predates-gpu"]);
+        let v = one(
+            &host("RTX 5070 Ti", driver),
+            CheckRequest {
+                precisions: vec![Precision::Bf16],
+                ..CheckRequest::default()
+            },
+        );
+        expect(&v, Status::Fail, &["driver-predates-gpu"]);
+    }
+    // Hopper and Ada need R520: R515 (CUDA 11.7) predates them; R520 does not.
+    let v = image_verdict("H100", "515.65.01", catalog(CUDA_12_8));
+    expect(&v, Status::Fail, &["driver-predates-gpu"]);
+    let v = image_verdict("L4", "520.61.05", catalog(CUDA_12_8));
+    assert!(!v.codes().contains(&"driver-predates-gpu"), "{v:#?}");
 }
 
 #[test]
@@ -164,7 +198,13 @@ fn forward_compat_does_not_teach_an_old_driver_a_new_gpu() {
     // B200 (sm_100) first appears with CUDA 12.8 / R570; cuda-compat only
     // replaces user-mode libraries, so R535 can't drive it at all.
     let v = image_verdict("B200", "535.261.03", catalog(CUDA_12_8));
-    expect(&v, Status::Fail, &["driver-too-old"]);
+    expect(&v, Status::Fail, &["driver-predates-gpu"]);
+    // Known only by its CUDA (no driver version), the driver is judged by the
+    // architecture's first CUDA: 12.2 < 12.8.
+    let mut host = host("B200", "535.261.03");
+    host.driver_version = None;
+    let v = one(&host, CheckRequest::only_images(vec![catalog(CUDA_12_8)]));
+    expect(&v, Status::Fail, &["driver-predates-gpu"]);
 }
 
 #[test]
@@ -184,28 +224,35 @@ fn jetson_orin_may_use_forward_compat() {
 #[test]
 fn gpu_described_by_sm_only_gets_no_forward_compat() {
     // Class unknown → forward compat assumed unavailable (the safe answer).
-    let v = image_verdict("sm_120", "535.261.03", catalog(CUDA_12_8));
+    let v = image_verdict("sm_89", "535.261.03", catalog(CUDA_13_0));
     expect(&v, Status::Fail, &["forward-compat-unsupported"]);
 }
 
 #[test]
-fn r470_is_older_than_the_release_table_but_tesla_can_still_forward() {
-    // R470 predates CUDA 11.8's 520.61.05 (Table 3) but is ≥ 450.80.02, so it
-    // is a CUDA 11.x driver; the 12.x image lists brand=tesla on R470.
+fn r470_is_a_cuda_11_4_driver_and_tesla_can_still_forward() {
+    // R470 is ≥ CUDA 11.4's 470.42.01 and < 11.5's 495.29.05 (Table 3): a
+    // CUDA 11.4 driver; the 12.x image lists brand=tesla on R470.
     let v = image_verdict("A30", "470.256.02", catalog(CUDA_12_8));
     expect(&v, Status::Warn, &["forward-compat-required"]);
-    assert!(v.reasons[0].message.contains("CUDA 11.x"), "{v:#?}");
+    assert!(v.reasons[0].message.contains("(CUDA 11.4)"), "{v:#?}");
 }
 
 #[test]
 fn driver_older_than_cuda_11_runs_nothing() {
     // CUDA 11.x needs ≥ 450.80.02 even with minor-version compat (Table 2).
     let v = image_verdict(
+        "V100-32GB",
+        "418.226.00",
+        built("lab/x:1", "12.4.1", &["sm_70"], &[], false),
+    );
+    expect(&v, Status::Fail, &["driver-too-old"]);
+    // The same driver predates Ampere (R455 for sm_86): that is said first.
+    let v = image_verdict(
         "RTX 3090",
         "418.226.00",
         built("lab/x:1", "12.4.1", &["sm_86"], &[], false),
     );
-    expect(&v, Status::Fail, &["driver-too-old"]);
+    expect(&v, Status::Fail, &["driver-predates-gpu"]);
 }
 
 #[test]
@@ -383,7 +430,7 @@ fn torch_2_7_cu128_runs_on_rtx_5070_ti_with_r570() {
 fn torch_2_7_cu128_on_rtx_5070_ti_needs_r570() {
     // The wheel has sm_120 kernels, but a 12.6 driver can't drive sm_120.
     let v = wheel_verdict("RTX 5070 Ti", "560.35.03", "2.7.1+cu128");
-    expect(&v, Status::Fail, &["driver-too-old"]);
+    expect(&v, Status::Fail, &["driver-predates-gpu"]);
 }
 
 #[test]
@@ -610,21 +657,11 @@ fn no_sourced_ngc_release_is_an_unknown_image_on_h100_r580() {
         .map(|v| v.image.as_str())
         .collect();
     assert!(unknown.is_empty(), "{unknown:?}");
-    // R580 = CUDA 13.0 covers every release up to 25.11: none fails.
-    // (25.12 is CUDA 13.1: its verdict rests on the inferred 13.x
-    // NVIDIA_REQUIRE_CUDA, whose branch list has no 580, and says so.)
-    for v in verdicts
-        .iter()
-        .filter(|v| !unknown.contains(&v.image.as_str()))
-    {
-        if v.image.ends_with("25.12-py3") {
-            assert!(
-                v.reasons.iter().all(|r| r.message.contains("UNCONFIRMED")),
-                "{v:#?}"
-            );
-        } else {
-            assert_ne!(v.status, Status::Fail, "{v:#?}");
-        }
+    // R580 = CUDA 13.0 covers every release up to 25.11; 25.12 (CUDA 13.1)
+    // runs by minor-version compatibility (NGC images set cuda>=9.0, so no
+    // runtime refusal): none fails.
+    for v in &verdicts {
+        assert_ne!(v.status, Status::Fail, "{v:#?}");
     }
 }
 
@@ -729,7 +766,7 @@ fn no_gpu_host_warns_once_per_subject() {
     let request = CheckRequest {
         images: vec![catalog(CUDA_12_8)],
         pytorch: Some("2.6.0+cu124".into()),
-        precision: Some(Precision::Bf16),
+        precisions: vec![Precision::Bf16],
     };
     let verdicts = evaluate(kb(), &host, &request);
     assert_eq!(verdicts.len(), 3);

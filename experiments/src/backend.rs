@@ -1,5 +1,6 @@
 //! Backend selection: `flex` on CPU, `cuda` on NVIDIA GPUs.
 
+use crate::cuda_stack::CudaStack;
 use crate::error::UserError;
 
 /// The CPU backend used for training (pure Rust, SIMD gemm, rayon).
@@ -48,49 +49,220 @@ impl Resolved {
     }
 }
 
-/// `auto` = CUDA when compiled in and a device initialises, else CPU.
+/// `auto` = CUDA when compiled in and ready (see [`cuda_ready`]), else CPU.
 pub fn resolve(choice: BackendChoice) -> anyhow::Result<Resolved> {
     match choice {
         BackendChoice::Cpu => Ok(Resolved::Cpu),
-        BackendChoice::Auto => Ok(if cuda_usable() { Resolved::Cuda } else { Resolved::Cpu }),
+        BackendChoice::Auto => {
+            if !cuda_compiled() || !std::path::Path::new("/dev/nvidiactl").exists() {
+                return Ok(Resolved::Cpu);
+            }
+            match cuda_ready() {
+                Ok(()) => Ok(Resolved::Cuda),
+                Err(e) => {
+                    eprintln!(
+                        "envgen: --backend auto: the GPU is not usable, training on the CPU: {e}"
+                    );
+                    Ok(Resolved::Cpu)
+                }
+            }
+        }
         BackendChoice::Cuda if !cuda_compiled() => Err(UserError::usage(
             "--backend cuda: this envgen was built without the `cuda` feature",
         )
         .with_fix("rebuild with default features, or use --backend cpu")
         .into()),
-        BackendChoice::Cuda if !cuda_usable() => Err(UserError::environment(
-            "--backend cuda: no CUDA device could be initialised (driver, libcuda or NVRTC missing)",
-        )
-        .with_fix("run `envgen doctor`, or use --backend cpu")
-        .into()),
-        BackendChoice::Cuda => Ok(Resolved::Cuda),
+        BackendChoice::Cuda => {
+            cuda_ready()?;
+            Ok(Resolved::Cuda)
+        }
     }
 }
 
-/// Whether a CUDA device initialises. Burn panics when it cannot reach a
-/// driver, so the probe runs behind `catch_unwind` with the panic message
-/// silenced; a machine without NVIDIA device nodes is not even tried.
-pub fn cuda_usable() -> bool {
-    #[cfg(feature = "cuda")]
-    {
-        if !std::path::Path::new("/dev/nvidiactl").exists() {
-            return false;
-        }
-        let hook = std::panic::take_hook();
-        std::panic::set_hook(Box::new(|_| {}));
-        let ok = std::panic::catch_unwind(|| {
-            let device = burn::backend::cuda::CudaDevice::default();
-            let t = burn::tensor::Tensor::<Cuda, 1>::zeros([1], &device);
-            t.into_data().to_vec::<f32>().is_ok()
+static ALLOW_TF32: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether f32 matrix products on CUDA may use TF32 tensor cores: only for
+/// `--precision tf32`. `fp32` means fp32, as in PyTorch (whose
+/// `allow_tf32` is off for matmuls by default), and bf16/fp16 autocast keeps
+/// its f32 products in f32 too. Call before [`resolve`]; later calls have
+/// no effect on a process whose CUDA backend is set up.
+pub fn use_tf32(allow: bool) {
+    ALLOW_TF32.store(allow, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn tf32_allowed() -> bool {
+    ALLOW_TF32.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Everything `--backend cuda` needs, checked before any run directory is
+/// made, each missing piece with its own message and fix (exit 3): the
+/// driver and a device, NVRTC (+ builtins), the CUDA headers, an NVRTC no
+/// newer than the driver ([`CudaStack`]); then one bf16 matrix product is
+/// compiled, run and compared with the exact answer. Runs once per process.
+pub fn cuda_ready() -> Result<(), UserError> {
+    static READY: std::sync::OnceLock<Result<(), UserError>> = std::sync::OnceLock::new();
+    READY
+        .get_or_init(|| {
+            let stack = CudaStack::probe();
+            stack.activate().map_err(|p| p.to_user_error())?;
+            #[cfg(feature = "cuda")]
+            {
+                cubek_matmul::definition::set_allow_tf32(tf32_allowed());
+                configure_kernel_cache(&stack);
+            }
+            smoke_test(&stack)
         })
-        .unwrap_or(false);
-        std::panic::set_hook(hook);
-        ok
+        .clone()
+}
+
+/// envgen's cache folder: `$ENVGEN_CACHE_DIR`, else `$XDG_CACHE_HOME/envgen`,
+/// else `~/.cache/envgen`.
+pub fn cache_dir() -> Option<std::path::PathBuf> {
+    use std::path::PathBuf;
+    if let Some(dir) = std::env::var_os("ENVGEN_CACHE_DIR") {
+        return Some(PathBuf::from(dir));
     }
-    #[cfg(not(feature = "cuda"))]
+    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME") {
+        return Some(PathBuf::from(dir).join("envgen"));
+    }
+    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").join("envgen"))
+}
+
+/// The folder CubeCL keeps this GPU model's compiled kernels (PTX) and
+/// autotune results in: `<cache>/cubecl/<gpu-model>-sm<cc>` (`-tf32` added
+/// when TF32 is allowed: autotune results found with TF32 tiles must not be
+/// replayed without them). Kernels are compiled for one architecture and
+/// autotune results hold for one model, so each model has its own. None
+/// without a cache folder or a device.
+pub fn kernel_cache_dir(stack: &CudaStack) -> Option<std::path::PathBuf> {
+    let device = stack.driver.as_ref().ok()?.devices.first()?;
+    let (major, minor) = device.compute_capability;
+    let mut slug: String = device
+        .name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    while slug.contains("--") {
+        slug = slug.replace("--", "-");
+    }
+    let tf32 = if tf32_allowed() { "-tf32" } else { "" };
+    let slug = format!("{}-sm{major}{minor}{tf32}", slug.trim_matches('-'));
+    Some(cache_dir()?.join("cubecl").join(slug))
+}
+
+/// Compile once: point CubeCL's PTX cache and autotune cache at
+/// [`kernel_cache_dir`] (CubeCL's default keeps autotune results in the
+/// `target/` of the nearest Cargo project and compiles every kernel anew in
+/// each process). CubeCL's environment overrides (`CUBECL_DEBUG_LOG`,
+/// `CUBECL_AUTOTUNE_LEVEL`) still apply; a `cubecl.toml` is not read. Does
+/// nothing when CubeCL was configured already in this process.
+#[cfg(feature = "cuda")]
+fn configure_kernel_cache(stack: &CudaStack) {
+    use cubecl_runtime::config::{cache::CacheConfig, CubeClRuntimeConfig, RuntimeConfig};
+    let Some(dir) = kernel_cache_dir(stack) else {
+        return;
+    };
+    if std::fs::create_dir_all(&dir).is_err() {
+        eprintln!(
+            "envgen: cannot create the kernel cache {}: kernels are compiled anew in every run",
+            dir.display()
+        );
+        return;
+    }
+    let mut storage = CubeClRuntimeConfig::storage().lock();
+    if storage.is_some() {
+        return;
+    }
+    let mut config = CubeClRuntimeConfig::default().override_from_env();
+    config.compilation.cache = Some(CacheConfig::File(dir.clone()));
+    config.autotune.cache = CacheConfig::File(dir);
+    *storage = Some(std::sync::Arc::new(config));
+}
+
+#[cfg(feature = "cuda")]
+fn smoke_test(stack: &CudaStack) -> Result<(), UserError> {
+    use burn::tensor::{DType, Tensor, TensorData};
+    use std::sync::{Arc, Mutex};
+
+    // Small integers: exact in bf16, and every sum (|x| <= 2 * 2 * 32) is
+    // exact in bf16 and f32, so the right answer is known to the bit.
+    let (m, k, n) = (64, 32, 64);
+    let a: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 5) as f32 - 2.0).collect();
+    let b: Vec<f32> = (0..k * n).map(|i| ((i * 3) % 5) as f32 - 2.0).collect();
+    let mut expected = vec![0f32; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            expected[i * n + j] = (0..k).map(|t| a[i * k + t] * b[t * n + j]).sum();
+        }
+    }
+
+    eprintln!("envgen: CUDA backend: {}", stack.describe());
+    // Burn reports CUDA failures by panicking, often on a worker thread:
+    // keep the first panic message to say what failed.
+    let first_panic: Arc<Mutex<Option<String>>> = Arc::default();
+    let previous = std::panic::take_hook();
     {
-        false
+        let first_panic = first_panic.clone();
+        std::panic::set_hook(Box::new(move |info| {
+            let mut slot = first_panic.lock().unwrap_or_else(|e| e.into_inner());
+            if slot.is_none() {
+                *slot = Some(info.to_string());
+            }
+        }));
     }
+    let outcome = std::panic::catch_unwind(|| {
+        let device = burn::backend::cuda::CudaDevice::default();
+        let ta = Tensor::<Cuda, 2>::from_data(TensorData::new(a.clone(), [m, k]), &device)
+            .cast(DType::BF16);
+        let tb = Tensor::<Cuda, 2>::from_data(TensorData::new(b.clone(), [k, n]), &device)
+            .cast(DType::BF16);
+        ta.matmul(tb).cast(DType::F32).into_data().to_vec::<f32>()
+    });
+    std::panic::set_hook(previous);
+    let got = match outcome {
+        Ok(Ok(values)) => values,
+        Ok(Err(e)) => {
+            return Err(crate::cuda_stack::classify_failure(&format!("{e:?}")).to_user_error())
+        }
+        Err(_) => {
+            let message = first_panic
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+                .unwrap_or_default();
+            return Err(crate::cuda_stack::classify_failure(&message).to_user_error());
+        }
+    };
+    let standin = stack.is_standin();
+    let max_error = got
+        .iter()
+        .zip(&expected)
+        .map(|(g, e)| (g - e).abs())
+        .fold(0f32, f32::max);
+    if standin {
+        eprintln!(
+            "envgen: CUDA backend: the driver is envgen's stand-in (kernels compute nothing): \
+             the test kernel's result is not checked"
+        );
+    } else if got.len() != expected.len() || max_error != 0.0 {
+        return Err(UserError::environment(format!(
+            "--backend cuda: the test kernel (a 64x32x64 bf16 matrix product) ran but computed \
+             wrong values (largest error {max_error})"
+        ))
+        .with_fix("check the GPU with `nvidia-smi -q` (ECC errors) and report it with `envgen doctor --json`"));
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "cuda"))]
+fn smoke_test(_stack: &CudaStack) -> Result<(), UserError> {
+    Ok(())
 }
 
 /// Evaluate `$body` with the type alias `$B` set to the training backend

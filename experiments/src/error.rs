@@ -6,7 +6,7 @@
 
 use std::fmt;
 
-/// What went wrong, as far as the exit code is concerned (see CONTRACT.md).
+/// What went wrong, as far as the exit code is concerned (see docs/cli.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
     /// A check or an experiment failed: exit 1.

@@ -4,6 +4,7 @@
 //! runs natively, inside a Docker image, or inside a Slurm job.
 
 pub mod backend;
+pub mod cuda_stack;
 pub mod data;
 pub mod engine;
 pub mod error;

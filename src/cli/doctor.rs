@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use crate::compat::summary::{summarize, FamilySummary, GpuSummary};
 use crate::compat::{evaluate, CheckRequest, ImageFacts, KnowledgeBase, Reason, Status, Verdict};
-use crate::error::{Result, UserError};
+use crate::error::Result;
 use crate::host::{Host, HostSource};
 
 #[derive(Debug, clap::Args)]
@@ -14,16 +14,16 @@ pub struct Args {
     /// Image to check (catalog reference, envgen profile, or local Docker image); repeatable.
     #[arg(long = "image", value_name = "REF")]
     pub images: Vec<String>,
-    /// Check a PyTorch wheel build, e.g. 2.6.0+cu124.
-    #[arg(long, value_name = "VERSION")]
+    /// Check a PyTorch wheel build: release and CUDA variant, e.g. 2.6.0+cu124.
+    #[arg(long, value_name = "VERSION+CUDA")]
     pub pytorch: Option<String>,
-    /// Check that every GPU has the hardware for this precision.
-    #[arg(long, value_enum)]
-    pub precision: Option<crate::compat::Precision>,
+    /// Check that every GPU has the hardware for this precision; repeatable.
+    #[arg(long = "precision", value_enum)]
+    pub precisions: Vec<crate::compat::Precision>,
     /// Describe a GPU instead of probing (marketing name or SM); repeatable.
     #[arg(long = "assume-gpu", value_name = "NAME|SM")]
     pub assume_gpus: Vec<String>,
-    /// Describe the driver version instead of probing, e.g. 535.261.03.
+    /// Describe the driver instead of probing: its version (535.261.03) or branch (535).
     #[arg(long, value_name = "VERSION")]
     pub assume_driver: Option<String>,
     /// Print every catalog verdict (ok rows too), not just the summary or the answer.
@@ -46,18 +46,9 @@ struct Report<'a> {
     summary: Option<Vec<GpuSummary>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     catalog: Option<&'a [Verdict]>,
-}
-
-/// `--assume-driver` must look like a driver version ("535.261.03", "580.65").
-fn validate_driver(value: &str) -> Result<()> {
-    if crate::probe::proc::is_driver_version(value) {
-        return Ok(());
-    }
-    Err(UserError::usage(format!(
-        "--assume-driver {value:?} is not an NVIDIA driver version"
-    ))
-    .with_fix("give the version `nvidia-smi` prints, e.g. --assume-driver 535.261.03 or 580.65")
-    .into())
+    /// envgen's own CUDA backend on this host (probed hosts only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cuda_backend: Option<crate::probe::cuda_backend::CudaBackendVerdict>,
 }
 
 /// The image facts for `reference` (see [`crate::image::image_facts`]), else
@@ -74,14 +65,19 @@ impl Args {
     /// Did the user ask about something (an image, a wheel, a precision)?
     /// Then the answer is about that, not the catalog.
     fn asks_something(&self) -> bool {
-        !self.images.is_empty() || self.pytorch.is_some() || self.precision.is_some()
+        !self.images.is_empty() || self.pytorch.is_some() || !self.precisions.is_empty()
     }
 }
 
 pub fn execute(args: Args) -> Result<i32> {
     let kb = KnowledgeBase::embedded();
-    if let Some(driver) = &args.assume_driver {
-        validate_driver(driver)?;
+    // A wheel is a release *and* a CUDA variant: "2.8.0" alone names three
+    // builds whose verdicts differ (cu126 still has sm_50 kernels, cu129 has
+    // sm_120), and which one pip picks depends on the index. So a bare or
+    // unknown build is a usage error listing the builds of that release
+    // (exit 2), as the docs say, not a guess.
+    if let Some(spec) = &args.pytorch {
+        kb.wheel(spec)?;
     }
     let assumed = !args.assume_gpus.is_empty() || args.assume_driver.is_some();
     let host = if assumed {
@@ -92,12 +88,23 @@ pub fn execute(args: Args) -> Result<i32> {
         crate::probe::probe_host()
     };
 
+    // envgen's own backend: only on a probed host (an assumed one has no
+    // libraries to load).
+    let cuda_backend = (!assumed).then(crate::probe::cuda_backend::check);
+
     let catalog_request = CheckRequest::only_images(kb.images().to_vec());
     let (verdicts, catalog) = if args.asks_something() {
         let request = CheckRequest {
             images: args.images.iter().map(|r| image_facts(kb, r)).collect(),
             pytorch: args.pytorch.clone(),
-            precision: args.precision,
+            // `--precision bf16 --precision bf16` asks one question.
+            precisions: args
+                .precisions
+                .iter()
+                .enumerate()
+                .filter(|(i, p)| !args.precisions[..*i].contains(p))
+                .map(|(_, p)| *p)
+                .collect(),
         };
         let catalog = (args.json || args.all).then(|| evaluate(kb, &host, &catalog_request));
         (evaluate(kb, &host, &request), catalog)
@@ -111,6 +118,7 @@ pub fn execute(args: Args) -> Result<i32> {
             verdicts: &verdicts,
             summary: (!args.asks_something()).then(|| summarize(&verdicts)),
             catalog: catalog.as_deref(),
+            cuda_backend: cuda_backend.clone(),
         };
         write_stdout(&format!("{}\n", serde_json::to_string_pretty(&document)?))?;
     } else {
@@ -124,6 +132,10 @@ pub fn execute(args: Args) -> Result<i32> {
             text += &render_catalog(&host, &verdicts, true);
         } else {
             text += &render_summary(&host, &verdicts);
+        }
+        // On a host without NVIDIA GPUs the block would only say so again.
+        if let Some(backend) = cuda_backend.as_ref().filter(|_| !host.gpus.is_empty()) {
+            text += &backend.render();
         }
         write_stdout(&text)?;
     }
@@ -572,7 +584,7 @@ mod tests {
         let args = |images: &[&str]| Args {
             images: images.iter().map(|s| s.to_string()).collect(),
             pytorch: None,
-            precision: None,
+            precisions: vec![],
             assume_gpus: vec![],
             assume_driver: None,
             all: false,
@@ -616,10 +628,12 @@ mod tests {
     }
 
     #[test]
-    fn driver_validation_names_the_value() {
-        let err = validate_driver("banana").unwrap_err();
-        assert!(err.to_string().contains("banana"));
-        assert!(validate_driver("535.261.03").is_ok());
-        assert!(validate_driver("580.65").is_ok());
+    fn driver_validation_names_the_value_and_takes_a_bare_branch() {
+        let kb = KnowledgeBase::embedded();
+        let err = kb.assumed_host(&[], Some("banana")).unwrap_err();
+        assert!(crate::error::render(&err).contains("banana"));
+        for driver in ["535.261.03", "580.65", "535"] {
+            assert!(kb.assumed_host(&[], Some(driver)).is_ok(), "{driver}");
+        }
     }
 }

@@ -17,6 +17,7 @@ pub mod run;
 pub mod runs;
 pub mod sample;
 pub mod sudoku;
+pub mod warmup;
 
 /// Reproducible deep-learning research environments on any NVIDIA machine.
 #[derive(Debug, Parser)]
@@ -59,6 +60,9 @@ pub enum Command {
     /// Sudoku toolkit: solve, generate, build the HRM dataset.
     #[command(subcommand)]
     Sudoku(sudoku::Command),
+    /// Compile an experiment's CUDA kernels into the kernel cache, so that
+    /// its runs on this GPU start in seconds.
+    Warmup(warmup::Args),
 }
 
 /// Run the parsed command; `Ok` carries the exit code (0, or 1 for a failed check).
@@ -75,5 +79,6 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
         Command::Eval(args) => eval::execute(args),
         Command::Export(cmd) => export::execute(cmd),
         Command::Sudoku(cmd) => sudoku::execute(cmd),
+        Command::Warmup(args) => warmup::execute(args),
     }
 }

@@ -51,6 +51,10 @@ pub struct Args {
     pub memory_limit: Option<String>,
     /// Measure only; do not write the profile file.
     #[arg(long)]
+    pub measure_only: bool,
+    /// Check the flags, the config, the candidates and the profile as the
+    /// probe would, print the plan and exit: no trial runs, nothing written.
+    #[arg(long)]
     pub dry_run: bool,
     #[arg(long)]
     pub json: bool,
@@ -75,6 +79,10 @@ pub fn execute(args: Args) -> Result<i32> {
         [] => default_candidates(loaded.batch_size),
         given => checked_candidates(given, loaded.batch_size)?,
     };
+    run::check_data_files(&loaded.science)?;
+    if args.dry_run {
+        return dry_run(&args, experiment.name(), &preset, &loaded, &candidates);
+    }
     let resolved = envgen_experiments::backend::resolve(args.backend.into())?;
     let host = crate::probe::probe_host();
     let gpu = (resolved.name() == "cuda")
@@ -152,14 +160,14 @@ pub fn execute(args: Args) -> Result<i32> {
         measured_at: envgen_experiments::engine::rundir::now_rfc3339(),
         trials: trials.clone(),
     };
-    let written = if args.dry_run {
+    let written = if args.measure_only {
         None
     } else {
         let path = profiles::user_file().ok_or_else(|| {
             UserError::environment(
                 "no HOME, XDG_CONFIG_HOME or ENVGEN_CONFIG_DIR to write the profile file in",
             )
-            .with_fix("set one of them, or use --dry-run")
+            .with_fix("set one of them, or use --measure-only")
         })?;
         let template = probed_profile(gpu, resolved.name(), choice.precision, &device);
         Profiles::record_measurement(&path, &template, &key, measurement.clone())?;
@@ -187,6 +195,58 @@ pub fn execute(args: Args) -> Result<i32> {
         if let Some((path, name)) = &written {
             println!("written to profile {name} in {}", path.display());
         }
+    }
+    Ok(0)
+}
+
+/// `--dry-run`: the trials the probe would run, and with which profile.
+fn dry_run(
+    args: &Args,
+    experiment: &str,
+    preset: &str,
+    loaded: &envgen_experiments::registry::ResolvedConfig,
+    candidates: &[usize],
+) -> Result<i32> {
+    let backend = run::native_backend_plan(args.backend)?;
+    let host = crate::probe::probe_host();
+    let gpu = (backend.name == "cuda")
+        .then(|| host.gpus.first())
+        .flatten();
+    let choice = Profiles::load()?.choose(
+        gpu,
+        None,
+        args.precision.map(Precision::from),
+        experiment,
+        preset,
+    )?;
+    let doc = json!({
+        "dry_run": true,
+        "experiment": experiment,
+        "preset": preset,
+        "config_hash": loaded.config_hash()?,
+        "global_batch": loaded.batch_size,
+        "backend": backend.name,
+        "backend_note": backend.note,
+        "precision": choice.precision.name(),
+        "profile": choice.profile,
+        "micro_batches": candidates,
+        "steps_per_trial": args.steps + 1,
+        "memory_limit": args.memory_limit,
+        "writes_profile_file": !args.measure_only,
+        "profile_file": profiles::user_file(),
+    });
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        println!(
+            "dry run: envgen would probe {experiment}/{preset} (config_hash {}) on {} at {}: micro-batches {:?} of global batch {}, {} steps each; nothing was run",
+            doc["config_hash"].as_str().unwrap_or("-"),
+            backend.name,
+            choice.precision.name(),
+            candidates,
+            loaded.batch_size,
+            args.steps + 1,
+        );
     }
     Ok(0)
 }

@@ -37,6 +37,21 @@ pub struct CudaFile {
     pub forward_compat: ForwardCompat,
     pub driver_branch: Vec<DriverBranch>,
     pub sm: Vec<SmSupport>,
+    pub architecture: Vec<Architecture>,
+}
+
+/// The oldest driver that can drive a GPU architecture at all: the toolkit
+/// driver of the first CUDA release with its SM.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Architecture {
+    pub name: String,
+    pub compute_capabilities: Vec<String>,
+    pub first_cuda: String,
+    pub min_driver_linux: String,
+    #[serde(default)]
+    pub unconfirmed: Vec<String>,
+    pub source: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -134,6 +149,24 @@ pub struct ImagesFile {
     pub require_cuda: Vec<RequireCudaShape>,
     #[serde(default)]
     pub require_cuda_exact: Vec<RequireCudaExact>,
+    pub ngc_runtime: NgcRuntime,
+}
+
+/// What every NGC framework image sets and its entrypoint does at start.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NgcRuntime {
+    /// The image's own NVIDIA_REQUIRE_CUDA ("cuda>=9.0").
+    pub require_cuda: String,
+    /// What the entrypoint prints when it enables each compatibility mode.
+    pub forward_compat_notice: String,
+    pub minor_compat_notice: String,
+    /// Printed when no mode can bridge the driver; `{built_for}` and `{driver}`
+    /// are filled in.
+    pub unavailable_error: String,
+    #[serde(default)]
+    pub unconfirmed: Vec<String>,
+    pub source: String,
 }
 
 #[derive(Debug, Deserialize)]

@@ -7,10 +7,15 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::require::{brands_for_class, Outcome, RequireRule, RuntimeFacts};
+mod driver;
+mod subjects;
+
+use super::require::RequireRule;
 use super::version::{parse_compute_capability, Version};
 use super::{ImageFacts, KnowledgeBase};
-use crate::host::{Gpu, GpuClass, Host};
+use crate::host::{Gpu, Host};
+use driver::{check_driver, check_require_cuda, driver_predates_gpu, DriverFacts, Packaging};
+use subjects::{check_precision, check_wheel};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -41,7 +46,7 @@ impl Precision {
     }
 }
 
-/// One finding, with a stable code from CONTRACT.md.
+/// One finding, with a stable code from docs/cli.md.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Reason {
     pub code: String,
@@ -85,7 +90,8 @@ pub struct CheckRequest {
     /// precision is the only thing asked for (see [`CheckRequest::only_images`]).
     pub images: Vec<ImageFacts>,
     pub pytorch: Option<String>,
-    pub precision: Option<Precision>,
+    /// Precisions to check (`--precision`, repeatable).
+    pub precisions: Vec<Precision>,
 }
 
 impl CheckRequest {
@@ -94,7 +100,7 @@ impl CheckRequest {
     fn images_to_check<'a>(&'a self, kb: &'a KnowledgeBase) -> &'a [ImageFacts] {
         if !self.images.is_empty() {
             &self.images
-        } else if self.pytorch.is_none() && self.precision.is_none() {
+        } else if self.pytorch.is_none() && self.precisions.is_empty() {
             kb.images()
         } else {
             &[]
@@ -130,20 +136,21 @@ pub fn evaluate(kb: &KnowledgeBase, host: &Host, request: &CheckRequest) -> Vec<
     if let Some(spec) = &request.pytorch {
         subjects.push(Subject::Wheel(spec));
     }
-    if let Some(precision) = request.precision {
-        subjects.push(Subject::Precision(precision));
+    for precision in &request.precisions {
+        subjects.push(Subject::Precision(*precision));
     }
     // Catalog images share a handful of NVIDIA_REQUIRE_CUDA rules: parse each once.
     let mut rules: HashMap<&str, Result<RequireRule, String>> = HashMap::new();
     for subject in &subjects {
-        if let Subject::Image(ImageFacts {
-            require_cuda: Some(rule),
-            ..
-        }) = subject
-        {
-            rules
-                .entry(rule.as_str())
-                .or_insert_with(|| RequireRule::parse(rule).map_err(|e| e.to_string()));
+        if let Subject::Image(image) = subject {
+            for rule in [&image.require_cuda, &image.forward_compat_rule]
+                .into_iter()
+                .flatten()
+            {
+                rules
+                    .entry(rule.as_str())
+                    .or_insert_with(|| RequireRule::parse(rule).map_err(|e| e.to_string()));
+            }
         }
     }
     let mut verdicts = Vec::new();
@@ -154,10 +161,19 @@ pub fn evaluate(kb: &KnowledgeBase, host: &Host, request: &CheckRequest) -> Vec<
             continue;
         }
         for gpu in &host.gpus {
-            let reasons = match subject {
-                Subject::Image(image) => check_image(kb, &driver, gpu, image, &rules),
-                Subject::Wheel(spec) => check_wheel(kb, &driver, gpu, spec),
-                Subject::Precision(precision) => check_precision(kb, gpu, *precision),
+            // Whether the driver can drive this GPU at all comes first, for
+            // every subject that uses the GPU (issue #27).
+            let gate = subject
+                .uses_gpu()
+                .then(|| driver_predates_gpu(kb, &driver, gpu))
+                .flatten();
+            let reasons = match (gate, subject) {
+                (Some(gate), _) => unknown_gpu(gpu).into_iter().chain([gate]).collect(),
+                (None, subject) => match subject {
+                    Subject::Image(image) => check_image(kb, &driver, gpu, image, &rules),
+                    Subject::Wheel(spec) => check_wheel(kb, &driver, gpu, spec),
+                    Subject::Precision(precision) => check_precision(kb, gpu, *precision),
+                },
             };
             let mut reasons = reasons;
             annotate_gpu_facts(kb, gpu, &mut reasons);
@@ -174,6 +190,14 @@ enum Subject<'a> {
 }
 
 impl Subject<'_> {
+    /// Everything but an envgen CPU image (which never touches the GPU).
+    fn uses_gpu(&self) -> bool {
+        match self {
+            Subject::Image(image) => !is_envgen_cpu_image(image),
+            _ => true,
+        }
+    }
+
     fn label(&self) -> String {
         match self {
             Subject::Image(image) => image.reference.clone(),
@@ -196,57 +220,6 @@ fn no_gpu(subject: &Subject) -> Reason {
         format!("no NVIDIA GPU found on this host; {} can only run on the CPU here", subject.label()),
         "run on a machine with an NVIDIA GPU, or check a described one with --assume-gpu NAME --assume-driver VERSION".into(),
     )
-}
-
-/// The driver as the checks need it.
-struct DriverFacts {
-    /// As the host reported it ("535.261.03": leading zeros kept for messages).
-    text: Option<String>,
-    version: Option<Version>,
-    /// The newest CUDA the driver supports (major.minor).
-    max_cuda: Option<Version>,
-    /// `max_cuda` is only the major's floor ("11.0" for R470).
-    floor_only: bool,
-}
-
-impl DriverFacts {
-    fn of(kb: &KnowledgeBase, host: &Host) -> DriverFacts {
-        let version = host.driver_version.as_deref().and_then(Version::parse);
-        let max_cuda = host
-            .cuda_driver_version
-            .as_deref()
-            .and_then(Version::parse)
-            .map(|v| v.major_minor())
-            .or_else(|| version.as_ref().and_then(|v| kb.max_cuda_for_driver(v)));
-        // Older than every release in env/cuda.toml (e.g. R470): all we know
-        // is its CUDA major from the minor-compat table; X.0 is a safe floor.
-        let (max_cuda, floor_only) = match max_cuda {
-            Some(cuda) => (Some(cuda), false),
-            None => {
-                let floor = version
-                    .as_ref()
-                    .and_then(|v| kb.driver_cuda_major(v))
-                    .and_then(|major| Version::parse(&format!("{major}.0")));
-                (floor.clone(), floor.is_some())
-            }
-        };
-        DriverFacts {
-            text: host.driver_version.clone(),
-            version,
-            max_cuda,
-            floor_only,
-        }
-    }
-
-    fn describe(&self) -> String {
-        match (&self.text, &self.max_cuda) {
-            (Some(v), Some(c)) if self.floor_only => format!("driver {v} (CUDA {}.x)", c.major()),
-            (Some(v), Some(c)) => format!("driver {v} (CUDA {c})"),
-            (Some(v), None) => format!("driver {v}"),
-            (None, Some(c)) => format!("a driver for CUDA {c}"),
-            (None, None) => "an unknown driver".into(),
-        }
-    }
 }
 
 /// "(relies on UNCONFIRMED data: …)" when any of `keys` is marked unconfirmed.
@@ -292,6 +265,7 @@ fn annotate_gpu_facts(kb: &KnowledgeBase, gpu: &Gpu, reasons: &mut [Reason]) {
         spec.unconfirmed.join("; ")
     );
     let depends_on_gpu = [
+        "driver-predates-gpu",
         "no-kernel-image",
         "arch-dropped",
         "forward-compat-unsupported",
@@ -389,214 +363,10 @@ fn list_archs(archs: &[String]) -> String {
         .join(", ")
 }
 
-/// How the software gets a newer CUDA than the driver's.
-#[derive(Clone, Copy, PartialEq)]
-enum Packaging {
-    /// NGC / nvidia/cuda images: ship the cuda-compat libraries.
-    ImageWithCompatLibs,
-    /// A pip wheel: bundles the CUDA runtime only.
-    Wheel,
-}
-
-/// Driver vs. the CUDA version the software was built with (`target`).
-/// `needs_jit`: the software needs the driver to compile PTX of `target`.
-fn check_driver(
-    kb: &KnowledgeBase,
-    driver: &DriverFacts,
-    gpu: &Gpu,
-    target: &Version,
-    packaging: Packaging,
-    needs_jit: bool,
-) -> Vec<Reason> {
-    let target = target.major_minor();
-    let Some(max_cuda) = &driver.max_cuda else {
-        // A driver older than CUDA 11's minor-compat minimum runs none of it.
-        return match &driver.text {
-            Some(text) => vec![reason(
-                "driver-too-old",
-                Status::Fail,
-                format!("driver {text} is older than every CUDA release envgen knows (CUDA 11.x needs ≥ 450.80.02); CUDA {target} cannot run"),
-                format!("upgrade the driver to ≥ {}", kb.toolkit_driver_min(&target).map(|v| v.to_string()).unwrap_or_else(|| "a current branch".into())),
-            )],
-            None => Vec::new(),
-        };
-    };
-    if *max_cuda >= target {
-        return Vec::new();
-    }
-    let have = driver.describe();
-    let cc = gpu_cc(gpu);
-    // A GPU newer than the driver's CUDA can't be driven by it without the
-    // forward-compat libraries (e.g. sm_120 needs CUDA 12.8 / R570).
-    let gpu_needs_newer = cc
-        .as_ref()
-        .and_then(|cc| kb.sm_support(cc))
-        .and_then(|sm| sm.first_cuda.as_deref().and_then(Version::parse))
-        .filter(|first| first > max_cuda);
-    // The driver to recommend must serve both the software and the GPU.
-    let driver_target = match &gpu_needs_newer {
-        Some(first) if *first > target => first.clone(),
-        _ => target.clone(),
-    };
-    let full_driver = kb
-        .toolkit_driver_min(&driver_target)
-        .map(|v| format!("{v} (R{})", v.major()))
-        .unwrap_or_else(|| format!("the one bundled with CUDA {driver_target}"));
-    let older = kb
-        .newest_base_at_most(max_cuda)
-        .map(|tag| format!(" or use CUDA ≤ {max_cuda} software (e.g. nvidia/cuda:{tag}-* images)"))
-        .unwrap_or_else(|| format!(" or use software built for CUDA ≤ {max_cuda}"));
-    let upgrade = format!("upgrade the driver to ≥ {full_driver}{older}");
-    let minor_compat_ok = driver
-        .version
-        .as_ref()
-        .map_or(max_cuda.major() == target.major(), |v| {
-            kb.driver_cuda_major(v) == Some(target.major())
-                && kb
-                    .minor_compat_min(target.major())
-                    .is_some_and(|min| v >= &min)
-        });
-    let fc = kb.forward_compat();
-    // Only images carry the cuda-compat libraries; a wheel can't use them.
-    let fc_class = packaging == Packaging::ImageWithCompatLibs
-        && gpu
-            .class
-            .is_some_and(|class| fc.is_some_and(|fc| fc.classes.contains(&class)));
-    let fc_note = fc
-        .filter(|fc| !fc.unconfirmed.is_empty())
-        .map(|fc| {
-            format!(
-                "; which branch supports which cuda-compat package is UNCONFIRMED ({})",
-                fc.source
-            )
-        })
-        .unwrap_or_default();
-    let mut reasons = Vec::new();
-
-    if packaging == Packaging::Wheel && (gpu_needs_newer.is_some() || !minor_compat_ok) {
-        let why = match &gpu_needs_newer {
-            Some(first) => format!("{} needs a driver for CUDA ≥ {first}", gpu_label(gpu)),
-            None => format!(
-                "a CUDA {target} runtime needs a CUDA {}.x driver ≥ {}",
-                target.major(),
-                kb.minor_compat_min(target.major())
-                    .map(|v| v.to_string())
-                    .unwrap_or_else(|| "?".into())
-            ),
-        };
-        reasons.push(reason(
-            "driver-too-old",
-            Status::Fail,
-            format!("{have} is too old: {why} (PyTorch reports \"The NVIDIA driver on your system is too old\"); wheels do not ship forward-compat libraries"),
-            upgrade.clone(),
-        ));
-        return reasons;
-    }
-    if gpu_needs_newer.is_none() && minor_compat_ok && !fc_class {
-        reasons.push(reason(
-            "minor-version-compat",
-            Status::Warn,
-            format!("CUDA {target} runs on {have} through minor-version compatibility: a limited feature set, and the driver cannot JIT-compile PTX newer than CUDA {max_cuda}"),
-            upgrade.clone(),
-        ));
-        if needs_jit {
-            reasons.push(ptx_jit_too_new(&have, &target, max_cuda, &upgrade));
-        }
-        return reasons;
-    }
-    if let (true, Some(first)) = (fc_class, &gpu_needs_newer) {
-        // The cuda-compat package replaces user-mode libraries only; the
-        // kernel-mode driver still has to know the GPU (envgen's reading of
-        // "subject to platform and GPU support": listed as UNCONFIRMED).
-        reasons.push(reason(
-            "driver-too-old",
-            Status::Fail,
-            format!(
-                "{} needs a driver of CUDA ≥ {first}; {have} predates it, and the forward-compatibility libraries upgrade only the user-mode driver (UNCONFIRMED reading of the forward-compatibility guide)",
-                gpu_label(gpu)
-            ),
-            upgrade,
-        ));
-        return reasons;
-    }
-    if fc_class {
-        reasons.push(reason(
-            "forward-compat-required",
-            Status::Warn,
-            format!(
-                "CUDA {target} needs the forward-compatibility libraries (cuda-compat-{}-{}) on {have}; the image ships them and {} supports them{}",
-                target.major(), target.minor(), gpu_label(gpu), fc_note
-            ),
-            format!("keep the image's /usr/local/cuda/compat libraries on the library path (NGC images enable them automatically), or {upgrade}"),
-        ));
-        return reasons;
-    }
-    let why = match (&gpu_needs_newer, gpu.class) {
-        (Some(first), _) => format!(
-            "{} needs CUDA ≥ {first}, which {have} lacks",
-            gpu_label(gpu)
-        ),
-        (None, _) => format!("CUDA {target} is a newer major than {have}"),
-    };
-    let class = match gpu.class {
-        Some(GpuClass::Consumer) => "a consumer (GeForce) GPU".to_string(),
-        Some(GpuClass::Workstation) => "a workstation GPU".to_string(),
-        Some(other) => format!("a {other:?} GPU"),
-        None => "a GPU of unknown market class".to_string(),
-    };
-    let (code, name, text) = fc
-        .map(|fc| (fc.error_code, fc.error_name.clone(), fc.error_text.clone()))
-        .unwrap_or((
-            804,
-            "cudaErrorCompatNotSupportedOnDevice".into(),
-            String::new(),
-        ));
-    reasons.push(reason(
-        "forward-compat-unsupported",
-        Status::Fail,
-        format!(
-            "{why}; only forward compatibility could bridge that, and it is unavailable on {class} (error {code} {name}: \"{text}\"; the \"select NGC Server Ready RTX SKUs\" exception is not modelled)"
-        ),
-        upgrade,
-    ));
-    reasons
-}
-
-fn ptx_jit_too_new(have: &str, target: &Version, max_cuda: &Version, upgrade: &str) -> Reason {
-    reason(
-        "ptx-jit-too-new",
-        Status::Fail,
-        format!("the kernels are compiled from CUDA {target} PTX at run time, but {have} can only JIT PTX up to CUDA {max_cuda} (CUDA_ERROR_UNSUPPORTED_PTX_VERSION: \"the provided PTX was compiled with an unsupported toolchain\")"),
-        upgrade.to_string(),
-    )
-}
-
-/// The image's NVIDIA_REQUIRE_CUDA, checked as the container runtime would.
-/// `Ok(None)`: satisfied or not checkable; `Ok(Some(text))`: the refusal.
-fn check_require_cuda(
-    driver: &DriverFacts,
-    gpu: &Gpu,
-    rule: &Result<RequireRule, String>,
-) -> Result<Option<String>, String> {
-    let rule = rule.as_ref().map_err(Clone::clone)?;
-    if driver.version.is_none() && driver.max_cuda.is_none() {
-        return Ok(None);
-    }
-    let brands = brands_for_class(gpu.class);
-    let facts = RuntimeFacts {
-        cuda: driver.max_cuda.clone(),
-        driver: driver.version.clone(),
-        arch: gpu_cc(gpu),
-        brands,
-    };
-    Ok(match rule.evaluate(&facts) {
-        Outcome::Satisfied => None,
-        Outcome::Unsatisfied { first_failed, alternatives } => Some(format!(
-            "the NVIDIA runtime refuses to start it: \"unsatisfied condition: {first_failed}\" (none of the {alternatives} NVIDIA_REQUIRE_CUDA alternatives holds for {} with brand {})",
-            driver.describe(),
-            brands.join("/")
-        )),
-    })
+/// envgen's own CPU profile: nothing in it touches the GPU or driver.
+fn is_envgen_cpu_image(image: &ImageFacts) -> bool {
+    let envgen_made = image.origin == "profile" || image.origin == "envgen-image";
+    envgen_made && image.cuda.is_none() && image.require_cuda.is_none()
 }
 
 fn check_image(
@@ -607,8 +377,7 @@ fn check_image(
     rules: &HashMap<&str, Result<RequireRule, String>>,
 ) -> Vec<Reason> {
     let mut reasons: Vec<Reason> = unknown_gpu(gpu).into_iter().collect();
-    let envgen_made = image.origin == "profile" || image.origin == "envgen-image";
-    if envgen_made && image.cuda.is_none() && image.require_cuda.is_none() {
+    if is_envgen_cpu_image(image) {
         // envgen's own CPU profile: nothing in it touches the GPU or driver.
         reasons.push(reason(
             "cpu-only",
@@ -730,14 +499,20 @@ fn check_image(
 
     // Driver: the image's CUDA vs the driver's, then the runtime's gate.
     if let Some(cuda) = &cuda {
-        let mut driver_reasons = check_driver(
-            kb,
-            driver,
-            gpu,
-            cuda,
-            Packaging::ImageWithCompatLibs,
-            needs_jit,
-        );
+        let packaging = if image.ngc_entrypoint {
+            let fc_rule = image
+                .forward_compat_rule
+                .as_deref()
+                .and_then(|r| rules.get(r));
+            Packaging::NgcImage {
+                fc_branch_ok: fc_rule
+                    .and_then(|rule| check_require_cuda(driver, gpu, rule).ok())
+                    .map(|refusal| refusal.is_none()),
+            }
+        } else {
+            Packaging::ImageWithCompatLibs
+        };
+        let mut driver_reasons = check_driver(kb, driver, gpu, cuda, packaging, needs_jit);
         let note = unconfirmed_note(&image.unconfirmed, &["cuda"]);
         for r in &mut driver_reasons {
             r.message.push_str(&note);
@@ -774,131 +549,5 @@ fn check_image(
             }
         }
     }
-    reasons
-}
-
-fn check_wheel(kb: &KnowledgeBase, driver: &DriverFacts, gpu: &Gpu, spec: &str) -> Vec<Reason> {
-    let Ok(wheel) = kb.wheel(spec) else {
-        return vec![reason(
-            "unknown-image",
-            Status::Warn,
-            format!("PyTorch wheel {spec} is not in env/pytorch.toml: nothing was checked"),
-            "pass a known build such as 2.7.1+cu128 (see env/pytorch.toml)".into(),
-        )];
-    };
-    let mut reasons: Vec<Reason> = unknown_gpu(gpu).into_iter().collect();
-    let note = unconfirmed_note(&wheel.unconfirmed, &["arch", "intermediate"]);
-    let cuda = Version::parse(&wheel.cuda);
-    let mut needs_jit = false;
-    if let Some(cc) = gpu_cc(gpu) {
-        let dropped_by_toolkit = kb
-            .sm_support(&cc)
-            .and_then(|sm| sm.last_cuda.as_deref().and_then(Version::parse))
-            .zip(cuda.as_ref())
-            .filter(|(last, cuda)| cuda.major_minor() > *last);
-        match kernel_match(&cc, &wheel.sass, &wheel.ptx) {
-            KernelMatch::Sass => {}
-            KernelMatch::Ptx(_) => needs_jit = true,
-            KernelMatch::None => {
-                let fixed_by = kb
-                    .wheels()
-                    .iter()
-                    .find(|w| {
-                        kernel_match(&cc, &w.sass, &w.ptx) == KernelMatch::Sass
-                            && w.unconfirmed.is_empty()
-                    })
-                    .map(|w| {
-                        format!(
-                            "install a build with sm_{}{} kernels, e.g. torch {}",
-                            cc.major(),
-                            cc.minor(),
-                            w.spec
-                        )
-                    })
-                    .unwrap_or_else(|| {
-                        "no PyTorch build in env/pytorch.toml supports this GPU".into()
-                    });
-                let (code, why) = match dropped_by_toolkit {
-                    Some((last, _)) => (
-                        "arch-dropped",
-                        format!(
-                            "; CUDA {} dropped this architecture (last toolkit: CUDA {last})",
-                            wheel.cuda
-                        ),
-                    ),
-                    None => ("no-kernel-image", String::new()),
-                };
-                reasons.push(reason(
-                    code,
-                    Status::Fail,
-                    format!("torch {} has kernels for {} (PTX: {}); none runs on {}{why}: \"CUDA error: no kernel image is available for execution on the device\"{note}",
-                        wheel.spec, list_archs(&wheel.sass), list_archs(&wheel.ptx), gpu_label(gpu)),
-                    fixed_by,
-                ));
-            }
-        }
-    }
-    if let Some(cuda) = &cuda {
-        reasons.extend(check_driver(
-            kb,
-            driver,
-            gpu,
-            cuda,
-            Packaging::Wheel,
-            needs_jit,
-        ));
-    }
-    reasons
-}
-
-fn check_precision(kb: &KnowledgeBase, gpu: &Gpu, precision: Precision) -> Vec<Reason> {
-    let mut reasons: Vec<Reason> = unknown_gpu(gpu).into_iter().collect();
-    let Some(cc) = gpu_cc(gpu) else {
-        return reasons;
-    };
-    let Some(feature) = kb.precision_feature(precision.name()) else {
-        return reasons;
-    };
-    let Some(min) = Version::parse(&feature.min_compute_capability) else {
-        return reasons;
-    };
-    if cc >= min {
-        return reasons;
-    }
-    let label = gpu_label(gpu);
-    let (code, status, message, fix) = match precision {
-        Precision::Bf16 => (
-            "bf16-unsupported",
-            Status::Fail,
-            format!("{label} has no BF16 support: BF16 needs compute capability ≥ {min} (Ampere or newer)"),
-            "train in fp16 with loss scaling (or fp32) on this GPU, or use an Ampere+ GPU (A100, A30, L4, H100 …)".to_string(),
-        ),
-        Precision::Fp8 => (
-            "fp8-unsupported",
-            Status::Fail,
-            format!("{label} has no FP8 tensor cores: FP8 needs compute capability ≥ {min} (Ada L4/L40S/RTX 4090, Hopper H100/H200, Blackwell); Ampere A100/A30 (8.0) have none"),
-            "use bf16 on this GPU, or run FP8 on an L4, L40S, H100/H200 or B200".to_string(),
-        ),
-        // Not contract codes: TF32/FP16 below their threshold still compute
-        // (in FP32 / without tensor cores), only slower.
-        Precision::Tf32 => (
-            "tf32-unsupported",
-            Status::Warn,
-            format!("{label} has no TF32 tensor cores (compute capability ≥ {min}): matmuls run in full FP32, slower"),
-            "expect FP32 speed, or use fp16 with loss scaling on this GPU".to_string(),
-        ),
-        Precision::Fp16 => (
-            "fp16-unsupported",
-            Status::Warn,
-            format!("{label} has no FP16 tensor cores (compute capability ≥ {min}): FP16 runs without tensor-core speed-ups"),
-            "use fp32 on this GPU, or a Volta+ GPU".to_string(),
-        ),
-    };
-    reasons.push(reason(
-        code,
-        status,
-        format!("{message}{}", unconfirmed_note(&feature.unconfirmed, &[""])),
-        fix,
-    ));
     reasons
 }

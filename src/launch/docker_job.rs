@@ -34,6 +34,9 @@ const CONTAINER_USER_WHEN_ROOT: u32 = 1000;
 pub const CONTAINER_RUN_DIR: &str = "/run/envgen/run";
 /// Where data directory N is mounted (read-only) in the container.
 pub const CONTAINER_DATA_DIR: &str = "/run/envgen/data";
+/// Where the host's CUDA kernel cache (`<cache>/cubecl`) is mounted for GPU
+/// runs, so a container compiles a kernel once per host, not once per run.
+pub const CONTAINER_CACHE_DIR: &str = "/run/envgen/cache";
 /// `HOST=CONTAINER` pairs, `\n`-separated: how the container's envgen maps
 /// the host paths in the science config to the mounts.
 pub const PATH_MAP_ENV: &str = "ENVGEN_PATH_MAP";
@@ -65,6 +68,14 @@ pub fn map_paths(science: &mut toml::Value, map: &[(PathBuf, PathBuf)]) {
         }
     }
     walk(science, "", map);
+}
+
+/// This user's kernel cache folder (created if missing), for GPU containers;
+/// None when there is no cache folder or it cannot be made.
+fn kernel_cache_on_host() -> Option<PathBuf> {
+    let dir = envgen_experiments::backend::cache_dir()?.join("cubecl");
+    std::fs::create_dir_all(&dir).ok()?;
+    Some(dir)
 }
 
 /// The host path of a path inside the container (data mounts only), for
@@ -226,19 +237,30 @@ pub async fn run(
             read_only: true,
         });
     }
+    let mut env = vec![
+        (
+            "ENVGEN_LOG".into(),
+            std::env::var("ENVGEN_LOG").unwrap_or_default(),
+        ),
+        (PATH_MAP_ENV.into(), path_map.join("\n")),
+    ];
+    if job.gpus != GpuRequest::None {
+        if let Some(cache) = kernel_cache_on_host() {
+            mounts.push(Mount {
+                host: cache,
+                container: format!("{CONTAINER_CACHE_DIR}/cubecl"),
+                read_only: false,
+            });
+            env.push(("ENVGEN_CACHE_DIR".into(), CONTAINER_CACHE_DIR.into()));
+        }
+    }
     let spec = ContainerSpec {
         name: container_name(&run_dir),
         // Run exactly the image inspected above, even if the tag moves meanwhile.
         image: image_id.clone(),
         args,
         mounts,
-        env: vec![
-            (
-                "ENVGEN_LOG".into(),
-                std::env::var("ENVGEN_LOG").unwrap_or_default(),
-            ),
-            (PATH_MAP_ENV.into(), path_map.join("\n")),
-        ],
+        env,
         user: container_user(&run_dir)?,
         gpus: job.gpus.clone(),
         cdi: job.cdi,
@@ -302,7 +324,8 @@ mod tests {
     #[test]
     fn an_image_doctor_fails_is_refused_with_doctors_reasons() {
         let kb = KnowledgeBase::embedded();
-        // RTX 5070 Ti on driver 535: a consumer GPU cannot use forward compatibility for CUDA 12.8.
+        // RTX 5070 Ti on driver 535: the driver predates Blackwell (R570+), so it
+        // cannot drive the GPU at all (doctor's first check, issue #27).
         let old = kb
             .assumed_host(&["RTX 5070 Ti".to_string()], Some("535.261.03"))
             .unwrap();
@@ -310,7 +333,7 @@ mod tests {
         let err = check_verdict(&old, &facts.reference.clone(), Some(facts.clone())).unwrap_err();
         assert_eq!(crate::error::exit_code_of(&err), 3);
         let text = format!("{err:#}");
-        assert!(text.contains("forward-compat-unsupported"), "{text}");
+        assert!(text.contains("driver-predates-gpu"), "{text}");
         // Word for word what `envgen doctor --image` prints for it.
         let verdicts = evaluate(kb, &old, &CheckRequest::only_images(vec![facts.clone()]));
         let doctor = crate::cli::doctor::render_requested(&old, &verdicts);

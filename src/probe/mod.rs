@@ -6,6 +6,7 @@
 //! each external command under a timeout ([`command::run_captured`]).
 
 pub mod command;
+pub mod cuda_backend;
 pub mod nvidia_smi;
 pub mod nvml;
 pub mod os;

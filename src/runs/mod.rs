@@ -1,5 +1,5 @@
 //! Reading run directories (written by the experiments crate, layout in
-//! CONTRACT.md) and answering questions across them: compare, report.
+//! docs/cli.md) and answering questions across them: compare, report.
 
 pub mod compare;
 pub mod gpu_sampler;

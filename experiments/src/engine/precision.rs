@@ -5,10 +5,10 @@
 //! Every precision keeps f32 master weights and f32 optimizer moments:
 //! - `fp32`: everything in f32.
 //! - `tf32`: f32 storage, matrix products on TF32 tensor cores where the
-//!   backend has them. Burn 0.21's CUDA backend does this for f32 matmuls on
-//!   compute capability ≥ 8.0 on its own (cubek-matmul picks TF32 tiles when
-//!   the device supports them, with no switch to turn it off), so on CUDA
-//!   `fp32` and `tf32` compute the same; on the CPU both are plain f32.
+//!   backend has them (CUDA, compute capability ≥ 8.0). Only `tf32` allows
+//!   them: `fp32` runs f32 products on FMA units, as PyTorch does by default
+//!   (`backend::use_tf32`, through vendor/PATCHES.md M1). On the CPU both
+//!   are plain f32.
 //! - `bf16`, `fp16`: autocast (`envgen_kernels::autocast`): projections,
 //!   attention and activations in the half type; normalization, softmax
 //!   statistics, losses and the residual stream in f32.

@@ -1,5 +1,5 @@
 //! The run directory: `config.toml`, `manifest.json`, `metrics.jsonl`,
-//! `summary.json`, `checkpoints/` (see CONTRACT.md "experiments / run / runs").
+//! `summary.json`, `checkpoints/` (see docs/cli.md, "envgen experiments, run").
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

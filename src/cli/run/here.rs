@@ -3,6 +3,27 @@
 
 use super::*;
 
+/// The precision a GPU run here will use, known before the backend is set
+/// up (TF32 is decided with it): the flag, else the resumed run's, else the
+/// hardware profile's for this host's GPU.
+fn planned_precision(args: &Args, experiment: &dyn Experiment, host: &Host) -> Result<Precision> {
+    if let Some(p) = args.precision {
+        return Ok(p.into());
+    }
+    if let Some(dir) = &args.resume {
+        let (_, manifest) = config_of_run(experiment, dir)?;
+        return Ok(Precision::from_name(&manifest.profile.precision).unwrap_or(Precision::Fp32));
+    }
+    let choice = Profiles::load()?.choose(
+        host.gpus.first(),
+        args.profile.as_deref(),
+        None,
+        &args.experiment,
+        args.preset.as_deref().unwrap_or("custom"),
+    )?;
+    Ok(choice.precision)
+}
+
 /// Train in this process: a new native run, `--resume`, or (`--launched`)
 /// the run a launcher prepared for this job or container.
 pub(super) fn run_here(
@@ -26,8 +47,13 @@ pub(super) fn run_here(
     let leader = engine::distributed::writes_files(world.as_ref());
     let world_size = world.as_ref().map_or(1, |w| w.size);
     let threads = configure_threads(args.threads)?;
-    let resolved = backend::resolve(args.backend.into())?;
     let host = crate::probe::probe_host();
+    let may_use_cuda = args.backend == Backend::Cuda
+        || (args.backend == Backend::Auto && std::path::Path::new("/dev/nvidiactl").exists());
+    if may_use_cuda {
+        backend::use_tf32(planned_precision(args, experiment, &host)? == Precision::Tf32);
+    }
+    let resolved = backend::resolve(args.backend.into())?;
 
     let (run_dir, science, profile, resume) = match &args.resume {
         Some(dir) => {

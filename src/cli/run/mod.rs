@@ -24,12 +24,15 @@ use crate::runs::gpu_sampler::GpuSampler;
 
 /// Exit code of a run stopped by SIGINT/SIGTERM (128 + SIGINT), after its checkpoint.
 mod docker;
+mod dry_run;
 mod here;
 mod ranks;
 mod setup;
 mod slurm;
 
 use docker::*;
+use dry_run::*;
+pub(crate) use dry_run::{check_data_files, native_backend_plan};
 use here::*;
 use ranks::*;
 use setup::*;
@@ -95,6 +98,11 @@ pub struct Args {
     /// Re-create the run in RUN_DIR (its config.toml and preset): `envgen rerun`.
     #[arg(long, value_name = "RUN_DIR", hide = true, conflicts_with_all = ["preset", "config", "overrides", "resume", "sweep"])]
     pub from_run: Option<PathBuf>,
+    /// Check every flag, the config, the hardware profile and the data
+    /// files as the run would, print the plan and exit: no run directory,
+    /// no image, no data, no GPU.
+    #[arg(long, conflicts_with = "launched")]
+    pub dry_run: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -320,6 +328,9 @@ pub fn execute(args: Args) -> Result<i32> {
         .into());
     }
     let world = world_plan(&args, experiment, decision.place)?;
+    if args.dry_run {
+        return dry_run(&args, experiment, &decision, sweep.as_ref(), &world);
+    }
     match decision.place {
         Place::Native if world.size > 1 => run_ranks(&args, experiment, &decision, &world),
         Place::Native => run_here(&args, experiment, &decision),

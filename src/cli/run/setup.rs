@@ -38,22 +38,30 @@ impl NewDir<'_> {
     }
 }
 
-/// A new run directory with config.toml and manifest.json, for a run here
-/// or launched elsewhere. `extra` are overrides added to --set (a sweep value).
-pub(super) fn create_run(
+/// What a new run will be, before anything is made: its resolved science
+/// config, `config_hash` and hardware profile. A real run and `--dry-run`
+/// both come through here, so a dry run refuses exactly what a run would.
+pub(super) struct PlannedRun {
+    pub(super) loaded: ResolvedConfig,
+    pub(super) hash: String,
+    pub(super) profile: Profile,
+}
+
+/// Resolve the config (preset or file, `--set`, `extra`; or the config of
+/// `--from-run`) and choose the hardware knobs for `setup`.
+pub(super) fn plan_run(
     args: &Args,
     experiment: &dyn Experiment,
     setup: &Setup,
     extra: &[String],
-    new_dir: NewDir,
-) -> Result<(PathBuf, toml::Value, Profile)> {
+) -> Result<PlannedRun> {
     let Setup {
-        decision,
         host,
         backend: backend_name,
         device,
         threads,
         world_size,
+        ..
     } = *setup;
     let loaded = match &args.from_run {
         Some(source) => config_of_run(experiment, source)?.0,
@@ -85,6 +93,33 @@ pub(super) fn create_run(
         device: device.into(),
         threads,
     };
+    Ok(PlannedRun {
+        loaded,
+        hash,
+        profile,
+    })
+}
+
+/// A new run directory with config.toml and manifest.json, for a run here
+/// or launched elsewhere. `extra` are overrides added to --set (a sweep value).
+pub(super) fn create_run(
+    args: &Args,
+    experiment: &dyn Experiment,
+    setup: &Setup,
+    extra: &[String],
+    new_dir: NewDir,
+) -> Result<(PathBuf, toml::Value, Profile)> {
+    let PlannedRun {
+        loaded,
+        hash,
+        profile,
+    } = plan_run(args, experiment, setup, extra)?;
+    let Setup {
+        decision,
+        host,
+        world_size,
+        ..
+    } = *setup;
     let id = rundir::new_run_id(experiment.name(), loaded.preset.as_deref(), &hash);
     let (run_id, dir) = new_dir.create(&id)?;
     std::fs::write(dir.join("config.toml"), loaded.canonical_toml()?)?;

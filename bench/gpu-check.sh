@@ -1,0 +1,219 @@
+#!/usr/bin/env bash
+# bench/gpu-check.sh: envgen on one NVIDIA GPU in one call, within $BUDGET seconds
+# (default 530: under 9 minutes). Made for an H100 with driver 580, CUDA 13.0 and
+# PyTorch in /opt/torch/.venv (or $PY). Run from anywhere inside the repository:
+#
+#   bash bench/gpu-check.sh                  # OUT=/some/dir BUDGET=530 ONLY=all|gpt2|hrm
+#   CHECK_ONLY=1 bash bench/gpu-check.sh     # or --dry-run: no GPU needed (see below)
+#
+# Steps, each under `timeout` (a failure or a timeout loses only that step):
+#   1. cuda_check: an independent ctypes check (libcuda, NVRTC, headers, a bf16
+#      wmma kernel), nvidia-smi, `envgen doctor --json` (envgen's own verdict)
+#   2. envgen_cuda_tiny: a 1-step `envgen run gpt2 --preset tiny --backend cuda`
+#      (envgen's readiness check, then its smallest real training step)
+#   3. gpt2-124m bf16 on envgen's generated corpus, fixed steps, then its PyTorch
+#      twin (bench/pytorch_gpt2_bench.py) eager at the same micro-batch
+#   4. HRM sudoku-extreme-1k bf16 (--stop-after N), then its twin
+#   5. the gpt2 twin under torch.compile, then `envgen probe` (micro-batch tuner)
+#      with the time left
+# Output: one JSON object per line in $OUT/results.jsonl (the last: envgen/PyTorch
+# ratios), every command's stdout/stderr in $OUT/logs/, the small files of each
+# run directory in $OUT/logs/<step>/. Run directories (checkpoints: ~2 GB for
+# gpt2-124m) go to $RUNS, outside $OUT.
+#
+# envgen finds NVRTC and the CUDA headers itself ($CUDA_PATH, /usr/local/cuda*, the
+# nvidia/cu13 folders of Python environments): this script sets no CUDA paths. It
+# sets ENVGEN_CACHE_DIR to $OUT/../envgen-cache, so a second call reuses the
+# compiled kernels and autotune results (a cold first run compiles ~300-400
+# kernels with NVRTC on one thread: minutes).
+#
+# CHECK_ONLY=1 (or --dry-run): `bash -n` of this script, a syntax check of the Python
+# it runs, and every envgen command it would run with `--dry-run` (doctor: for
+# real), printing `ok NAME` or `FAILED NAME`; exit 1 if any failed. The test
+# tests/docs_commands.rs runs this mode.
+#
+# Knobs (env): ONLY GPT2_MB=16 GPT2_GB=128 GPT2_STEPS=6 HRM_MB=384 HRM_STEPS=8
+#   PT_STEPS=6 PT_WARMUP=2 SKIP_FIRST=2 (envgen steps left out of medians: compile
+#   and autotune) BUDGET OUT RUNS ENVGEN PY ENVGEN_CACHE_DIR
+set -u
+T0=$(date +%s)
+CHECK_ONLY=${CHECK_ONLY:-0}
+[ "${1:-}" = "--dry-run" ] && CHECK_ONLY=1
+BUDGET=${BUDGET:-530}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+cd "$ROOT" || exit 1
+OUT=${OUT:-$ROOT/gpu-check-out}
+RUNS=${RUNS:-$(dirname "$OUT")/gpu-check-runs}
+export ENVGEN_CACHE_DIR=${ENVGEN_CACHE_DIR:-$(dirname "$OUT")/envgen-cache}
+# The probe writes its profile file here, not into the user's ~/.config.
+export ENVGEN_CONFIG_DIR=${ENVGEN_CONFIG_DIR:-$OUT/config}
+mkdir -p "$OUT/logs"
+[ "$CHECK_ONLY" = 1 ] || mkdir -p "$RUNS" "$ENVGEN_CACHE_DIR"
+RES="$OUT/results.jsonl"
+: > "$RES"
+GPT2_MB=${GPT2_MB:-16}; GPT2_GB=${GPT2_GB:-128}; GPT2_STEPS=${GPT2_STEPS:-6}
+HRM_MB=${HRM_MB:-384}; HRM_STEPS=${HRM_STEPS:-8}
+PT_STEPS=${PT_STEPS:-6}; PT_WARMUP=${PT_WARMUP:-2}; SKIP_FIRST=${SKIP_FIRST:-2}
+RECORD="$HERE/gpu_check/record.py"
+
+E=${ENVGEN:-}
+if [ -z "$E" ]; then
+  for c in ./envgen target/release/envgen target/debug/envgen; do
+    [ -x "$c" ] && { E=$c; break; }
+  done
+fi
+PY=${PY:-/opt/torch/.venv/bin/python}
+[ -x "$PY" ] || PY=$(command -v python3 || echo python3)
+
+# --- helpers -----------------------------------------------------------------------
+FAILED=0
+left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
+emit() { "$PY" "$RECORD" "$@" >> "$RES" 2>> "$OUT/logs/record.err"; tail -n 1 "$RES" | cut -c1-400; }
+skip() { # skip NAME REASON
+  : > "$OUT/logs/$1.out"; : > "$OUT/logs/$1.err"
+  emit skip "$1" 0 0 "$OUT/logs/$1.out" "$OUT/logs/$1.err" "{\"reason\": \"$2\"}"
+}
+# check_only NAME -- CMD...: CHECK_ONLY's version of a step (envgen run/probe get --dry-run).
+check_only() {
+  local name=$1; shift 2
+  local cmd=("$@")
+  case "${cmd[0]}" in
+    "$E") case "${cmd[1]}" in run|probe) cmd+=(--dry-run) ;; esac ;;
+    *) echo "skip $name (not envgen: ${cmd[*]:0:2})"; return 0 ;;
+  esac
+  if timeout 60 "${cmd[@]}" > "$OUT/logs/$name.out" 2> "$OUT/logs/$name.err"; then
+    echo "ok $name: ${cmd[*]:1}"
+  else
+    echo "FAILED $name (exit $?): ${cmd[*]:1}"; cat "$OUT/logs/$name.err"; FAILED=1
+  fi
+}
+# step KIND NAME CAP RESERVE EXTRA_JSON -- CMD...: run CMD under timeout
+# min(CAP, time left - RESERVE), RESERVE being what the later steps need.
+step() {
+  local kind=$1 name=$2 cap=$3 reserve=$4 extra=$5; shift 5
+  if [ "$CHECK_ONLY" = 1 ]; then check_only "$name" "$@"; return 0; fi
+  shift
+  local l allowed s e rc d
+  l=$(left); allowed=$(( l - reserve )); [ "$allowed" -gt "$cap" ] && allowed=$cap
+  if [ "$allowed" -lt 10 ]; then
+    skip "$name" "no time left ($l s, $reserve s kept for later steps)"; return 99
+  fi
+  echo "== $name (timeout ${allowed}s, $l s left): $*" | cut -c1-300
+  s=$(date +%s%N)
+  timeout -k 10 "$allowed" "$@" > "$OUT/logs/$name.out" 2> "$OUT/logs/$name.err"; rc=$?
+  e=$(date +%s%N)
+  emit "$kind" "$name" "$rc" "$(( (e - s) / 1000000 ))" "$OUT/logs/$name.out" "$OUT/logs/$name.err" "$extra"
+  d=$(sed -n 's/^envgen: run directory //p' "$OUT/logs/$name.err" | head -1)
+  if [ -n "$d" ] && [ -d "$d" ]; then
+    mkdir -p "$OUT/logs/$name"
+    cp "$d"/metrics.jsonl "$d"/manifest.json "$d"/summary.json "$d"/config.toml "$OUT/logs/$name/" 2>/dev/null
+  fi
+  return $rc
+}
+
+# --- 0. what is here -----------------------------------------------------------------
+if [ "$CHECK_ONLY" = 1 ]; then
+  [ -n "$E" ] || { echo "FAILED: no envgen binary (set ENVGEN)"; exit 1; }
+  if bash -n "$0"; then echo "ok bash -n"; else echo "FAILED bash -n"; FAILED=1; fi
+  for f in "$HERE"/gpu_check/*.py "$HERE"/pytorch_gpt2_bench.py "$HERE"/pytorch_hrm_bench.py; do
+    if "$PY" -c 'import ast, sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])' "$f" 2> "$OUT/logs/syntax.err"
+    then echo "ok python syntax $(basename "$f")"
+    else echo "FAILED python syntax $f"; cat "$OUT/logs/syntax.err"; FAILED=1; fi
+  done
+else
+  {
+    echo "root=$ROOT envgen=$E python=$PY ENVGEN_CACHE_DIR=$ENVGEN_CACHE_DIR"
+    echo "CUDA_PATH=${CUDA_PATH:-} LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+    ls -d /usr/local/cuda* 2>/dev/null
+    ldconfig -p 2>/dev/null | grep -E 'libcuda\.so|libnvrtc|libnvidia-ml\.so' | head -20
+    [ -n "$E" ] && { ls -la "$E"; "$E" --version; }
+    "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())' 2>&1
+    du -sh "$ENVGEN_CACHE_DIR" 2>/dev/null && echo "(kernel cache above: warm if not empty)"
+  } > "$OUT/logs/env.txt" 2>&1
+  "$PY" -c 'import json, sys; print(json.dumps({"name": "env", "kind": "env", "budget_s": int(sys.argv[2]), "lines": open(sys.argv[1], errors="replace").read().splitlines()[:40]}))' \
+    "$OUT/logs/env.txt" "$BUDGET" >> "$RES"
+  cat "$OUT/logs/env.txt"
+  [ -n "$E" ] || echo "WARNING: no envgen binary found (set ENVGEN); envgen steps will fail" >&2
+fi
+
+# What runs, and the least time each later step needs (an earlier step's timeout
+# leaves them that much). The envgen-vs-eager pairs come first; torch.compile and
+# the probe get what is left.
+ONLY=${ONLY:-all}
+G=0; H=0
+case "$ONLY" in gpt2) G=1 ;; hrm) H=1 ;; *) G=1; H=1 ;; esac
+M_G2=$((G*120)) M_PTE=$((G*45)) M_HRM=$((H*120)) M_PTH=$((H*40))
+M_ALL=$((M_G2 + M_PTE + M_HRM + M_PTH))
+
+# --- 1. the stack: ctypes second opinion, nvidia-smi, envgen doctor ------------------
+step check cuda_check 30 $((M_ALL + 60)) '{}' -- "$PY" "$HERE/gpu_check/cuda_check.py"
+step smi nvidia_smi 15 $((M_ALL + 50)) '{}' -- \
+  nvidia-smi --query-gpu=index,name,compute_cap,memory.total,driver_version,pstate,power.limit --format=csv,noheader,nounits
+step doctor envgen_doctor 30 $((M_ALL + 40)) '{}' -- "$E" doctor --json
+[ "$CHECK_ONLY" = 1 ] || timeout 30 "$E" doctor > "$OUT/logs/envgen_doctor_human.txt" 2>&1
+
+# --- 2. envgen's readiness check and one real step (tiny gpt2) ------------------------
+step envgen envgen_cuda_tiny 150 $M_ALL '{"skip_first": 0}' -- \
+  "$E" run gpt2 --preset tiny --backend cuda --set train.steps=1 --out "$RUNS" --json
+
+# --- 3. GPT-2 124M, bf16: envgen, then the PyTorch twin (eager) -----------------------
+# Same model, micro-batch and global batch on both sides. The preset trains on
+# FineWeb shards ([data].path); here envgen's generated corpus stands in
+# (data.source=generated: throughput does not depend on the tokens; the twin draws
+# random tokens). SKIP_FIRST steps (NVRTC compile, autotune) stay out of the median.
+if [ "$G" = 1 ]; then
+  step envgen envgen_gpt2_124m 300 $((M_PTE + M_HRM + M_PTH)) \
+    "{\"skip_first\": $SKIP_FIRST, \"micro_batch\": $GPT2_MB, \"global_batch\": $GPT2_GB}" -- \
+    "$E" run gpt2 --preset gpt2-124m --backend cuda --precision bf16 --micro-batch "$GPT2_MB" \
+    --set data.source=generated --set train.batch_size="$GPT2_GB" --set train.steps="$GPT2_STEPS" \
+    --set train.eval_every=100000 --set train.checkpoint_every=100000 --out "$RUNS" --json
+  step torch torch_gpt2_124m_eager 90 $((M_HRM + M_PTH)) '{}' -- \
+    "$PY" bench/pytorch_gpt2_bench.py --preset gpt2-124m --device cuda --dtype bf16 \
+    --micro-batch "$GPT2_MB" --global-batch "$GPT2_GB" --fused-adamw --steps "$PT_STEPS" --warmup "$PT_WARMUP"
+fi
+
+# --- 4. HRM on sudoku-extreme-1k, bf16: envgen, then the PyTorch twin -----------------
+# The HRM config has no train.steps (train.epochs sets the length): --stop-after N
+# ends the run after N steps (checkpoint, exit 130), before the final evaluation.
+if [ "$H" = 1 ]; then
+  step envgen envgen_hrm_sudoku_extreme_1k 300 $M_PTH \
+    "{\"skip_first\": $SKIP_FIRST, \"micro_batch\": $HRM_MB}" -- \
+    "$E" run hrm-sudoku --preset sudoku-extreme-1k --backend cuda --precision bf16 \
+    --micro-batch "$HRM_MB" --stop-after "$HRM_STEPS" --out "$RUNS" --json
+  step torch torch_hrm_sudoku_extreme_1k_eager 90 0 '{}' -- \
+    "$PY" bench/pytorch_hrm_bench.py --preset sudoku-extreme-1k --device cuda --dtype bf16 \
+    --micro-batch "$HRM_MB" --steps "$HRM_STEPS" --warmup 3
+fi
+
+# --- 5. with the time left: the torch.compile twin, then the probe --------------------
+if [ "$G" = 1 ]; then
+  if [ "$CHECK_ONLY" = 1 ] || [ "$(left)" -ge 90 ]; then
+    step torch torch_gpt2_124m_compile 240 0 '{}' -- \
+      "$PY" bench/pytorch_gpt2_bench.py --preset gpt2-124m --device cuda --dtype bf16 \
+      --micro-batch "$GPT2_MB" --global-batch "$GPT2_GB" --fused-adamw --steps "$PT_STEPS" \
+      --warmup "$PT_WARMUP" --compile
+  else
+    skip torch_gpt2_124m_compile "under 90 s left; rerun with ONLY=gpt2"
+  fi
+  # The micro-batch tuner: a few trial runs (child envgens) at the global batch
+  # above; it writes its profile into $ENVGEN_CONFIG_DIR.
+  if [ "$CHECK_ONLY" = 1 ] || [ "$(left)" -ge 60 ]; then
+    step probe envgen_probe_gpt2_124m 240 0 '{}' -- \
+      "$E" probe gpt2 --preset gpt2-124m --backend cuda --precision bf16 \
+      --set data.source=generated --set train.batch_size="$GPT2_GB" \
+      --set train.eval_every=100000 --micro-batches 8,16,32 --steps 2 --json
+  else
+    skip envgen_probe_gpt2_124m "under 60 s left; rerun with ONLY=gpt2 (kernels are cached now)"
+  fi
+fi
+
+if [ "$CHECK_ONLY" = 1 ]; then
+  [ "$FAILED" = 0 ] && echo "all commands valid" || echo "FAILED: some commands are invalid"
+  exit "$FAILED"
+fi
+
+# --- 6. ratios ---------------------------------------------------------------------------
+"$PY" "$RECORD" compare "$RES" >> "$RES"
+tail -n 1 "$RES"
+echo "results: $RES ($(wc -l < "$RES") lines, $(( $(date +%s) - T0 )) s)"

@@ -1,0 +1,5 @@
+mod layout;
+mod stage_memory;
+
+pub use layout::*;
+pub use stage_memory::*;
