@@ -88,6 +88,14 @@ fn tiny_preset_learns_against_the_entropy_bound() {
         .starts_with("sha256:"));
     assert!(manifest["finished_at"].is_string());
     let lines = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap();
+    // No loss spike: the warmup is long enough that no step's gradient
+    // norm exceeds 10 (20 warmup steps to lr 3e-3 gave 101 at step 20).
+    for line in lines.lines() {
+        let record: Value = serde_json::from_str(line).unwrap();
+        if let Some(norm) = record["grad_norm"].as_f64() {
+            assert!(norm <= 10.0, "grad-norm spike: {record}");
+        }
+    }
     let last: Value = serde_json::from_str(lines.lines().last().unwrap()).unwrap();
     assert_eq!(last["step"], 300);
     assert!(last["tokens_per_s"].as_f64().unwrap() > 0.0 && last["val_loss"].is_number());

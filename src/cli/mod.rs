@@ -7,7 +7,9 @@ use clap::{Parser, Subcommand};
 use crate::error::Result;
 
 pub mod doctor;
+pub mod eval;
 pub mod experiments;
+pub mod export;
 pub mod image;
 pub mod probe;
 pub mod rerun;
@@ -50,6 +52,11 @@ pub enum Command {
     Rerun(rerun::Args),
     /// Sample text from a trained GPT-2 run.
     Sample(sample::Args),
+    /// Evaluate a finished GPT-2 (run or Hugging Face directory): val loss, HellaSwag.
+    Eval(eval::Args),
+    /// Export a run's weights to another format (`hf`: Hugging Face).
+    #[command(subcommand)]
+    Export(export::Command),
     /// Sudoku toolkit: solve, generate, build the HRM dataset.
     #[command(subcommand)]
     Sudoku(sudoku::Command),
@@ -69,6 +76,8 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
         Command::Runs(cmd) => runs::execute(cmd),
         Command::Rerun(args) => rerun::execute(args),
         Command::Sample(args) => sample::execute(args),
+        Command::Eval(args) => eval::execute(args),
+        Command::Export(cmd) => export::execute(cmd),
         Command::Sudoku(cmd) => sudoku::execute(cmd),
         Command::Warmup(args) => warmup::execute(args),
     }

@@ -4,10 +4,9 @@ use std::path::PathBuf;
 
 use envgen_experiments::backend::Cpu;
 use envgen_experiments::data;
-use envgen_experiments::engine;
-use envgen_experiments::gpt2::{self, hf, Gpt2Config};
+use envgen_experiments::gpt2::{self, eval, hf, Gpt2Config};
 
-use crate::error::{Result, UserError};
+use crate::error::Result;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -26,24 +25,12 @@ pub struct Args {
 }
 
 pub fn execute(args: Args) -> Result<i32> {
-    let config_path = args.run.join("config.toml");
-    let text = std::fs::read_to_string(&config_path).map_err(|e| {
-        UserError::usage(format!("cannot read {}: {e}", config_path.display()))
-            .with_fix("pass a run directory written by `envgen run gpt2`")
-    })?;
-    let config: Gpt2Config = engine::load(&text, &config_path.display().to_string(), &[])?.science;
-    let weights = args.run.join("model.safetensors");
-    if !weights.is_file() {
-        return Err(UserError::usage(format!(
-            "{} has no model.safetensors (the run did not finish)",
-            args.run.display()
-        ))
-        .with_fix("resume it with `envgen run gpt2 --resume RUN_DIR` first")
-        .into());
-    }
+    let config: Gpt2Config = eval::run_config(&args.run)?;
+    let weights = eval::run_weights(&args.run)?;
     let device = Default::default();
     let model = hf::load(config.model.init::<Cpu>(&device), &weights)?;
-    let tokenizer = data::load(&config.data)?.tokenizer;
+    // The tokenizer alone: never the training set (shards can be terabytes).
+    let tokenizer = data::tokenizer_of(&config.data)?;
     let prompt = tokenizer.encode(&args.prompt);
     let out = gpt2::sample(
         &model,
@@ -54,6 +41,9 @@ pub fn execute(args: Args) -> Result<i32> {
             temperature: args.temperature,
             top_k: args.top_k,
             seed: args.seed,
+            // The embedding's padding rows (GPT-2: 50,257 → 50,304) are
+            // never sampled.
+            vocab_limit: Some(tokenizer.vocab_size()),
         },
         &device,
     );

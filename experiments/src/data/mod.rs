@@ -2,9 +2,11 @@
 //! science config, and `load` that turns it into train/val token streams.
 //!
 //! Sources: envgen's generated corpus (default, nothing downloaded), llm.c
-//! `.bin` shards, nanoGPT `train.bin`/`val.bin`, or a plain UTF-8 text file.
+//! `.bin` shards, build-nanogpt `.npy` shards, nanoGPT `train.bin`/`val.bin`,
+//! or a plain UTF-8 text file. Shards are memory-mapped, never read whole.
 
 pub mod corpus;
+pub mod order;
 pub mod shards;
 pub mod tokenizer;
 
@@ -14,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::UserError;
 
+pub use order::{Batches, DataOrder, Position, Tokens};
 pub use tokenizer::{Tokenizer, TokenizerKind};
 
 /// Default validation share for `generated` and `text` (nanoGPT uses 0.1).
@@ -27,6 +30,8 @@ pub enum DataSource {
     Generated,
     /// llm.c `.bin` shards: a file, a directory, or a glob.
     Llmc,
+    /// build-nanogpt `.npy` shards (uint16): a file, a directory, or a glob.
+    Npy,
     /// nanoGPT raw uint16 `train.bin` / `val.bin`.
     Nanogpt,
     /// A plain UTF-8 text file, split into train/val.
@@ -54,6 +59,21 @@ pub struct DataConfig {
     /// `generated`: grammar sampling seed.
     #[serde(default)]
     pub seed: u64,
+    /// Which windows each step trains on (see `order`): `sequential`
+    /// (llm.c's, the default for llmc/npy shards), `shuffled`, or `random`
+    /// (nanoGPT's, the default for the other sources).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<DataOrder>,
+}
+
+impl DataConfig {
+    /// The data order in effect: as set, or the source's own default.
+    pub fn order(&self) -> DataOrder {
+        self.order.unwrap_or(match self.source {
+            DataSource::Llmc | DataSource::Npy => DataOrder::Sequential,
+            DataSource::Generated | DataSource::Text | DataSource::Nanogpt => DataOrder::Random,
+        })
+    }
 }
 
 /// A file the tokens came from, for provenance.
@@ -65,10 +85,10 @@ pub struct DataFile {
 }
 
 /// Train and val token streams, ready for batching.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct TokenData {
-    pub train: Vec<u32>,
-    pub val: Vec<u32>,
+    pub train: Tokens,
+    pub val: Tokens,
     pub vocab_size: usize,
     pub tokenizer: Tokenizer,
     /// The exact entropy rate of the generated corpus, per token of this
@@ -82,8 +102,40 @@ pub fn load(cfg: &DataConfig) -> anyhow::Result<TokenData> {
     match cfg.source {
         DataSource::Generated => load_generated(cfg),
         DataSource::Text => load_text(cfg),
-        DataSource::Llmc | DataSource::Nanogpt => load_shards(cfg),
+        DataSource::Llmc | DataSource::Npy | DataSource::Nanogpt => load_shards(cfg),
     }
+}
+
+/// The tokenizer a `[data]` table trains with, without reading the token
+/// data (shards can be terabytes). Only a char-level vocabulary needs text:
+/// it is the set of characters of the corpus, as in nanoGPT.
+pub fn tokenizer_of(cfg: &DataConfig) -> anyhow::Result<Tokenizer> {
+    Ok(match cfg.tokenizer {
+        TokenizerKind::Byte => Tokenizer::byte(),
+        TokenizerKind::Gpt2 => Tokenizer::gpt2(),
+        TokenizerKind::Char => match cfg.source {
+            DataSource::Generated => {
+                let bytes = cfg.corpus_bytes.unwrap_or(corpus::DEFAULT_CORPUS_BYTES);
+                let text = corpus::Grammar::default_grammar()
+                    .generate(cfg.seed, bytes)
+                    .text;
+                Tokenizer::char_level(&text)
+            }
+            _ => {
+                let path = required_path(cfg, "text")?;
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    usage(
+                        format!(
+                            "cannot read [data].path {} for its characters: {e}",
+                            path.display()
+                        ),
+                        "point path at the UTF-8 text file the run was trained on",
+                    )
+                })?;
+                Tokenizer::char_level(&text)
+            }
+        },
+    })
 }
 
 fn usage(message: String, fix: &str) -> anyhow::Error {
@@ -156,8 +208,8 @@ fn split_text(text: &str, fraction: f64, kind: TokenizerKind) -> anyhow::Result<
         TokenizerKind::Gpt2 => Tokenizer::gpt2(),
     };
     Ok(TokenData {
-        train: tokenizer.try_encode(train_text)?,
-        val: tokenizer.try_encode(val_text)?,
+        train: Tokens::Memory(tokenizer.try_encode(train_text)?),
+        val: Tokens::Memory(tokenizer.try_encode(val_text)?),
         vocab_size: tokenizer.vocab_size(),
         tokenizer,
         entropy_nats_per_token: None,
@@ -222,10 +274,10 @@ fn load_text(cfg: &DataConfig) -> anyhow::Result<TokenData> {
 }
 
 fn load_shards(cfg: &DataConfig) -> anyhow::Result<TokenData> {
-    let source = if cfg.source == DataSource::Llmc {
-        "llmc"
-    } else {
-        "nanogpt"
+    let source = match cfg.source {
+        DataSource::Llmc => "llmc",
+        DataSource::Npy => "npy",
+        _ => "nanogpt",
     };
     if cfg.tokenizer == TokenizerKind::Char {
         return Err(usage(
@@ -240,41 +292,53 @@ fn load_shards(cfg: &DataConfig) -> anyhow::Result<TokenData> {
         ));
     }
     let path = required_path(cfg, source)?;
-    let (train, val, files) = if cfg.source == DataSource::Llmc {
-        let train_files = shards::llmc_files(path, shards::Split::Train)?;
-        let val_files = match &cfg.val_path {
-            Some(val) => shards::llmc_files(val, shards::Split::Val)?,
-            None if path.is_dir() => shards::llmc_files(path, shards::Split::Val)?,
-            None => {
-                return Err(usage(
-                    format!("[data].val_path is missing; {} is not a shard directory", path.display()),
-                    "set val_path to the validation shard(s), or path to a directory holding *_train_*.bin and *_val_*.bin",
-                ))
-            }
-        };
-        let (train, mut files) = shards::read_llmc_files(&train_files)?;
-        let (val, val_provenance) = shards::read_llmc_files(&val_files)?;
-        files.extend(val_provenance);
-        (train, val, files)
-    } else {
-        let (train_path, val_path) = if path.is_dir() {
+    let (train, val) = match cfg.source {
+        DataSource::Llmc | DataSource::Npy => {
+            let (extension, format) = if cfg.source == DataSource::Llmc {
+                ("bin", shards::ShardFormat::Llmc)
+            } else {
+                ("npy", shards::ShardFormat::Npy)
+            };
+            let train_files = shards::shard_files(path, shards::Split::Train, extension)?;
+            let val_files = match &cfg.val_path {
+                Some(val) => shards::shard_files(val, shards::Split::Val, extension)?,
+                None if path.is_dir() => shards::shard_files(path, shards::Split::Val, extension)?,
+                None => {
+                    return Err(usage(
+                        format!("[data].val_path is missing; {} is not a shard directory", path.display()),
+                        &format!("set val_path to the validation shard(s), or path to a directory holding *_train_*.{extension} and *_val_*.{extension}"),
+                    ))
+                }
+            };
             (
-                path.join("train.bin"),
-                cfg.val_path.clone().unwrap_or_else(|| path.join("val.bin")),
+                shards::open_all(&train_files, format)?,
+                shards::open_all(&val_files, format)?,
             )
-        } else {
-            let val = cfg.val_path.clone().ok_or_else(|| {
-                usage(
-                    format!("[data].val_path is missing; {} is a file, not a nanoGPT data directory", path.display()),
-                    "set val_path to val.bin, or path to the directory holding train.bin and val.bin",
+        }
+        _ => {
+            let (train_path, val_path) = if path.is_dir() {
+                (
+                    path.join("train.bin"),
+                    cfg.val_path.clone().unwrap_or_else(|| path.join("val.bin")),
                 )
-            })?;
-            (path.to_path_buf(), val)
-        };
-        let train = shards::read_nanogpt(&train_path)?;
-        let val = shards::read_nanogpt(&val_path)?;
-        (train.tokens, val.tokens, vec![train.file, val.file])
+            } else {
+                let val = cfg.val_path.clone().ok_or_else(|| {
+                    usage(
+                        format!("[data].val_path is missing; {} is a file, not a nanoGPT data directory", path.display()),
+                        "set val_path to val.bin, or path to the directory holding train.bin and val.bin",
+                    )
+                })?;
+                (path.to_path_buf(), val)
+            };
+            let raw = shards::ShardFormat::Raw;
+            (
+                vec![shards::MappedShard::open(&train_path, raw)?],
+                vec![shards::MappedShard::open(&val_path, raw)?],
+            )
+        }
     };
+    let files: Vec<DataFile> = train.iter().chain(&val).map(|s| s.file.clone()).collect();
+    let (train, val) = (Tokens::Mapped(train), Tokens::Mapped(val));
     let tokenizer = match cfg.tokenizer {
         TokenizerKind::Gpt2 => Tokenizer::gpt2(),
         _ => Tokenizer::byte(),
@@ -293,19 +357,14 @@ fn load_shards(cfg: &DataConfig) -> anyhow::Result<TokenData> {
 /// Every id must be inside the tokenizer's vocabulary (an embedding lookup
 /// would fail far later, on the GPU, with no file name).
 fn check_ids(
-    train: &[u32],
-    val: &[u32],
+    train: &Tokens,
+    val: &Tokens,
     files: &[DataFile],
     tokenizer: &Tokenizer,
 ) -> anyhow::Result<()> {
     let vocab = tokenizer.vocab_size() as u32;
-    if let Some(max) = train
-        .iter()
-        .chain(val)
-        .copied()
-        .max()
-        .filter(|&m| m >= vocab)
-    {
+    let max = train.max_id().max(val.max_id());
+    if max >= vocab {
         let names: Vec<String> = files.iter().map(|f| f.path.display().to_string()).collect();
         return Err(usage(
             format!(
@@ -332,6 +391,7 @@ mod tests {
             corpus_bytes: Some(bytes),
             val_fraction: None,
             seed: 5,
+            order: None,
         }
     }
 
@@ -358,7 +418,7 @@ mod tests {
         let rate = corpus::entropy_rate().nats_per_byte;
         assert_eq!(data.entropy_nats_per_token, Some(rate));
         let text = corpus::generate(5, 10_000).text;
-        assert_eq!(data.tokenizer.decode(&data.train), text[..9_000]);
+        assert_eq!(data.tokenizer.decode(&data.train.to_vec()), text[..9_000]);
 
         let gpt2 = load(&generated(10_000, TokenizerKind::Gpt2)).unwrap();
         assert!(
@@ -386,6 +446,7 @@ mod tests {
             corpus_bytes: None,
             val_fraction: None,
             seed: 0,
+            order: None,
         }
     }
 
@@ -400,8 +461,8 @@ mod tests {
         // nanoGPT's split: the first 90 % (rounded down) trains.
         assert_eq!(data.train.len(), 44);
         assert_eq!(data.vocab_size, 25); // distinct characters of the text
-        let mut all = data.train.clone();
-        all.extend(&data.val);
+        let mut all = data.train.to_vec();
+        all.extend(data.val.to_vec());
         assert_eq!(
             data.tokenizer.try_decode(&all).unwrap(),
             "First Citizen:\nBefore we proceed, hear me speak.\n"
@@ -459,12 +520,13 @@ mod tests {
             corpus_bytes: None,
             val_fraction: None,
             seed: 0,
+            order: None,
         };
         let data = load(&cfg).unwrap();
-        assert_eq!(data.train, [15496, 995]);
-        assert_eq!(data.val, [50256]);
+        assert_eq!(data.train.to_vec(), [15496, 995]);
+        assert_eq!(data.val.to_vec(), [50256]);
         assert_eq!(data.vocab_size, 50257);
-        assert_eq!(data.tokenizer.decode(&data.train), "Hello world");
+        assert_eq!(data.tokenizer.decode(&data.train.to_vec()), "Hello world");
         assert_eq!(data.files.len(), 2);
 
         cfg.tokenizer = TokenizerKind::Byte;
@@ -482,8 +544,42 @@ mod tests {
         cfg.source = DataSource::Nanogpt;
         cfg.path = Some(nano.path().to_path_buf());
         let data = load(&cfg).unwrap();
-        assert_eq!((data.train, data.val), (vec![1, 2], vec![3]));
+        assert_eq!(
+            (data.train.to_vec(), data.val.to_vec()),
+            (vec![1, 2], vec![3])
+        );
         cfg.tokenizer = TokenizerKind::Char;
         assert!(load(&cfg).unwrap_err().to_string().contains("char"));
+
+        let npy = tempfile::tempdir().unwrap();
+        let write_npy = |name: &str, tokens: &[u16]| {
+            let shape = format!("({},)", tokens.len());
+            let bytes = shards::tests::npy_bytes("<u2", &shape, tokens);
+            std::fs::write(npy.path().join(name), bytes).unwrap();
+        };
+        write_npy("edufineweb_train_000001.npy", &[15496, 995]);
+        write_npy("edufineweb_val_000000.npy", &[50256, 15496]);
+        cfg.source = DataSource::Npy;
+        cfg.tokenizer = TokenizerKind::Gpt2;
+        cfg.path = Some(npy.path().to_path_buf());
+        let data = load(&cfg).unwrap();
+        assert_eq!(data.train.to_vec(), [15496, 995]);
+        assert_eq!(data.val.to_vec(), [50256, 15496]);
+        assert_eq!(cfg.order(), DataOrder::Sequential);
+    }
+
+    #[test]
+    fn the_tokenizer_comes_without_reading_the_token_data() {
+        // A path that does not exist: the GPT-2 tokenizer needs no data.
+        let cfg: DataConfig = toml::from_str(
+            "source = \"llmc\"\npath = \"/nonexistent/shards\"\ntokenizer = \"gpt2\"",
+        )
+        .unwrap();
+        assert_eq!(tokenizer_of(&cfg).unwrap().vocab_size(), 50257);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("input.txt");
+        std::fs::write(&path, "abcab").unwrap();
+        let cfg = text_config(&path, TokenizerKind::Char);
+        assert_eq!(tokenizer_of(&cfg).unwrap().vocab_size(), 3);
     }
 }

@@ -1,18 +1,30 @@
-//! Token shard readers: llm.c `.bin` shards (1024-byte header, then uint16 or
-//! uint32 tokens) and nanoGPT's raw uint16 `train.bin` / `val.bin`.
+//! Token shards, memory-mapped and read window by window: llm.c `.bin`
+//! shards (1024-byte header, then uint16 or uint32 tokens), build-nanogpt
+//! `.npy` shards (a NumPy uint16 array) and nanoGPT's raw uint16
+//! `train.bin` / `val.bin`.
 //!
-//! Formats (see docs/experiments/gpt2-data.md): llm.c
-//! `dev/data/data_common.py::write_datafile` writes 256 little-endian int32s —
-//! magic, version, token count — then the tokens; magic 20240520 version 1 is
-//! GPT-2 (uint16), magic 20240801 version 7 is Llama-3 (uint32). nanoGPT's
-//! `prepare.py` writes the uint16 stream with no header.
+//! Formats: llm.c `dev/data/data_common.py::write_datafile`
+//! (https://github.com/karpathy/llm.c/blob/master/dev/data/data_common.py)
+//! writes 256 little-endian int32s — magic, version, token count — then the
+//! tokens; magic 20240520 is GPT-2 (uint16; version 1, and version 2 in
+//! forks that keep the layout), magic 20240801 version 7 is Llama-3
+//! (uint32). build-nanogpt's `fineweb.py` saves each shard with `np.save`
+//! (https://numpy.org/doc/stable/reference/generated/numpy.lib.format.html):
+//! `\x93NUMPY`, a version, a header length, a Python-dict header naming
+//! dtype, order and shape, then the raw array. nanoGPT's `prepare.py` writes
+//! the uint16 stream with no header.
 //!
-//! Files are read in bounded chunks and hashed (sha256) in the same pass.
+//! Nothing is read into memory as a whole: a shard is checked once with
+//! bounded buffered reads (sha256 for provenance, the largest id), then
+//! mapped; training copies out only the windows it uses, so memory does
+//! not grow with the data set (tests/gpt2_data_cli.rs measures it).
 
 use std::fs::File;
 use std::io::Read;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+use memmap2::Mmap;
 use sha2::{Digest, Sha256};
 
 use crate::error::UserError;
@@ -23,18 +35,129 @@ use super::DataFile;
 pub const LLMC_HEADER_BYTES: usize = 1024;
 /// llm.c GPT-2 shards: uint16 tokens.
 pub const LLMC_MAGIC_GPT2: i32 = 20240520;
-pub const LLMC_VERSION_GPT2: i32 = 1;
+/// Header versions of uint16 GPT-2 shards (1 in llm.c; 2 keeps the layout).
+pub const LLMC_VERSIONS_GPT2: [i32; 2] = [1, 2];
 /// llm.c Llama-3 shards: uint32 tokens.
 pub const LLMC_MAGIC_LLAMA3: i32 = 20240801;
 pub const LLMC_VERSION_LLAMA3: i32 = 7;
+/// NumPy's `.npy` magic string.
+const NPY_MAGIC: &[u8] = b"\x93NUMPY";
 
 const CHUNK_BYTES: usize = 1 << 20;
 
-/// Tokens of one file, with its provenance.
-#[derive(Debug, Clone)]
-pub struct Shard {
-    pub tokens: Vec<u32>,
+/// How a shard file lays out its tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardFormat {
+    /// llm.c `.bin`: 1024-byte header, then the tokens.
+    Llmc,
+    /// build-nanogpt `.npy`: a 1-D NumPy uint16 array.
+    Npy,
+    /// nanoGPT `train.bin`: raw uint16, no header.
+    Raw,
+}
+
+impl ShardFormat {
+    fn regenerate(self) -> &'static str {
+        match self {
+            ShardFormat::Llmc => "regenerate the shard with llm.c's dev/data scripts (write_datafile), or point [data].path at the right file",
+            ShardFormat::Npy => "regenerate the shard with build-nanogpt's fineweb.py (np.save of a uint16 array), or point [data].path at the right file",
+            ShardFormat::Raw => "regenerate it with nanoGPT's data/*/prepare.py, or use source = \"llmc\" / \"npy\" / \"text\" if it is another format",
+        }
+    }
+}
+
+/// One memory-mapped shard: where its tokens start and how wide they are.
+#[derive(Debug)]
+pub struct MappedShard {
     pub file: DataFile,
+    /// The largest token id in the shard (checked against the vocabulary).
+    pub max_id: u32,
+    map: Mmap,
+    data_offset: usize,
+    width: usize,
+    len: usize,
+}
+
+fn corrupt(path: &Path, format: ShardFormat, message: String) -> anyhow::Error {
+    UserError::usage(format!("{}: {message}", path.display()))
+        .with_fix(format.regenerate())
+        .into()
+}
+
+impl MappedShard {
+    /// Open, check and map one shard.
+    pub fn open(path: &Path, format: ShardFormat) -> anyhow::Result<Self> {
+        let (mut file, len) = open(path)?;
+        let mut head = vec![0u8; (len as usize).min(LLMC_HEADER_BYTES.max(4096))];
+        file.read_exact(&mut head)
+            .map_err(|e| read_error(path, 0, e))?;
+        let (data_offset, width, count) = match format {
+            ShardFormat::Llmc => llmc_layout(path, &head, len)?,
+            ShardFormat::Npy => npy_layout(path, &head, len)?,
+            ShardFormat::Raw => raw_layout(path, len)?,
+        };
+        drop(file);
+        let (sha256, max_id) = scan(path, data_offset, width)?;
+        let file = File::open(path).map_err(|e| read_error(path, 0, e))?;
+        // SAFETY: the map is read-only; a file changed underneath would show
+        // different tokens (as a read() would), never unsound memory: the
+        // length is re-checked below and every access is bounds-checked.
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| {
+            UserError::environment(format!("cannot memory-map {}: {e}", path.display()))
+                .with_fix("check that the file system supports mmap (local disk, NFS, Lustre do)")
+        })?;
+        if map.len() as u64 != len {
+            return Err(corrupt(
+                path,
+                format,
+                format!(
+                    "the file changed size while being read ({len} → {} bytes)",
+                    map.len()
+                ),
+            ));
+        }
+        Ok(Self {
+            file: DataFile {
+                path: path.to_path_buf(),
+                sha256,
+                tokens: count,
+            },
+            max_id,
+            map,
+            data_offset,
+            width,
+            len: count,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Tokens `range` of the shard (the only bytes of it that are touched).
+    pub fn tokens(&self, range: Range<usize>) -> Vec<u32> {
+        let range = range.start.min(self.len)..range.end.min(self.len);
+        let bytes = &self.map[self.data_offset + range.start * self.width
+            ..self.data_offset + range.end * self.width];
+        decode(bytes, self.width)
+    }
+}
+
+fn decode(bytes: &[u8], width: usize) -> Vec<u32> {
+    match width {
+        2 => bytes
+            .chunks_exact(2)
+            .map(|t| u32::from(u16::from_le_bytes([t[0], t[1]])))
+            .collect(),
+        _ => bytes
+            .chunks_exact(4)
+            .map(|t| u32::from_le_bytes([t[0], t[1], t[2], t[3]]))
+            .collect(),
+    }
 }
 
 fn open(path: &Path) -> anyhow::Result<(File, u64)> {
@@ -49,106 +172,146 @@ fn open(path: &Path) -> anyhow::Result<(File, u64)> {
     Ok((file, len))
 }
 
-fn read_error(path: &Path, e: std::io::Error) -> anyhow::Error {
-    UserError::usage(format!("cannot read token file {}: {e}", path.display()))
-        .with_fix("check that the file is readable and not being written")
-        .into()
+fn read_error(path: &Path, offset: u64, e: std::io::Error) -> anyhow::Error {
+    UserError::usage(format!(
+        "cannot read token file {} at byte offset {offset}: {e}",
+        path.display()
+    ))
+    .with_fix("check that the file is readable and not being written")
+    .into()
 }
 
-/// Read all of `reader` in bounded chunks: hash every byte, and hand the
-/// token bytes (after `skip` header bytes) to `on_bytes`.
-fn read_hashed(
-    path: &Path,
-    reader: &mut impl Read,
-    skip: usize,
-    mut on_bytes: impl FnMut(&[u8]),
-) -> anyhow::Result<String> {
+/// One pass of bounded reads over the whole file: its sha256 and the
+/// largest token id after `data_offset`. Buffered reads, not the map, so
+/// the check leaves no pages of the file in the process's resident set.
+fn scan(path: &Path, data_offset: usize, width: usize) -> anyhow::Result<(String, u32)> {
+    let (mut file, _) = open(path)?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; CHUNK_BYTES];
-    let mut seen = 0usize;
+    let mut offset = 0u64;
+    let mut max_id = 0u32;
+    // Token bytes split across two reads wait here for the rest.
+    let mut pending: Vec<u8> = Vec::with_capacity(4);
     loop {
-        let n = reader.read(&mut buf).map_err(|e| read_error(path, e))?;
+        let n = file
+            .read(&mut buf)
+            .map_err(|e| read_error(path, offset, e))?;
         if n == 0 {
             break;
         }
         let chunk = &buf[..n];
         hasher.update(chunk);
-        let start = skip.saturating_sub(seen).min(n);
-        seen += n;
-        on_bytes(&chunk[start..]);
+        let skip = (data_offset as u64).saturating_sub(offset).min(n as u64) as usize;
+        offset += n as u64;
+        let mut body = &chunk[skip..];
+        if !pending.is_empty() {
+            let need = (width - pending.len()).min(body.len());
+            pending.extend_from_slice(&body[..need]);
+            body = &body[need..];
+            if pending.len() == width {
+                max_id = max_id.max(decode(&pending, width)[0]);
+                pending.clear();
+            }
+        }
+        let whole = body.len() / width * width;
+        max_id = max_id.max(max_token(&body[..whole], width));
+        pending.extend_from_slice(&body[whole..]);
     }
-    Ok(hex::encode(hasher.finalize()))
+    Ok((hex::encode(hasher.finalize()), max_id))
 }
 
-/// Decode little-endian tokens of `width` bytes, keeping an incomplete tail
-/// for the next chunk.
-struct TokenDecoder {
+fn max_token(bytes: &[u8], width: usize) -> u32 {
+    match width {
+        2 => bytes
+            .chunks_exact(2)
+            .map(|t| u16::from_le_bytes([t[0], t[1]]))
+            .max()
+            .map_or(0, u32::from),
+        _ => bytes
+            .chunks_exact(4)
+            .map(|t| u32::from_le_bytes([t[0], t[1], t[2], t[3]]))
+            .max()
+            .unwrap_or(0),
+    }
+}
+
+/// The data size a header promises against the file's: a short file names
+/// the byte offset where it ends early.
+fn check_size(
+    path: &Path,
+    format: ShardFormat,
+    data_offset: usize,
+    count: u64,
     width: usize,
-    pending: Vec<u8>,
-    tokens: Vec<u32>,
+    len: u64,
+    what: &str,
+) -> anyhow::Result<()> {
+    let expected = data_offset as u64 + count * width as u64;
+    if len < expected {
+        return Err(corrupt(
+            path,
+            format,
+            format!(
+                "file is truncated at byte offset {len}: {what} says {count} tokens of {width} bytes after a {data_offset}-byte header, so it should be {expected} bytes"
+            ),
+        ));
+    }
+    if len > expected {
+        return Err(corrupt(
+            path,
+            format,
+            format!(
+                "file has trailing bytes from byte offset {expected}: {what} says {count} tokens of {width} bytes, so the size should be {expected} bytes, found {len}"
+            ),
+        ));
+    }
+    Ok(())
 }
 
-impl TokenDecoder {
-    fn new(width: usize, capacity: usize) -> Self {
-        Self {
-            width,
-            pending: Vec::new(),
-            tokens: Vec::with_capacity(capacity),
-        }
+/// (data offset, token width, token count) of an llm.c shard.
+fn llmc_layout(path: &Path, head: &[u8], len: u64) -> anyhow::Result<(usize, usize, usize)> {
+    let format = ShardFormat::Llmc;
+    if head.starts_with(NPY_MAGIC) {
+        return Err(corrupt(
+            path,
+            format,
+            "a NumPy .npy file (\\x93NUMPY at byte offset 0), not an llm.c shard: use source = \"npy\"".into(),
+        ));
     }
-
-    fn push(&mut self, bytes: &[u8]) {
-        self.pending.extend_from_slice(bytes);
-        let whole = self.pending.len() / self.width * self.width;
-        for token in self.pending[..whole].chunks_exact(self.width) {
-            self.tokens.push(match self.width {
-                2 => u32::from(u16::from_le_bytes([token[0], token[1]])),
-                _ => u32::from_le_bytes([token[0], token[1], token[2], token[3]]),
-            });
-        }
-        self.pending.drain(..whole);
-    }
-}
-
-/// Read one llm.c `.bin` shard, checking magic, version and size.
-pub fn read_llmc(path: &Path) -> anyhow::Result<Shard> {
-    let (mut file, len) = open(path)?;
-    let regenerate = "regenerate the shard with llm.c's dev/data scripts (write_datafile), or point [data].path at the right file";
     if (len as usize) < LLMC_HEADER_BYTES {
-        return Err(UserError::usage(format!(
-            "{} is not an llm.c token shard: expected a {LLMC_HEADER_BYTES}-byte header, found a {len}-byte file (truncated?)",
-            path.display()
-        ))
-        .with_fix(regenerate)
-        .into());
+        return Err(corrupt(
+            path,
+            format,
+            format!(
+                "not an llm.c token shard: expected a {LLMC_HEADER_BYTES}-byte header, the file ends at byte offset {len} (truncated?)"
+            ),
+        ));
     }
-    let mut header = [0u8; LLMC_HEADER_BYTES];
-    file.read_exact(&mut header)
-        .map_err(|e| read_error(path, e))?;
     let field = |i: usize| {
         i32::from_le_bytes([
-            header[4 * i],
-            header[4 * i + 1],
-            header[4 * i + 2],
-            header[4 * i + 3],
+            head[4 * i],
+            head[4 * i + 1],
+            head[4 * i + 2],
+            head[4 * i + 3],
         ])
     };
     let (magic, version, count) = (field(0), field(1), field(2));
-    let width = match (magic, version) {
-        (LLMC_MAGIC_GPT2, LLMC_VERSION_GPT2) => 2,
-        (LLMC_MAGIC_LLAMA3, LLMC_VERSION_LLAMA3) => 4,
-        (LLMC_MAGIC_GPT2, v) | (LLMC_MAGIC_LLAMA3, v) => {
+    let width = match magic {
+        LLMC_MAGIC_GPT2 if LLMC_VERSIONS_GPT2.contains(&version) => 2,
+        LLMC_MAGIC_LLAMA3 if version == LLMC_VERSION_LLAMA3 => 4,
+        LLMC_MAGIC_GPT2 | LLMC_MAGIC_LLAMA3 => {
             let expected = if magic == LLMC_MAGIC_GPT2 {
-                LLMC_VERSION_GPT2
+                "1 or 2".to_string()
             } else {
-                LLMC_VERSION_LLAMA3
+                LLMC_VERSION_LLAMA3.to_string()
             };
-            return Err(UserError::usage(format!(
-                "{}: llm.c shard with magic {magic} has version {v}, expected version {expected}",
-                path.display()
-            ))
-            .with_fix(regenerate)
-            .into());
+            return Err(corrupt(
+                path,
+                format,
+                format!(
+                    "llm.c shard with magic {magic} has version {version} (byte offset 4), expected version {expected}"
+                ),
+            ));
         }
         _ => {
             let hint = if len % 2 == 0 {
@@ -156,98 +319,156 @@ pub fn read_llmc(path: &Path) -> anyhow::Result<Shard> {
             } else {
                 ""
             };
-            return Err(UserError::usage(format!(
-                "{}: bad magic number {magic} in the header, expected {LLMC_MAGIC_GPT2} (GPT-2, uint16) or {LLMC_MAGIC_LLAMA3} (Llama-3, uint32){hint}",
-                path.display()
-            ))
-            .with_fix(regenerate)
-            .into());
+            return Err(corrupt(
+                path,
+                format,
+                format!(
+                    "bad magic number {magic} at byte offset 0, expected {LLMC_MAGIC_GPT2} (GPT-2, uint16) or {LLMC_MAGIC_LLAMA3} (Llama-3, uint32){hint}"
+                ),
+            ));
         }
     };
     if count < 0 {
-        return Err(UserError::usage(format!(
-            "{}: the header's token count is negative ({count})",
-            path.display()
-        ))
-        .with_fix(regenerate)
-        .into());
+        return Err(corrupt(
+            path,
+            format,
+            format!("the header's token count (byte offset 8) is negative ({count})"),
+        ));
     }
-    let expected = LLMC_HEADER_BYTES as u64 + count as u64 * width as u64;
-    if len != expected {
-        let what = if len < expected {
-            "truncated"
-        } else {
-            "has trailing bytes"
-        };
-        return Err(UserError::usage(format!(
-            "{}: file is {what}: the header says {count} tokens of {width} bytes, so the size should be {expected} bytes, found {len}",
-            path.display()
-        ))
-        .with_fix(regenerate)
-        .into());
-    }
-    // The header was read already; hash it first, then stream the rest.
-    let mut decoder = TokenDecoder::new(width, count as usize);
-    let mut full = std::io::Cursor::new(header).chain(file);
-    let sha256 = read_hashed(path, &mut full, LLMC_HEADER_BYTES, |b| decoder.push(b))?;
-    let tokens = decoder.tokens;
-    if tokens.len() != count as usize {
-        return Err(UserError::usage(format!(
-            "{}: read {} tokens but the header says {count} (file changed while reading?)",
-            path.display(),
-            tokens.len()
-        ))
-        .into());
-    }
-    Ok(Shard {
-        file: DataFile {
-            path: path.to_path_buf(),
-            sha256,
-            tokens: tokens.len(),
-        },
-        tokens,
-    })
+    check_size(
+        path,
+        format,
+        LLMC_HEADER_BYTES,
+        count as u64,
+        width,
+        len,
+        "the header",
+    )?;
+    Ok((LLMC_HEADER_BYTES, width, count as usize))
 }
 
-/// Read a nanoGPT raw uint16 token file (no header).
-pub fn read_nanogpt(path: &Path) -> anyhow::Result<Shard> {
-    let (mut file, len) = open(path)?;
-    if len % 2 != 0 {
-        return Err(UserError::usage(format!(
-            "{}: a nanoGPT token file is raw uint16, so its size must be even; found {len} bytes",
-            path.display()
+/// (data offset, token width, token count) of a `.npy` uint16 array.
+fn npy_layout(path: &Path, head: &[u8], len: u64) -> anyhow::Result<(usize, usize, usize)> {
+    let format = ShardFormat::Npy;
+    let bad = |message: String| corrupt(path, format, message);
+    if !head.starts_with(NPY_MAGIC) {
+        return Err(bad(format!(
+            "not a NumPy .npy file: the first bytes are not \\x93NUMPY (byte offset 0){}",
+            if head.len() >= 4
+                && i32::from_le_bytes([head[0], head[1], head[2], head[3]]) == LLMC_MAGIC_GPT2
+            {
+                " but an llm.c header: use source = \"llmc\""
+            } else {
+                ""
+            }
+        )));
+    }
+    let (major, header_start, header_len) = match head.get(6..12) {
+        Some([1, _, a, b, ..]) => (1, 10, u16::from_le_bytes([*a, *b]) as usize),
+        Some([v @ (2 | 3), _, a, b, c, d]) => {
+            (*v, 12, u32::from_le_bytes([*a, *b, *c, *d]) as usize)
+        }
+        Some([v, ..]) => {
+            return Err(bad(format!(
+                "unsupported .npy format version {v} at byte offset 6 (NumPy writes 1, 2 or 3)"
+            )))
+        }
+        _ => {
+            return Err(bad(format!(
+                "the .npy preamble is truncated: the file ends at byte offset {len}"
+            )))
+        }
+    };
+    let data_offset = header_start + header_len;
+    let Some(header) = head.get(header_start..data_offset) else {
+        return Err(bad(format!(
+            "the .npy header ({header_len} bytes from byte offset {header_start}, format {major}) is truncated or too long: the file ends at byte offset {len}"
+        )));
+    };
+    let header = std::str::from_utf8(header).map_err(|e| {
+        bad(format!(
+            "the .npy header is not text (byte offset {})",
+            header_start + e.valid_up_to()
         ))
-        .with_fix("regenerate it with nanoGPT's data/*/prepare.py, or use source = \"llmc\" / \"text\" if it is another format")
-        .into());
+    })?;
+    let descr = npy_value(header, "descr")
+        .ok_or_else(|| bad(format!("the .npy header has no 'descr': {header:?}")))?;
+    let descr = descr.trim_matches(|c| c == '\'' || c == '"');
+    if descr != "<u2" {
+        return Err(bad(format!(
+            "the .npy array has dtype {descr:?}, expected '<u2' (little-endian uint16, what build-nanogpt's fineweb.py writes)"
+        )));
+    }
+    let order = npy_value(header, "fortran_order").ok_or_else(|| {
+        bad(format!(
+            "the .npy header has no 'fortran_order': {header:?}"
+        ))
+    })?;
+    if order != "False" && order != "True" {
+        return Err(bad(format!("the .npy header's fortran_order is {order:?}")));
+    }
+    let shape = npy_value(header, "shape")
+        .ok_or_else(|| bad(format!("the .npy header has no 'shape': {header:?}")))?;
+    let dims: Vec<&str> = shape
+        .trim_start_matches('(')
+        .trim_end_matches(')')
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .collect();
+    let count = match dims.as_slice() {
+        [n] => n
+            .parse::<u64>()
+            .map_err(|_| bad(format!("the .npy shape {shape} is not a token count")))?,
+        _ => {
+            return Err(bad(format!(
+                "the .npy array has shape {shape}, expected one dimension (a token stream)"
+            )))
+        }
+    };
+    check_size(path, format, data_offset, count, 2, len, "the .npy header")?;
+    Ok((data_offset, 2, count as usize))
+}
+
+/// The text of `key`'s value in a `.npy` header dict (`{'descr': '<u2',
+/// 'fortran_order': False, 'shape': (123,), }`), up to the next top-level comma.
+fn npy_value<'a>(header: &'a str, key: &str) -> Option<&'a str> {
+    let at = header
+        .find(&format!("'{key}'"))
+        .or_else(|| header.find(&format!("\"{key}\"")))?;
+    let rest = &header[at + key.len() + 2..];
+    let rest = rest.trim_start().strip_prefix(':')?.trim_start();
+    let mut depth = 0i32;
+    for (i, c) in rest.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' | '}' if depth == 0 => return Some(rest[..i].trim()),
+            _ => {}
+        }
+    }
+    None
+}
+
+fn raw_layout(path: &Path, len: u64) -> anyhow::Result<(usize, usize, usize)> {
+    let format = ShardFormat::Raw;
+    if len % 2 != 0 {
+        return Err(corrupt(
+            path,
+            format,
+            format!(
+                "a nanoGPT token file is raw uint16, so its size must be even; found {len} bytes (the last token is cut at byte offset {})",
+                len - 1
+            ),
+        ));
     }
     if len == 0 {
-        return Err(
-            UserError::usage(format!("{}: the token file is empty", path.display()))
-                .with_fix("regenerate it with nanoGPT's data/*/prepare.py")
-                .into(),
-        );
+        return Err(corrupt(path, format, "the token file is empty".into()));
     }
-    let mut decoder = TokenDecoder::new(2, (len / 2) as usize);
-    let sha256 = read_hashed(path, &mut file, 0, |b| decoder.push(b))?;
-    let tokens = decoder.tokens;
-    if !decoder.pending.is_empty() {
-        return Err(UserError::usage(format!(
-            "{}: odd number of bytes (file changed while reading?)",
-            path.display()
-        ))
-        .into());
-    }
-    Ok(Shard {
-        file: DataFile {
-            path: path.to_path_buf(),
-            sha256,
-            tokens: tokens.len(),
-        },
-        tokens,
-    })
+    Ok((0, 2, (len / 2) as usize))
 }
 
-/// Which split of an llm.c shard directory.
+/// Which split of a shard directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Split {
     Train,
@@ -263,21 +484,21 @@ impl Split {
     }
 }
 
-/// The llm.c shards a `path` names: a file, a directory (its
-/// `*_train_*.bin` or `*_val_*.bin` files, as llm.c's scripts name them), or
-/// a glob pattern; sorted by name.
-pub fn llmc_files(path: &Path, split: Split) -> anyhow::Result<Vec<PathBuf>> {
+/// The shards a `path` names: a file, a directory (its `*_train_*.EXT` or
+/// `*_val_*.EXT` files, as llm.c's and build-nanogpt's scripts name them),
+/// or a glob pattern; sorted by name (the order they are trained in).
+pub fn shard_files(path: &Path, split: Split, extension: &str) -> anyhow::Result<Vec<PathBuf>> {
     let pattern = if path.is_file() {
         return Ok(vec![path.to_path_buf()]);
     } else if path.is_dir() {
-        path.join(format!("*_{}_*.bin", split.name()))
+        path.join(format!("*_{}_*.{extension}", split.name()))
     } else {
         path.to_path_buf()
     };
     let pattern_text = pattern.to_string_lossy().into_owned();
     let entries = glob::glob(&pattern_text).map_err(|e| {
         UserError::usage(format!("[data].path {pattern_text:?} is not a valid glob pattern: {e}"))
-            .with_fix("give a shard file, a directory of llm.c shards, or a pattern like data/fineweb_train_*.bin")
+            .with_fix(format!("give a shard file, a directory of shards, or a pattern like data/fineweb_train_*.{extension}"))
     })?;
     let mut files = Vec::new();
     for entry in entries {
@@ -290,11 +511,11 @@ pub fn llmc_files(path: &Path, split: Split) -> anyhow::Result<Vec<PathBuf>> {
     files.sort();
     if files.is_empty() {
         return Err(UserError::usage(format!(
-            "no llm.c {} shards match {pattern_text}",
+            "no {} shards match {pattern_text}",
             split.name()
         ))
         .with_fix(format!(
-            "point [data].{} at a .bin shard, a directory with *_{}_*.bin files, or a glob pattern",
+            "point [data].{} at a .{extension} shard, a directory with *_{}_*.{extension} files, or a glob pattern",
             if split == Split::Train {
                 "path"
             } else {
@@ -307,222 +528,14 @@ pub fn llmc_files(path: &Path, split: Split) -> anyhow::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// Read and concatenate several llm.c shards.
-pub fn read_llmc_files(files: &[PathBuf]) -> anyhow::Result<(Vec<u32>, Vec<DataFile>)> {
-    let mut tokens = Vec::new();
-    let mut provenance = Vec::new();
-    for file in files {
-        let shard = read_llmc(file)?;
-        tokens.extend_from_slice(&shard.tokens);
-        provenance.push(shard.file);
-    }
-    Ok((tokens, provenance))
+/// Open and map several shards of one format.
+pub fn open_all(files: &[PathBuf], format: ShardFormat) -> anyhow::Result<Vec<MappedShard>> {
+    files
+        .iter()
+        .map(|file| MappedShard::open(file, format))
+        .collect()
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    /// Write an llm.c shard the way `write_datafile` lays it out.
-    pub(crate) fn llmc_bytes(
-        magic: i32,
-        version: i32,
-        count: i32,
-        tokens: &[u32],
-        width: usize,
-    ) -> Vec<u8> {
-        let mut header = [0i32; 256];
-        header[0] = magic;
-        header[1] = version;
-        header[2] = count;
-        let mut bytes: Vec<u8> = header.iter().flat_map(|v| v.to_le_bytes()).collect();
-        for &t in tokens {
-            if width == 2 {
-                bytes.extend_from_slice(&(t as u16).to_le_bytes());
-            } else {
-                bytes.extend_from_slice(&t.to_le_bytes());
-            }
-        }
-        bytes
-    }
-
-    fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
-        let path = dir.join(name);
-        std::fs::write(&path, bytes).unwrap();
-        path
-    }
-
-    fn error_of(result: anyhow::Result<Shard>) -> String {
-        let err = result.expect_err("corrupt file must be rejected");
-        assert_eq!(crate::error::exit_code_of(&err), 2);
-        err.to_string()
-    }
-
-    #[test]
-    fn reads_gpt2_and_llama3_shards_with_sha256() {
-        let dir = tempfile::tempdir().unwrap();
-        let tokens = [15496u32, 995, 50256, 0, 1];
-        let bytes = llmc_bytes(LLMC_MAGIC_GPT2, 1, 5, &tokens, 2);
-        let path = write(dir.path(), "x_train_000001.bin", &bytes);
-        let shard = read_llmc(&path).unwrap();
-        assert_eq!(shard.tokens, tokens);
-        assert_eq!(shard.file.tokens, 5);
-        assert_eq!(shard.file.sha256, hex::encode(Sha256::digest(&bytes)));
-
-        let big = [128_000u32, 7, 128_255];
-        let path = write(
-            dir.path(),
-            "llama.bin",
-            &llmc_bytes(LLMC_MAGIC_LLAMA3, 7, 3, &big, 4),
-        );
-        assert_eq!(read_llmc(&path).unwrap().tokens, big);
-    }
-
-    #[test]
-    fn reads_a_shard_larger_than_one_chunk() {
-        let dir = tempfile::tempdir().unwrap();
-        // An odd token count over 1 MiB puts a token across a chunk boundary.
-        let tokens: Vec<u32> = (0..(CHUNK_BYTES as u32 / 2 + 12_345))
-            .map(|i| i % 50257)
-            .collect();
-        let path = write(
-            dir.path(),
-            "big.bin",
-            &llmc_bytes(LLMC_MAGIC_GPT2, 1, tokens.len() as i32, &tokens, 2),
-        );
-        assert_eq!(read_llmc(&path).unwrap().tokens, tokens);
-    }
-
-    #[test]
-    fn rejects_corrupt_llmc_shards_naming_the_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let good = llmc_bytes(LLMC_MAGIC_GPT2, 1, 3, &[1, 2, 3], 2);
-
-        let p = write(
-            dir.path(),
-            "magic.bin",
-            &llmc_bytes(12345, 1, 3, &[1, 2, 3], 2),
-        );
-        let e = error_of(read_llmc(&p));
-        assert!(
-            e.contains("magic.bin")
-                && e.contains("bad magic number 12345")
-                && e.contains("20240520"),
-            "{e}"
-        );
-
-        let p = write(
-            dir.path(),
-            "version.bin",
-            &llmc_bytes(LLMC_MAGIC_GPT2, 2, 3, &[1, 2, 3], 2),
-        );
-        let e = error_of(read_llmc(&p));
-        assert!(
-            e.contains("version.bin")
-                && e.contains("version 2")
-                && e.contains("expected version 1"),
-            "{e}"
-        );
-
-        let p = write(dir.path(), "trunc.bin", &good[..good.len() - 1]);
-        let e = error_of(read_llmc(&p));
-        assert!(
-            e.contains("trunc.bin") && e.contains("truncated") && e.contains("1030"),
-            "{e}"
-        );
-
-        let mut long = good.clone();
-        long.extend_from_slice(&[0, 0]);
-        let p = write(dir.path(), "long.bin", &long);
-        let e = error_of(read_llmc(&p));
-        assert!(
-            e.contains("long.bin") && e.contains("trailing bytes"),
-            "{e}"
-        );
-
-        let p = write(dir.path(), "header.bin", &good[..100]);
-        let e = error_of(read_llmc(&p));
-        assert!(
-            e.contains("header.bin") && e.contains("1024-byte header"),
-            "{e}"
-        );
-
-        let p = write(
-            dir.path(),
-            "neg.bin",
-            &llmc_bytes(LLMC_MAGIC_GPT2, 1, -4, &[], 2),
-        );
-        let e = error_of(read_llmc(&p));
-        assert!(e.contains("neg.bin") && e.contains("negative"), "{e}");
-
-        let e = error_of(read_llmc(&dir.path().join("missing.bin")));
-        assert!(e.contains("missing.bin"), "{e}");
-    }
-
-    #[test]
-    fn nanogpt_reader_reads_uint16_and_rejects_odd_sizes() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = write(dir.path(), "train.bin", &[1, 0, 0xff, 0xff, 2, 1]);
-        assert_eq!(read_nanogpt(&p).unwrap().tokens, vec![1, 65535, 258]);
-        let p = write(dir.path(), "odd.bin", &[1, 0, 3]);
-        let e = error_of(read_nanogpt(&p));
-        assert!(
-            e.contains("odd.bin") && e.contains("even") && e.contains("3 bytes"),
-            "{e}"
-        );
-        let p = write(dir.path(), "empty.bin", &[]);
-        let e = error_of(read_nanogpt(&p));
-        assert!(e.contains("empty.bin"), "{e}");
-    }
-
-    #[test]
-    fn directory_and_glob_select_sorted_llmc_shards() {
-        let dir = tempfile::tempdir().unwrap();
-        let one = llmc_bytes(LLMC_MAGIC_GPT2, 1, 2, &[1, 2], 2);
-        let two = llmc_bytes(LLMC_MAGIC_GPT2, 1, 1, &[3], 2);
-        write(dir.path(), "fw_train_000002.bin", &two);
-        write(dir.path(), "fw_train_000001.bin", &one);
-        write(dir.path(), "fw_val_000000.bin", &two);
-        let train = llmc_files(dir.path(), Split::Train).unwrap();
-        let names: Vec<_> = train
-            .iter()
-            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
-            .collect();
-        assert_eq!(names, ["fw_train_000001.bin", "fw_train_000002.bin"]);
-        let (tokens, files) = read_llmc_files(&train).unwrap();
-        assert_eq!(tokens, [1, 2, 3]);
-        assert_eq!(files.len(), 2);
-        assert_eq!(llmc_files(dir.path(), Split::Val).unwrap().len(), 1);
-        let glob = dir.path().join("fw_*_00000[01].bin");
-        assert_eq!(llmc_files(&glob, Split::Train).unwrap().len(), 2);
-        let e = llmc_files(&dir.path().join("nothing_*.bin"), Split::Train)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("nothing_*.bin"), "{e}");
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(64))]
-        #[test]
-        fn readers_never_panic_on_arbitrary_bytes(
-            bytes in proptest::collection::vec(any::<u8>(), 0..2048),
-            header in proptest::option::of((prop_oneof![Just(LLMC_MAGIC_GPT2), Just(LLMC_MAGIC_LLAMA3), any::<i32>()], 0i32..9, -3i32..600)),
-        ) {
-            let dir = tempfile::tempdir().unwrap();
-            let mut content = match header {
-                // Plausible headers reach the size and decode paths.
-                Some((magic, version, count)) => llmc_bytes(magic, version, count, &[], 2),
-                None => Vec::new(),
-            };
-            content.extend_from_slice(&bytes);
-            let path = write(dir.path(), "any.bin", &content);
-            if let Ok(shard) = read_llmc(&path) {
-                prop_assert_eq!(shard.file.tokens, shard.tokens.len());
-            }
-            if let Ok(shard) = read_nanogpt(&path) {
-                prop_assert_eq!(shard.tokens.len() * 2, content.len());
-            }
-        }
-    }
-}
+#[path = "shards_tests.rs"]
+pub(crate) mod tests;

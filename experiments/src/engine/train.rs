@@ -53,6 +53,22 @@ pub trait Task<B: AutodiffBackend> {
     fn summary_extras(&self) -> Map<String, Value> {
         Map::new()
     }
+    /// Extra fields for the metrics record of `step` (0-based), such as
+    /// where in the data it was (the epoch of a sequential data order).
+    fn step_extras(&self, _step: u64) -> Map<String, Value> {
+        Map::new()
+    }
+    /// Extra evaluations run with the validation loss (logged in the same
+    /// metrics record; the last ones also go to summary.json), e.g. a
+    /// benchmark's accuracy.
+    fn eval_extras(
+        &self,
+        _model: &<Self::Model as AutodiffModule<B>>::InnerModule,
+        _micro_batch: usize,
+        _device: &burn::tensor::Device<B::InnerBackend>,
+    ) -> anyhow::Result<Map<String, Value>> {
+        Ok(Map::new())
+    }
     /// Called once after the last step (e.g. to export weights).
     fn finish(&self, _model: &Self::Model, _run_dir: &Path) -> anyhow::Result<()> {
         Ok(())
@@ -113,6 +129,17 @@ struct LoopState {
     /// uninterrupted one does.
     #[serde(default)]
     loss_scaler: Option<LossScaler>,
+    /// The last evaluation's [`Task::eval_extras`], for the summary of a
+    /// resumed run.
+    #[serde(default)]
+    last_eval_extras: Option<Map<String, Value>>,
+}
+
+/// Add `extras` to a metrics record (an object).
+fn merge(record: &mut Value, extras: Map<String, Value>) {
+    if let Some(object) = record.as_object_mut() {
+        object.extend(extras);
+    }
 }
 
 /// Train; writes metrics, checkpoints and summary.json into the run dir and
@@ -147,6 +174,7 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
         wall_s: 0.0,
         optimizer_steps: None,
         loss_scaler: None,
+        last_eval_extras: None,
     };
     let ckpt_root = control.run_dir.join(checkpoint::CHECKPOINTS);
     if control.resume {
@@ -163,9 +191,13 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
         })
         .transpose()?;
     if let (None, Some(metrics)) = (state.initial_val_loss, metrics.as_mut()) {
-        let val = task.evaluate(&model.valid(), micro_batch, &inner_device_of::<B>(device));
+        let valid = model.valid();
+        let val = task.evaluate(&valid, micro_batch, &inner_device_of::<B>(device));
         state.initial_val_loss = Some(val);
-        metrics.write(&json!({"step": 0, "val_loss": val}))?;
+        let mut record = json!({"step": 0, "val_loss": val});
+        let extras = task.eval_extras(&valid, micro_batch, &inner_device_of::<B>(device))?;
+        merge(&mut record, extras);
+        metrics.write(&record)?;
     }
 
     if state.loss_scaler.is_none() {
@@ -244,12 +276,17 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
         if let Some(scaler) = &state.loss_scaler {
             super::precision::record_step(&mut record, loss_scale, decision, scaler);
         }
+        merge(&mut record, task.step_extras(step));
         let eval_due =
             state.step % train_cfg.eval_every.max(1) == 0 || state.step == train_cfg.steps;
         if let (true, Some(metrics)) = (eval_due, metrics.as_mut()) {
-            let val = task.evaluate(&model.valid(), micro_batch, &inner_device_of::<B>(device));
+            let valid = model.valid();
+            let val = task.evaluate(&valid, micro_batch, &inner_device_of::<B>(device));
             state.last_val_loss = Some(val);
             record["val_loss"] = json!(val);
+            let extras = task.eval_extras(&valid, micro_batch, &inner_device_of::<B>(device))?;
+            state.last_eval_extras = Some(extras.clone());
+            merge(&mut record, extras);
             metrics.write(&record)?;
         } else if let Some(metrics) = metrics.as_mut() {
             metrics.write(&record)?;
@@ -294,6 +331,9 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
         scaler.summarize(&mut m);
     }
     m.extend(task.summary_extras());
+    for (key, value) in state.last_eval_extras.clone().unwrap_or_default() {
+        m.insert(format!("final_{key}"), value);
+    }
     let mut summary = Summary {
         status,
         wall_s,

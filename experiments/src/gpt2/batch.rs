@@ -244,6 +244,7 @@ mod tests {
                     temperature: 0.0,
                     top_k: None,
                     seed: 0,
+                    vocab_limit: None,
                 },
                 &Default::default(),
             );

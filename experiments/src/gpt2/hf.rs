@@ -7,12 +7,21 @@
 //! HF files may prefix names with `transformer.` and carry `lm_head.weight`
 //! (tied, equal to `wte.weight`) and `attn.bias`/`attn.masked_bias` buffers
 //! (the causal mask): the prefix is stripped and the extras ignored.
+//!
+//! A Hugging Face model directory (`save_pretrained`: `config.json` and
+//! `model.safetensors`) is read with [`load_pretrained`] and written with
+//! [`save_pretrained`], so `GPT2LMHeadModel.from_pretrained` loads envgen's
+//! weights and envgen loads any GPT-2 checkpoint from the Hub
+//! (tests/gpt2_hf.rs checks both ways against `transformers`).
 
 use std::path::Path;
 
 use burn::prelude::*;
+use serde_json::{json, Value};
 
+use super::model::{ModelConfig, LN_EPS};
 use crate::engine::{params, safetensors_io};
+use crate::error::UserError;
 
 /// Our parameter path → HF tensor name.
 pub fn hf_name(path: &str) -> String {
@@ -57,6 +66,143 @@ pub fn load_tensors<B: Backend>(
             .cloned()
     };
     params::replace::<B, _>(model, origin, &lookup)
+}
+
+/// GPT-2's activations in `transformers`' `config.json`: the tanh
+/// approximation of GELU that envgen's MLP computes.
+const TANH_GELUS: [&str; 2] = ["gelu_new", "gelu_pytorch_tanh"];
+
+/// Whether `path` is a Hugging Face model directory (has `config.json`).
+pub fn is_pretrained_dir(path: &Path) -> bool {
+    path.is_dir() && path.join("config.json").is_file()
+}
+
+/// The model config a Hugging Face GPT-2 `config.json` describes.
+pub fn config_of(dir: &Path) -> anyhow::Result<ModelConfig> {
+    let path = dir.join("config.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        UserError::usage(format!("cannot read {}: {e}", path.display())).with_fix(
+            "give a directory written by save_pretrained (config.json + model.safetensors)",
+        )
+    })?;
+    let doc: Value = serde_json::from_str(&text)
+        .map_err(|e| UserError::usage(format!("{} is not JSON: {e}", path.display())))?;
+    let bad = |field: &str, why: String| -> anyhow::Error {
+        UserError::usage(format!("{}: `{field}` {why}", path.display()))
+            .with_fix("only GPT-2 checkpoints (model_type \"gpt2\") are read")
+            .into()
+    };
+    if doc["model_type"] != "gpt2" {
+        return Err(bad(
+            "model_type",
+            format!("is {}, expected \"gpt2\"", doc["model_type"]),
+        ));
+    }
+    let size = |field: &str| -> anyhow::Result<usize> {
+        doc[field].as_u64().map(|v| v as usize).ok_or_else(|| {
+            bad(
+                field,
+                format!("is {}, expected a positive integer", doc[field]),
+            )
+        })
+    };
+    let activation = doc["activation_function"].as_str().unwrap_or("gelu_new");
+    if !TANH_GELUS.contains(&activation) {
+        return Err(bad(
+            "activation_function",
+            format!(
+                "is {activation:?}; envgen's GPT-2 computes {:?}",
+                TANH_GELUS[0]
+            ),
+        ));
+    }
+    let eps = doc["layer_norm_epsilon"].as_f64().unwrap_or(LN_EPS);
+    if (eps - LN_EPS).abs() > 1e-12 {
+        return Err(bad(
+            "layer_norm_epsilon",
+            format!("is {eps}; envgen's GPT-2 uses {LN_EPS}"),
+        ));
+    }
+    let cfg = ModelConfig {
+        n_layer: size("n_layer")?,
+        n_head: size("n_head")?,
+        n_embd: size("n_embd")?,
+        block_size: size("n_positions")?,
+        vocab_size: size("vocab_size")?,
+        dropout: 0.0,
+    };
+    cfg.validate(&path.display().to_string())?;
+    Ok(cfg)
+}
+
+/// A Hugging Face GPT-2 model directory: its config and weights.
+pub fn load_pretrained<B: Backend>(
+    dir: &Path,
+    device: &B::Device,
+) -> anyhow::Result<(ModelConfig, super::Gpt2<B>)> {
+    let cfg = config_of(dir)?;
+    let weights = dir.join("model.safetensors");
+    if !weights.is_file() {
+        return Err(UserError::usage(format!(
+            "{} has config.json but no model.safetensors",
+            dir.display()
+        ))
+        .with_fix("save the model with save_pretrained(..., safe_serialization=True), or convert pytorch_model.bin to safetensors")
+        .into());
+    }
+    let model = load(cfg.init::<B>(device), &weights)?;
+    Ok((cfg, model))
+}
+
+/// The `config.json` `transformers` needs for a GPT-2 of shape `cfg`.
+pub fn pretrained_config(cfg: &ModelConfig) -> Value {
+    json!({
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "n_layer": cfg.n_layer,
+        "n_head": cfg.n_head,
+        "n_embd": cfg.n_embd,
+        "n_positions": cfg.block_size,
+        "n_ctx": cfg.block_size,
+        "vocab_size": cfg.vocab_size,
+        "n_inner": null,
+        "activation_function": TANH_GELUS[0],
+        "layer_norm_epsilon": LN_EPS,
+        "initializer_range": 0.02,
+        "resid_pdrop": 0.0,
+        "embd_pdrop": 0.0,
+        "attn_pdrop": 0.0,
+        "scale_attn_weights": true,
+        "tie_word_embeddings": true,
+        "bos_token_id": 50256,
+        "eos_token_id": 50256,
+        "torch_dtype": "float32",
+    })
+}
+
+/// Write `model` as a Hugging Face model directory: `config.json` and
+/// `model.safetensors` with the names `save_pretrained` uses
+/// (`transformer.` prefix; the tied `lm_head.weight` left out, as there).
+pub fn save_pretrained<B: Backend>(
+    model: &super::Gpt2<B>,
+    cfg: &ModelConfig,
+    dir: &Path,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        UserError::usage(format!("cannot create {}: {e}", dir.display()))
+            .with_fix("choose a writable --out directory")
+    })?;
+    let weights: Vec<(String, Vec<usize>, Vec<f32>)> = named_weights(model)
+        .into_iter()
+        .map(|(name, shape, values)| (format!("transformer.{name}"), shape, values))
+        .collect();
+    safetensors_io::write_atomic(
+        &dir.join("model.safetensors"),
+        &safetensors_io::to_bytes(&weights)?,
+    )?;
+    let config = serde_json::to_string_pretty(&pretrained_config(cfg))?;
+    safetensors_io::write_atomic(&dir.join("config.json"), config.as_bytes())?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -118,5 +264,30 @@ pub(crate) mod tests {
         .init::<Cpu>(&device);
         let err = load(other, &path).unwrap_err();
         assert!(err.to_string().contains("wrong shape"), "{err}");
+    }
+
+    #[test]
+    fn pretrained_directories_round_trip_with_their_config() {
+        let cfg = small();
+        let device = Default::default();
+        let a = cfg.init::<Cpu>(&device);
+        let dir = tempfile::tempdir().unwrap();
+        save_pretrained(&a, &cfg, dir.path()).unwrap();
+        assert!(is_pretrained_dir(dir.path()));
+        let names = safetensors_io::read(&dir.path().join("model.safetensors")).unwrap();
+        assert!(names.contains_key("transformer.h.0.attn.c_attn.weight"));
+        let (back_cfg, b) = load_pretrained::<Cpu>(dir.path(), &device).unwrap();
+        assert_eq!(back_cfg, cfg);
+        let idx = Tensor::<Cpu, 2, Int>::from_ints([[1, 5, 7, 39]], &device);
+        let la = a.forward(idx.clone()).into_data().to_vec::<f32>().unwrap();
+        let lb = b.forward(idx).into_data().to_vec::<f32>().unwrap();
+        assert_eq!(la, lb);
+
+        let mut doc = pretrained_config(&cfg);
+        doc["activation_function"] = json!("relu");
+        std::fs::write(dir.path().join("config.json"), doc.to_string()).unwrap();
+        let e = load_pretrained::<Cpu>(dir.path(), &device).unwrap_err();
+        assert_eq!(crate::error::exit_code_of(&e), 2);
+        assert!(e.to_string().contains("activation_function"), "{e}");
     }
 }

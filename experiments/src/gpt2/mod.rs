@@ -3,6 +3,8 @@
 
 pub mod adapter;
 pub mod batch;
+pub mod eval;
+pub mod hellaswag;
 pub mod hf;
 pub mod lora;
 pub mod model;
@@ -19,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::backend;
-use crate::data::{self, DataConfig, TokenData};
+use crate::data::{self, Batches, DataConfig, DataOrder, TokenData};
 use crate::engine::{self, OptimConfig, RunControl, Summary, Task, TrainConfig};
 use crate::error::UserError;
 use crate::experiment::{self, Experiment, ExperimentInfo, TypedExperiment};
@@ -39,6 +41,21 @@ pub struct Gpt2Config {
     /// Start from these weights (HF GPT-2 safetensors layout) instead of random init.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init_from: Option<PathBuf>,
+    /// Evaluations beside the validation loss.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval: Option<EvalConfig>,
+}
+
+/// `[eval]`: benchmarks run at every evaluation (and in `envgen eval gpt2`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvalConfig {
+    /// HellaSwag's `hellaswag_val.jsonl` (see docs/experiments/gpt2.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hellaswag: Option<PathBuf>,
+    /// Score only the first N items (all 10,042 by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hellaswag_items: Option<usize>,
 }
 
 /// Presets bundled into the binary: (name, TOML text).
@@ -117,6 +134,10 @@ impl TypedExperiment for Gpt2Experiment {
 pub struct Gpt2Task {
     pub config: Gpt2Config,
     pub data: TokenData,
+    /// The global batches of a `sequential` / `shuffled` order (None: `random`).
+    pub batches: Option<Batches>,
+    /// HellaSwag items to score at every evaluation.
+    pub hellaswag: Option<Vec<hellaswag::Item>>,
 }
 
 impl Gpt2Task {
@@ -130,17 +151,48 @@ impl Gpt2Task {
             .with_fix(format!("--set model.vocab_size={}", data.vocab_size))
             .into());
         }
-        let need = config.model.block_size + 2;
-        if data.train.len() < need || data.val.len() < need {
+        let window = config.model.block_size + 1;
+        if data.train.window_count(window) == 0 || data.val.window_count(window) == 0 {
             return Err(UserError::usage(format!(
-                "data: train ({}) or val ({}) tokens are fewer than block_size + 2 = {need}",
+                "data: no train ({} tokens) or val ({} tokens) shard holds block_size + 2 = {} tokens",
                 data.train.len(),
-                data.val.len()
+                data.val.len(),
+                window + 1
             ))
             .with_fix("use more data or a smaller model.block_size")
             .into());
         }
-        Ok(Self { config, data })
+        let names = || {
+            let names: Vec<String> = data
+                .files
+                .iter()
+                .map(|f| f.path.display().to_string())
+                .collect();
+            names.join(", ")
+        };
+        let batches = match config.data.order() {
+            DataOrder::Random => None,
+            order => Some(Batches::new(
+                &data.train,
+                config.train.batch_size,
+                config.model.block_size,
+                (order == DataOrder::Shuffled).then_some(config.train.seed),
+                &names(),
+            )?),
+        };
+        let hellaswag = match config.eval.as_ref().and_then(|e| e.hellaswag.as_ref()) {
+            Some(path) => {
+                let limit = config.eval.as_ref().and_then(|e| e.hellaswag_items);
+                Some(hellaswag::load(path, limit)?)
+            }
+            None => None,
+        };
+        Ok(Self {
+            config,
+            data,
+            batches,
+            hellaswag,
+        })
     }
 
     /// A seed that depends on (train.seed, step, row) only.
@@ -148,27 +200,38 @@ impl Gpt2Task {
         engine::row_seed(self.config.train.seed, step, row)
     }
 
-    /// Row `row` of the global batch of `step`: a window start drawn from a
-    /// generator seeded by (seed, step, row) only.
-    fn window_start(&self, step: u64, row: usize) -> usize {
-        let mut rng = StdRng::seed_from_u64(self.mixed_seed(step, row));
-        rng.random_range(0..self.data.train.len() - self.config.model.block_size - 1)
+    /// The `block_size + 1` tokens row `row` of the global batch of `step`
+    /// trains on: the data order's position, or (`random`) a window drawn
+    /// from a generator seeded by (seed, step, row) only.
+    fn train_window(&self, step: u64, row: usize) -> Vec<u32> {
+        let len = self.config.model.block_size + 1;
+        let (segment, start) = match &self.batches {
+            Some(batches) => {
+                let p = batches.position(step, row);
+                (p.segment, p.start)
+            }
+            None => {
+                let mut rng = StdRng::seed_from_u64(self.mixed_seed(step, row));
+                let index = rng.random_range(0..self.data.train.window_count(len));
+                self.data.train.window_start(index, len).unwrap_or((0, 0))
+            }
+        };
+        self.data.train.window(segment, start, len)
     }
 
     fn batch<B: Backend>(
         &self,
-        tokens: &[u32],
-        starts: &[usize],
+        windows: &[Vec<u32>],
         device: &B::Device,
     ) -> (Tensor<B, 2, Int>, Tensor<B, 2, Int>) {
         let t = self.config.model.block_size;
-        let mut x = Vec::with_capacity(starts.len() * t);
-        let mut y = Vec::with_capacity(starts.len() * t);
-        for &s in starts {
-            x.extend(tokens[s..s + t].iter().map(|&v| i64::from(v)));
-            y.extend(tokens[s + 1..s + t + 1].iter().map(|&v| i64::from(v)));
+        let mut x = Vec::with_capacity(windows.len() * t);
+        let mut y = Vec::with_capacity(windows.len() * t);
+        for w in windows {
+            x.extend(w[..t].iter().map(|&v| i64::from(v)));
+            y.extend(w[1..t + 1].iter().map(|&v| i64::from(v)));
         }
-        let shape = [starts.len(), t];
+        let shape = [windows.len(), t];
         (
             Tensor::from_data(TensorData::new(x, shape), device),
             Tensor::from_data(TensorData::new(y, shape), device),
@@ -205,8 +268,8 @@ impl<B: FusedAutodiffBackend> Task<B> for Gpt2Task {
             // Masks still depend on how the batch is split into micro-batches.
             B::seed(device, self.mixed_seed(step, rows.start) ^ 0xD50_0D50);
         }
-        let starts: Vec<usize> = rows.map(|r| self.window_start(step, r)).collect();
-        let (x, y) = self.batch::<B>(&self.data.train, &starts, device);
+        let windows: Vec<Vec<u32>> = rows.map(|r| self.train_window(step, r)).collect();
+        let (x, y) = self.batch::<B>(&windows, device);
         model.loss(x, y)
     }
 
@@ -219,13 +282,20 @@ impl<B: FusedAutodiffBackend> Task<B> for Gpt2Task {
         // Fixed, evenly spaced windows over the validation split: the same
         // tokens at every evaluation, whatever the micro-batch (which only
         // sets how many windows go through the model at once).
-        let t = self.config.model.block_size;
+        let len = self.config.model.block_size + 1;
         let rows = (self.config.train.eval_batches * self.config.train.batch_size).max(1);
-        let span = self.data.val.len() - t - 1;
-        let starts: Vec<usize> = (0..rows).map(|i| i * span / rows).collect();
+        let span = self.data.val.window_count(len);
         let mut total = 0.0;
-        for chunk in starts.chunks(micro_batch.max(1)) {
-            let (x, y) = self.batch::<B::InnerBackend>(&self.data.val, chunk, device);
+        let indices: Vec<usize> = (0..rows).map(|i| i * span / rows).collect();
+        for chunk in indices.chunks(micro_batch.max(1)) {
+            let windows: Vec<Vec<u32>> = chunk
+                .iter()
+                .map(|&i| {
+                    let (segment, start) = self.data.val.window_start(i, len).unwrap_or((0, 0));
+                    self.data.val.window(segment, start, len)
+                })
+                .collect();
+            let (x, y) = self.batch::<B::InnerBackend>(&windows, device);
             let loss: f64 = model.loss(x, y).into_scalar().elem();
             total += loss * chunk.len() as f64;
         }
@@ -236,6 +306,37 @@ impl<B: FusedAutodiffBackend> Task<B> for Gpt2Task {
         (self.config.model.block_size, "tokens")
     }
 
+    fn step_extras(&self, step: u64) -> Map<String, Value> {
+        let mut m = Map::new();
+        if let Some(batches) = &self.batches {
+            // The epoch boundary and the shard in use, in every record.
+            let p = batches.position(step, 0);
+            m.insert("epoch".into(), json!(p.epoch));
+            m.insert("shard".into(), json!(p.segment));
+        }
+        m
+    }
+
+    fn eval_extras(
+        &self,
+        model: &<Gpt2<B> as AutodiffModule<B>>::InnerModule,
+        _micro_batch: usize,
+        device: &burn::tensor::Device<B::InnerBackend>,
+    ) -> anyhow::Result<Map<String, Value>> {
+        let mut m = Map::new();
+        if let Some(items) = &self.hellaswag {
+            let score = hellaswag::score(
+                model,
+                &self.config.model,
+                &self.data.tokenizer,
+                items,
+                device,
+            );
+            score.insert_into(&mut m);
+        }
+        Ok(m)
+    }
+
     fn summary_extras(&self) -> Map<String, Value> {
         let mut m = Map::new();
         m.insert(
@@ -243,6 +344,10 @@ impl<B: FusedAutodiffBackend> Task<B> for Gpt2Task {
             json!(self.data.entropy_nats_per_token),
         );
         m.insert("parameters".into(), json!(self.config.model.num_params()));
+        m.insert("data_order".into(), json!(self.config.data.order().name()));
+        if let Some(batches) = &self.batches {
+            m.insert("train_batches_per_epoch".into(), json!(batches.per_epoch()));
+        }
         // Provenance: which data files (and which bytes) this run saw.
         m.insert("data_files".into(), json!(self.data.files));
         m
@@ -260,6 +365,10 @@ pub struct SampleOptions {
     pub temperature: f32,
     pub top_k: Option<usize>,
     pub seed: u64,
+    /// Only ids below this are sampled: the tokenizer's vocabulary. GPT-2's
+    /// embedding is padded (50,257 → 50,304); the padding rows were never a
+    /// target, and they decode to nothing (None: every row).
+    pub vocab_limit: Option<usize>,
 }
 
 /// Temperature/top-k sampling from a trained model; returns the new tokens.
@@ -275,6 +384,7 @@ pub fn sample<B: FusedBackend>(
         temperature,
         top_k,
         seed,
+        vocab_limit,
     } = opts;
     let mut rng = StdRng::seed_from_u64(seed);
     let mut out: Vec<u32> = prompt.to_vec();
@@ -290,11 +400,12 @@ pub fn sample<B: FusedBackend>(
             .forward(idx)
             .slice([0..1, n - 1..n])
             .reshape([cfg.vocab_size]);
-        let logits: Vec<f32> = logits
+        let mut logits: Vec<f32> = logits
             .into_data()
             .convert::<f32>()
             .to_vec()
             .unwrap_or_default();
+        logits.truncate(vocab_limit.unwrap_or(usize::MAX).max(1));
         out.push(pick(&logits, temperature, top_k, &mut rng));
     }
     out[prompt.len().min(out.len())..].to_vec()
@@ -321,4 +432,62 @@ fn pick(logits: &[f32], temperature: f32, top_k: Option<usize>, rng: &mut StdRng
         u -= w;
     }
     order[order.len() - 1] as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Cpu;
+
+    /// Padding rows past the tokenizer's vocabulary are never sampled, even
+    /// when they hold the largest logits.
+    #[test]
+    fn sampling_never_emits_padding_ids() {
+        let cfg = ModelConfig {
+            n_layer: 1,
+            n_head: 1,
+            n_embd: 8,
+            block_size: 16,
+            vocab_size: 48,
+            dropout: 0.0,
+        };
+        let device = Default::default();
+        let model = cfg.init::<Cpu>(&device);
+        // Make the padding rows 40..48 the most likely: a large tied
+        // embedding row gives a large logit.
+        let weights = hf::named_weights(&model);
+        let mut tensors = std::collections::BTreeMap::new();
+        for (name, shape, mut values) in weights {
+            if name == "wte.weight" {
+                for v in &mut values[40 * 8..] {
+                    *v = 5.0;
+                }
+            }
+            tensors.insert(name, (shape, values));
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.safetensors");
+        let named: Vec<_> = tensors.into_iter().map(|(n, (s, v))| (n, s, v)).collect();
+        crate::engine::safetensors_io::write_atomic(
+            &path,
+            &crate::engine::safetensors_io::to_bytes(&named).unwrap(),
+        )
+        .unwrap();
+        let model = hf::load(cfg.init::<Cpu>(&device), &path).unwrap();
+        let opts = |limit| SampleOptions {
+            tokens: 12,
+            temperature: 1.0,
+            top_k: None,
+            seed: 3,
+            vocab_limit: limit,
+        };
+        let free = sample(&model, &cfg, &[1, 2], opts(None), &device);
+        assert!(
+            free.iter().any(|&t| t >= 40),
+            "the setup must favour padding: {free:?}"
+        );
+        let limited = sample(&model, &cfg, &[1, 2], opts(Some(40)), &device);
+        assert_eq!(limited.len(), 12);
+        assert!(limited.iter().all(|&t| t < 40), "{limited:?}");
+    }
 }

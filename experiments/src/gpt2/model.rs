@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 use super::adapter::{self, LoraAdapter};
 
 /// LayerNorm epsilon of every GPT-2 LayerNorm.
-const LN_EPS: f64 = 1e-5;
+pub const LN_EPS: f64 = 1e-5;
 
 /// The `[model]` table.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -92,7 +92,8 @@ impl ModelConfig {
         Ok(())
     }
 
-    /// A fresh model, or the weights saved at `path` (`hf::save`'s layout).
+    /// A fresh model, or the weights saved at `path` (`hf::save`'s layout,
+    /// or a Hugging Face model directory holding `model.safetensors`).
     pub fn init_from<B: Backend>(
         &self,
         path: Option<&std::path::Path>,
@@ -100,6 +101,9 @@ impl ModelConfig {
     ) -> anyhow::Result<Gpt2<B>> {
         let model = self.init::<B>(device);
         match path {
+            Some(path) if super::hf::is_pretrained_dir(path) => {
+                super::hf::load(model, &path.join("model.safetensors"))
+            }
             Some(path) => super::hf::load(model, path),
             None => Ok(model),
         }
