@@ -42,4 +42,5 @@ log "cargo fmt --check"
 cargo fmt --all -- --check
 
 log "running the test suite"
-cargo test --workspace --locked
+# Extra arguments go to cargo test (e.g. --no-fail-fast); CI passes none.
+cargo test --workspace --locked "$@"
