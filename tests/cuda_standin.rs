@@ -376,6 +376,13 @@ fn kept_kernels() -> PathBuf {
     test_cache().join("kernels")
 }
 
+/// One test at a time in [`kept_kernels`]: CubeCL appends to its cache files
+/// and two processes appending to the same ones could interleave.
+fn kept_kernels_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// One training step of `experiment` on a stand-in GPU of compute capability
 /// `cc`, with every PTX module it loads written to `ptx_dir`.
 fn step_on(experiment: &str, cc: &str, precision: Option<&str>, ptx_dir: &Path, home: &Path) {
@@ -464,6 +471,7 @@ fn assemble_all(modules: &BTreeSet<PathBuf>, arch: &str) -> Vec<String> {
 
 #[test]
 fn every_gpt2_and_hrm_kernel_compiles_and_assembles_for_five_architectures() {
+    let _cache = kept_kernels_lock();
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path();
     // (stand-in compute capability, the target CubeCL compiles for)
@@ -525,6 +533,7 @@ fn mma_instructions(modules: &BTreeSet<PathBuf>) -> BTreeSet<String> {
 /// (docs/running.md, "Precision"): this test fails the day that changes.
 #[test]
 fn precisions_compile_to_their_tensor_core_instructions() {
+    let _cache = kept_kernels_lock();
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path();
     let modules = |precision: &str| {
