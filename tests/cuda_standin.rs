@@ -387,6 +387,15 @@ fn kept_kernels_lock() -> std::sync::MutexGuard<'static, ()> {
 /// `cc`, with every PTX module it loads written to `ptx_dir`.
 fn step_on(experiment: &str, cc: &str, precision: Option<&str>, ptx_dir: &Path, home: &Path) {
     std::fs::create_dir_all(ptx_dir).unwrap();
+    // Kept PTX, fresh autotuning: every candidate kernel is loaded again (from
+    // the cache, not recompiled) instead of only the ones an earlier run
+    // happened to time fastest on a driver whose kernels do nothing.
+    for model in std::fs::read_dir(kept_kernels().join("cubecl"))
+        .into_iter()
+        .flatten()
+    {
+        let _ = std::fs::remove_dir_all(model.unwrap().path().join("autotune"));
+    }
     let mut cmd = envgen(home, true);
     cmd.env("CUDA_PATH", cuda_wheels())
         .env("ENVGEN_CACHE_DIR", kept_kernels())
