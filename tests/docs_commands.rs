@@ -275,6 +275,26 @@ fn every_documented_envgen_command_is_valid() {
     // shards themselves are read by the run.
     let data_dir = tmp.path().join("fineweb10B");
     std::fs::create_dir(&data_dir).unwrap();
+    // The 10B-token recipe of docs/experiments/gpt2.md: the user's shard
+    // folder, HellaSwag file and config file, made as the page says (the
+    // preset with [data] source/path set and an [eval] table appended).
+    std::fs::create_dir(tmp.path().join("edu_fineweb10B")).unwrap();
+    let hellaswag = tmp.path().join("data/hellaswag/hellaswag_val.jsonl");
+    std::fs::create_dir_all(hellaswag.parent().unwrap()).unwrap();
+    std::fs::copy(
+        repo().join("tests/fixtures/hellaswag/hellaswag_val_sample.jsonl"),
+        &hellaswag,
+    )
+    .unwrap();
+    let preset =
+        std::fs::read_to_string(repo().join("experiments/presets/gpt2/gpt2-124m.toml")).unwrap();
+    let mut config: toml::Table = toml::from_str(&preset).unwrap();
+    let data = config["data"].as_table_mut().unwrap();
+    data.insert("source".into(), "npy".into());
+    data.insert("path".into(), "edu_fineweb10B".into());
+    let mut fineweb = toml::to_string(&config).unwrap();
+    fineweb.push_str("\n[eval]\nhellaswag = \"data/hellaswag/hellaswag_val.jsonl\"\n");
+    std::fs::write(tmp.path().join("gpt2-124m-fineweb.toml"), fineweb).unwrap();
     // train.csv / test.csv ("your copy of Sudoku-Extreme", docs/experiments/
     // hrm.md): a dry run checks that they exist; the run reads them.
     for csv in ["train.csv", "test.csv"] {
