@@ -276,7 +276,7 @@ fn cpu_image_builds_runs_doctor_as_non_root_and_reproduces_its_envgen_layer() {
     );
 
     // ensure_built: the default tag is built once, then reused.
-    let runtime = envgen::image::docker::runtime().unwrap();
+    let runtime = envgen::image::daemon::runtime().unwrap();
     let containers_at = envgen::image::Containers::locate(Some(containers.path())).unwrap();
     let binary = Path::new(ENVGEN);
     let (first, _) = runtime

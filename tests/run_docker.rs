@@ -42,8 +42,8 @@ fn import_image(tag: &str, marker: &str) -> String {
     builder.append_dir_all(".", root.path()).unwrap();
     builder.finish().unwrap();
     block_on(async {
-        let docker = envgen::image::docker::connect().await.unwrap();
-        envgen::image::docker::import_rootfs(&docker, &tarball, "envgen-test/run", tag)
+        let docker = envgen::image::daemon::connect().await.unwrap();
+        envgen::image::daemon::import_rootfs(&docker, &tarball, "envgen-test/run", tag)
             .await
             .unwrap();
     });
@@ -58,7 +58,7 @@ fn leftover_containers(dir: &Path) -> Vec<String> {
         dir.file_name().unwrap().to_string_lossy()
     );
     block_on(async {
-        let docker = envgen::image::docker::connect().await.unwrap();
+        let docker = envgen::image::daemon::connect().await.unwrap();
         let options = ListContainersOptionsBuilder::default()
             .all(true)
             .filters(&[("label", vec![label.as_str()])].into())
@@ -75,7 +75,7 @@ fn leftover_containers(dir: &Path) -> Vec<String> {
 
 fn image_id(reference: &str) -> String {
     block_on(async {
-        let docker = envgen::image::docker::connect().await.unwrap();
+        let docker = envgen::image::daemon::connect().await.unwrap();
         docker.inspect_image(reference).await.unwrap().id.unwrap()
     })
 }
@@ -171,7 +171,7 @@ fn rerun_refuses_when_the_image_is_gone() {
     assert_ok(&out, "docker run");
     let dir = run_dir_of(&json_of(&out));
     block_on(async {
-        let docker = envgen::image::docker::connect().await.unwrap();
+        let docker = envgen::image::daemon::connect().await.unwrap();
         let options = RemoveImageOptionsBuilder::default().force(true).build();
         docker
             .remove_image(&image, Some(options), None)
@@ -207,7 +207,7 @@ fn without_image_the_cpu_profile_image_is_built_on_demand() {
     assert_eq!(manifest["image"]["id"], image_id(&tag));
     // The profile image carries this very binary (the images work's label).
     let labels = block_on(async {
-        let docker = envgen::image::docker::connect().await.unwrap();
+        let docker = envgen::image::daemon::connect().await.unwrap();
         docker
             .inspect_image(&tag)
             .await
@@ -336,7 +336,7 @@ fn docker_kill_leaves_an_interrupted_resumable_run_and_no_container() {
         let names = leftover_containers(dir);
         assert_eq!(names.len(), 1, "{names:?}");
         block_on(async {
-            let docker = envgen::image::docker::connect().await.unwrap();
+            let docker = envgen::image::daemon::connect().await.unwrap();
             docker
                 .kill_container(names[0].trim_start_matches('/'), None)
                 .await

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use envgen::launch::slurm::{self, JobSpec, Runtime};
+use envgen::launch::slurm::sbatch::{self as slurm, JobSpec, Runtime};
 
 fn require_cluster() {
     assert!(

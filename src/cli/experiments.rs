@@ -3,8 +3,9 @@
 use envgen_experiments::registry;
 use serde_json::json;
 
-use super::run::{find_experiment, resolve_config};
+use super::run::find_experiment;
 use crate::error::Result;
+use crate::launch::plan::resolve_config;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {

@@ -2,13 +2,13 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::cli::run::EXIT_INTERRUPTED;
 use crate::error::{Result, UserError};
 use crate::image::build::{self, BuildRequest, LockCheck};
-use crate::image::docker;
+use crate::image::daemon;
 use crate::image::export::{self, Format};
 use crate::image::lock::{self, DigestSource, Lockfile, Resolution};
 use crate::image::{render, Containers};
+use crate::launch::signals::EXIT_INTERRUPTED;
 
 /// Options every image subcommand takes.
 #[derive(Debug, Clone, clap::Args)]
@@ -148,7 +148,7 @@ pub fn execute(cmd: Command) -> Result<i32> {
                 push,
                 json,
             };
-            let outcome = match docker::runtime()?.block_on(build::build(&containers, &request)) {
+            let outcome = match daemon::runtime()?.block_on(build::build(&containers, &request)) {
                 Ok(outcome) => outcome,
                 Err(err) => match err.downcast_ref::<build::Interrupted>() {
                     Some(interrupted) => {
@@ -205,7 +205,7 @@ pub fn execute(cmd: Command) -> Result<i32> {
                 ExportFormat::ApptainerDef => Format::ApptainerDef,
             };
             let image = tag.unwrap_or_else(|| build::default_tag(&profile));
-            let exported = docker::runtime()?.block_on(export::export(
+            let exported = daemon::runtime()?.block_on(export::export(
                 &containers,
                 &profile,
                 &image,
@@ -300,7 +300,7 @@ fn render_cmd(
 
 /// Resolve bases through the daemon when it answers; say why not otherwise.
 fn resolve_all(bases: &[String]) -> Vec<Resolution> {
-    let runtime = match docker::runtime() {
+    let runtime = match daemon::runtime() {
         Ok(rt) => rt,
         Err(err) => {
             return bases
@@ -310,11 +310,11 @@ fn resolve_all(bases: &[String]) -> Vec<Resolution> {
         }
     };
     runtime.block_on(async {
-        match docker::connect().await {
+        match daemon::connect().await {
             Ok(docker) => {
                 let mut out = Vec::new();
                 for base in bases {
-                    out.push(docker::resolve(&docker, base).await);
+                    out.push(daemon::resolve(&docker, base).await);
                 }
                 out
             }
@@ -410,18 +410,18 @@ pub fn merge_resolution(old: Option<&Resolution>, now: &Resolution) -> Resolutio
 
 /// Re-resolve each locked base at its registry; `None` when offline (with why).
 fn registry_digests(bases: &[String]) -> Vec<std::result::Result<String, String>> {
-    let Ok(runtime) = docker::runtime() else {
+    let Ok(runtime) = daemon::runtime() else {
         return bases
             .iter()
             .map(|_| Err("no async runtime".into()))
             .collect();
     };
     runtime.block_on(async {
-        match docker::connect().await {
+        match daemon::connect().await {
             Ok(daemon) => {
                 let mut out = Vec::new();
                 for base in bases {
-                    out.push(docker::registry_digest(&daemon, base).await);
+                    out.push(daemon::registry_digest(&daemon, base).await);
                 }
                 out
             }

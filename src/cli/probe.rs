@@ -71,7 +71,12 @@ enum Outcome {
 
 pub fn execute(args: Args) -> Result<i32> {
     let experiment = run::find_experiment(&args.experiment)?;
-    let loaded = run::resolve_config(experiment, args.preset.as_deref(), None, &args.overrides)?;
+    let loaded = crate::launch::plan::resolve_config(
+        experiment,
+        args.preset.as_deref(),
+        None,
+        &args.overrides,
+    )?;
     let preset = loaded.preset.clone().unwrap_or_else(|| "custom".into());
     let key = format!("{}/{preset}", experiment.name());
     let limit = args.memory_limit.as_deref().map(parse_size).transpose()?;
@@ -79,7 +84,7 @@ pub fn execute(args: Args) -> Result<i32> {
         [] => default_candidates(loaded.batch_size),
         given => checked_candidates(given, loaded.batch_size)?,
     };
-    run::check_data_files(&loaded.science)?;
+    crate::launch::dry_run::check_data_files(&loaded.science)?;
     if args.dry_run {
         return dry_run(&args, experiment.name(), &preset, &loaded, &candidates);
     }
@@ -207,7 +212,7 @@ fn dry_run(
     loaded: &envgen_experiments::registry::ResolvedConfig,
     candidates: &[usize],
 ) -> Result<i32> {
-    let backend = run::native_backend_plan(args.backend)?;
+    let backend = crate::launch::dry_run::native_backend_plan(args.backend.into())?;
     let host = crate::probe::probe_host();
     let gpu = (backend.name == "cuda")
         .then(|| host.gpus.first())

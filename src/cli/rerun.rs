@@ -7,10 +7,9 @@
 use std::path::PathBuf;
 
 use clap::Parser as _;
-use envgen_experiments::engine::{rundir, Manifest};
-use serde_json::Value;
 
 use crate::error::{Result, UserError};
+use crate::runs::manifest::{ImageRecord, Manifest};
 use crate::runs::store::RunDir;
 
 #[derive(Debug, clap::Args)]
@@ -28,12 +27,7 @@ pub struct Args {
 
 /// `envgen run` as a rerun of `args.source`: the argv it amounts to.
 pub fn run_argv(args: &Args, manifest: &Manifest, dir: &std::path::Path) -> Result<Vec<String>> {
-    let location = manifest
-        .environment
-        .get("where")
-        .and_then(Value::as_str)
-        .unwrap_or("native")
-        .to_string();
+    let location = manifest.environment.place.clone();
     let mut argv = vec![
         "run".to_string(),
         manifest.experiment.clone(),
@@ -46,17 +40,13 @@ pub fn run_argv(args: &Args, manifest: &Manifest, dir: &std::path::Path) -> Resu
         "--out".into(),
         args.out.display().to_string(),
     ];
-    let launch: Vec<String> = manifest
-        .environment
-        .get("launch_args")
-        .and_then(|v| serde_json::from_value(v.clone()).ok())
-        .unwrap_or_default();
+    let launch = manifest.environment.launch_args.clone().unwrap_or_default();
     // The image goes by the ID it ran as, not by its (movable) tag.
     let image_id = manifest
         .environment
-        .get("image")
-        .and_then(|i| i.get("id"))
-        .and_then(Value::as_str);
+        .image
+        .as_ref()
+        .and_then(ImageRecord::docker_id);
     let mut words = launch.into_iter();
     while let Some(word) = words.next() {
         if word == "--image" && image_id.is_some() {
@@ -79,14 +69,13 @@ pub fn run_argv(args: &Args, manifest: &Manifest, dir: &std::path::Path) -> Resu
 
 /// Refuse when the run's image is no longer in the daemon (exit 3).
 fn require_image(manifest: &Manifest) -> Result<()> {
-    let Some(image) = manifest.environment.get("image").filter(|i| !i.is_null()) else {
+    let Some(ImageRecord::Docker(image)) = &manifest.environment.image else {
         return Ok(());
     };
-    let id = image.get("id").and_then(Value::as_str).unwrap_or_default();
-    let reference = image.get("ref").and_then(Value::as_str).unwrap_or(id);
-    let runtime = crate::image::docker::runtime()?;
+    let (id, reference) = (image.id.as_str(), image.reference.as_str());
+    let runtime = crate::image::daemon::runtime()?;
     runtime.block_on(async {
-        let docker = crate::launch::docker::connect().await?;
+        let docker = crate::image::daemon::connect().await?;
         if docker.inspect_image(id).await.is_ok() {
             return Ok(());
         }
@@ -100,7 +89,7 @@ fn require_image(manifest: &Manifest) -> Result<()> {
 
 pub fn execute(args: Args) -> Result<i32> {
     let run = RunDir::open(&args.source)?;
-    let manifest: Manifest = rundir::read_json(&run.path.join("manifest.json"))?;
+    let manifest = run.manifest.clone();
     require_image(&manifest)?;
     let argv = run_argv(&args, &manifest, &run.path)?;
     eprintln!(

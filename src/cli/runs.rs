@@ -2,11 +2,12 @@
 
 use std::path::{Path, PathBuf};
 
-use envgen_experiments::engine::{rundir, Manifest, Summary};
+use envgen_experiments::engine::{rundir, Summary};
 use serde_json::{json, Value};
 
 use crate::error::{Result, UserError};
-use crate::launch::slurm_job;
+use crate::launch::slurm;
+use crate::runs::manifest;
 use crate::runs::{self, store::RunDir};
 
 #[derive(Debug, clap::Subcommand)]
@@ -54,14 +55,19 @@ pub fn execute(cmd: Command) -> Result<i32> {
 
 /// What `runs show` and `runs list` say about one run directory.
 fn explain(dir: &Path) -> Result<Value> {
-    let manifest: Manifest = rundir::read_json(&dir.join("manifest.json"))?;
+    let manifest = manifest::read(dir)?;
     // A run still going (or killed hard) has no summary yet.
     let summary: Option<Summary> = rundir::read_json(&dir.join("summary.json")).ok();
     // A Slurm run without a summary yet: ask Slurm where its job is.
     let job = if summary.is_none() {
-        slurm_job::live_state(&manifest)
+        slurm::live_state(&manifest)
     } else {
-        manifest.environment.get("slurm").cloned()
+        manifest
+            .environment
+            .slurm
+            .as_ref()
+            .map(serde_json::to_value)
+            .transpose()?
     };
     Ok(json!({
         "run_dir": dir,
@@ -71,8 +77,8 @@ fn explain(dir: &Path) -> Result<Value> {
         "status": summary.as_ref().map_or(json!("running"), |s| json!(s.status)),
         "config_hash": manifest.config_hash,
         "profile": manifest.profile,
-        "where": manifest.environment.get("where"),
-        "image": manifest.environment.get("image"),
+        "where": manifest.environment.place,
+        "image": manifest.environment.image,
         "slurm_job": job,
         "started_at": manifest.started_at,
         "finished_at": manifest.finished_at,
@@ -184,7 +190,7 @@ fn show(dir: &Path, as_json: bool) -> Result<i32> {
 /// (resumable with `envgen run EXP --resume RUN`).
 fn cancel(dir: &Path) -> Result<i32> {
     let dir = RunDir::open(dir)?.path;
-    let manifest: Manifest = rundir::read_json(&dir.join("manifest.json"))?;
+    let manifest = manifest::read(&dir)?;
     if let Ok(summary) = rundir::read_json::<Summary>(&dir.join("summary.json")) {
         return Err(UserError::usage(format!(
             "{} already ended ({})",
@@ -196,7 +202,7 @@ fn cancel(dir: &Path) -> Result<i32> {
         .with_fix("only a pending or running run can be cancelled")
         .into());
     }
-    let outcome = slurm_job::cancel(&dir, &manifest)?;
+    let outcome = slurm::cancel(&dir, &manifest)?;
     println!(
         "{}: {} after {} steps; resume with `envgen run {} --resume {}`",
         dir.display(),

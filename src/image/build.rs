@@ -14,7 +14,7 @@ use bollard::query_parameters::{BuildImageOptions, PushImageOptions};
 use futures_util::StreamExt;
 use serde::Serialize;
 
-use super::docker;
+use super::daemon;
 use super::elf;
 use super::lock::{self, DigestSource, LockEntry, Lockfile};
 use super::profile::{Containers, Profile};
@@ -241,7 +241,8 @@ async fn base_glibc(
     profile: &Profile,
     from: &str,
 ) -> Result<Option<elf::GlibcVersion>> {
-    let out = docker::run_once(docker, from, &["ldd", "--version"], None, Some(&[])).await;
+    let out =
+        daemon::container::run_once(docker, from, &["ldd", "--version"], None, Some(&[])).await;
     let measured = out
         .ok()
         .filter(|out| out.exit_code == 0)
@@ -410,8 +411,8 @@ impl BuildLog {
     /// Remove what this build made and did not finish: its step containers
     /// and the images of its steps that are new since `images_before`.
     async fn clean_up(&self, docker: &bollard::Docker, images_before: &[String]) -> Result<()> {
-        docker::remove_containers(docker, &self.containers).await;
-        let (images_after, _) = docker::snapshot(docker).await?;
+        daemon::remove_containers(docker, &self.containers).await;
+        let (images_after, _) = daemon::snapshot(docker).await?;
         let new: Vec<String> = images_after
             .into_iter()
             .filter(|id| !images_before.contains(id))
@@ -420,7 +421,7 @@ impl BuildLog {
                 self.intermediates.iter().any(|short| id.starts_with(short))
             })
             .collect();
-        docker::remove_images(docker, &new).await;
+        daemon::remove_images(docker, &new).await;
         Ok(())
     }
 }
@@ -446,17 +447,17 @@ pub async fn build(containers: &Containers, request: &BuildRequest) -> Result<Bu
     let binary = binary_path(request.binary.as_deref())?;
     let binary_sha = binary_sha256(&binary)?;
     let locked = check_lock(containers, &profile, &base, request.lock)?;
-    let docker = docker::connect().await?;
+    let docker = daemon::connect().await?;
     let resolution = match &locked {
         Some(entry) => entry.resolution(),
-        None => docker::resolve(&docker, &base).await,
+        None => daemon::resolve(&docker, &base).await,
     };
     let pinned = render::from_reference(&base, resolution.pinnable());
     // The daemon must have the base (pulled by digest when pinned): fail
     // here, fast and with the fix, rather than in the build's first step.
     let mut from = pinned.clone();
     let mut stand_in_label = None;
-    if let Err(message) = docker::ensure_present(&docker, &pinned).await {
+    if let Err(message) = daemon::ensure_present(&docker, &pinned).await {
         // Only where ENVGEN_BASE_STAND_IN names this base (no registry here).
         let local = stand_in(&base).filter(|_| pinned != base);
         let Some(local) = local else {
@@ -531,7 +532,7 @@ pub async fn build(containers: &Containers, request: &BuildRequest) -> Result<Bu
         networkmode: Some("host".into()),
         ..Default::default()
     };
-    let (images_before, _) = docker::snapshot(&docker).await?;
+    let (images_before, _) = daemon::snapshot(&docker).await?;
     emit(
         request.json,
         serde_json::json!({"event": "start", "profile": profile.name, "base": base, "from": from, "tag": tag, "context_bytes": context.len()}),
@@ -621,7 +622,7 @@ pub async fn build(containers: &Containers, request: &BuildRequest) -> Result<Bu
 
 /// Push `tag` to its registry; the RepoDigest (`repository@sha256:…`) the daemon records.
 pub async fn push(docker: &bollard::Docker, tag: &str, json: bool) -> Result<String> {
-    let repository = docker::repository_of(tag);
+    let repository = daemon::repository_of(tag);
     let tag_part = tag
         .strip_prefix(repository)
         .and_then(|rest| rest.strip_prefix(':'))
@@ -674,7 +675,7 @@ pub async fn ensure_built(
     let binary = binary_path(binary)?;
     let binary_sha = binary_sha256(&binary)?;
     let tag = default_tag(profile);
-    let docker = docker::connect().await?;
+    let docker = daemon::connect().await?;
     let current = docker.inspect_image(&tag).await.ok().filter(|image| {
         let labels = image.config.as_ref().and_then(|c| c.labels.as_ref());
         labels.and_then(|l| l.get(BINARY_LABEL)) == Some(&binary_sha)
@@ -692,7 +693,7 @@ pub async fn ensure_built(
             docker
                 .inspect_image(&tag)
                 .await
-                .map_err(docker::unreachable)?
+                .map_err(daemon::unreachable)?
         }
     };
     let repo_digest = image.repo_digests.and_then(|d| d.into_iter().next());

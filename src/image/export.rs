@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::docker;
+use super::daemon;
 use super::profile::Containers;
 use super::render;
 use crate::error::{Result, UserError};
@@ -49,7 +49,7 @@ pub async fn export(
         Format::Charliecloud => Some(require_ch_convert()?),
         _ => None,
     };
-    let docker = docker::connect().await?;
+    let docker = daemon::connect().await?;
     let inspect = docker.inspect_image(image).await.map_err(|err| {
         UserError::usage(format!(
             "image {image} (profile {profile}) is not in the local daemon: {err}"
@@ -61,7 +61,7 @@ pub async fn export(
     let image_id = inspect.id.unwrap_or_default();
     match format {
         Format::DockerArchive => {
-            docker::save_image(&docker, image, out).await?;
+            daemon::save_image(&docker, image, out).await?;
             Ok(Exported {
                 image: image.into(),
                 image_id,
@@ -75,7 +75,7 @@ pub async fn export(
         }
         Format::ApptainerDef => {
             let archive = out.with_extension("tar");
-            docker::save_image(&docker, image, &archive).await?;
+            daemon::save_image(&docker, image, &archive).await?;
             let archive_name = archive
                 .file_name()
                 .map(|n| n.to_string_lossy().to_string())
@@ -115,7 +115,7 @@ pub async fn export(
             }
             let scratch = tempfile::tempdir()?;
             let flat = scratch.path().join("rootfs.tar");
-            docker::flatten_image(&docker, image, &flat).await?;
+            daemon::flatten_image(&docker, image, &flat).await?;
             let output = std::process::Command::new(ch_convert.unwrap_or_default())
                 // Both formats explicit: a destination path without a
                 // known suffix would otherwise be taken as a ch-image name.

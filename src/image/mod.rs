@@ -7,7 +7,7 @@
 
 pub mod build;
 pub mod context;
-pub mod docker;
+pub mod daemon;
 pub mod elf;
 pub mod export;
 pub mod lock;
@@ -60,15 +60,15 @@ pub fn image_facts(kb: &crate::compat::KnowledgeBase, reference: &str) -> Option
 /// `PYTORCH_VERSION`) and envgen labels. `None` when the daemon is
 /// unreachable or does not have the image.
 pub fn local_image_facts(reference: &str) -> Option<ImageFacts> {
-    let runtime = docker::runtime().ok()?;
+    let runtime = daemon::runtime().ok()?;
     runtime.block_on(local_image_facts_async(reference))
 }
 
 pub async fn local_image_facts_async(reference: &str) -> Option<ImageFacts> {
-    let docker = docker::connect().await.ok()?;
+    let docker = daemon::connect().await.ok()?;
     let image = docker.inspect_image(reference).await.ok()?;
     let config = image.config.unwrap_or_default();
-    let env = docker::env_map(config.env);
+    let env = daemon::env_map(config.env);
     let labels = config.labels.unwrap_or_default();
     // An envgen image: start from its profile's facts, the image's env wins.
     let profile = labels

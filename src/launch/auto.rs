@@ -84,9 +84,9 @@ fn slurm_answers() -> Result<String, String> {
 
 /// Ok("Docker 26.1.5 at unix:///…") when the daemon answers a version request.
 fn docker_answers() -> Result<String, String> {
-    let runtime = crate::image::docker::runtime().map_err(|e| e.to_string())?;
+    let runtime = crate::image::daemon::runtime().map_err(|e| e.to_string())?;
     runtime.block_on(async {
-        let docker = tokio::time::timeout(PROBE_TIMEOUT, crate::image::docker::connect())
+        let docker = tokio::time::timeout(PROBE_TIMEOUT, crate::image::daemon::connect())
             .await
             .map_err(|_| "the daemon did not answer in time".to_string())?
             .map_err(|e| first_line(&e.to_string()))?;

@@ -1,310 +1,386 @@
-//! Docker: run envgen in a container through the Engine API (bollard),
-//! never the docker CLI. The run directory is bind-mounted read-write, data
-//! read-only; the container runs as a non-root user; GPUs come only through
-//! device requests (NVIDIA runtime or CDI), never `--privileged`.
+//! `--where docker`: a run in a Docker container. Here the run directory
+//! is made, doctor's verdict for the image is checked and the image is
+//! built on demand; the image's envgen trains into the directory (`run EXP
+//! --launched --resume /run/envgen/run`, paths in `mounts`). The image's ID
+//! and digest go into the manifest; the container is followed to its end.
 
-use std::future::Future;
-use std::path::PathBuf;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
-use bollard::models::{ContainerCreateBody, DeviceRequest, HostConfig};
-use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, LogsOptionsBuilder, RemoveContainerOptionsBuilder,
-    StopContainerOptionsBuilder, WaitContainerOptionsBuilder,
-};
-use bollard::Docker;
-use futures_util::StreamExt;
+use bollard::Docker as Daemon;
+use envgen_experiments::backend::BackendChoice;
+use envgen_experiments::engine::{rundir, Status, Summary};
+use serde_json::json;
 
+use super::mounts::{self, CONTAINER_RUN_DIR};
+use super::plan::{job_args, launched_runs, science_of};
+use super::{mark_ended, Launcher, RunOutcome, RunRequest};
+use crate::compat::verdict::{evaluate, CheckRequest, Status as VerdictStatus};
+use crate::compat::{ImageFacts, KnowledgeBase};
 use crate::error::{Result, UserError};
+use crate::host::Host;
+use crate::image::daemon::container::{self, ContainerSpec, GpuRequest};
+use crate::runs::manifest::{self, DockerImage, DockerRecord, ImageRecord};
 
-/// Connect to the daemon named by DOCKER_HOST (one connection helper for the
-/// whole program: `image::docker::connect`, exit 3 with the fix when unreachable).
-pub use crate::image::docker::connect;
-
-/// The envgen binary inside an image.
-pub const IMAGE_ENVGEN: &str = "/usr/local/bin/envgen";
-
-/// Which GPUs the container gets.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum GpuRequest {
-    #[default]
-    None,
-    All,
-    Count(i64),
-    /// Device indices or UUIDs.
-    Devices(Vec<String>),
+/// A run in a container: what `prepare` found, for `start` and `follow`.
+#[derive(Default)]
+pub struct Docker {
+    runtime: Option<tokio::runtime::Runtime>,
+    daemon: Option<Daemon>,
+    /// The image reference to run (a tag, or an image ID for reruns).
+    image: String,
+    gpus: GpuRequest,
+    /// Host directories with the run's data, mounted read-only.
+    data_dirs: Vec<PathBuf>,
+    spec: Option<ContainerSpec>,
 }
 
-#[derive(Debug, Clone)]
-pub struct Mount {
-    pub host: PathBuf,
-    pub container: String,
-    pub read_only: bool,
-}
-
-#[derive(Debug, Clone)]
-pub struct ContainerSpec {
-    pub name: String,
-    pub image: String,
-    /// Arguments to the image's entrypoint (`envgen`).
-    pub args: Vec<String>,
-    pub mounts: Vec<Mount>,
-    pub env: Vec<(String, String)>,
-    /// "uid:gid"; never "0" (the caller picks a non-root user).
-    pub user: String,
-    pub gpus: GpuRequest,
-    /// Use CDI device names (`nvidia.com/gpu=…`) instead of the nvidia runtime hook.
-    pub cdi: bool,
-}
-
-/// How a container run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ContainerOutcome {
-    pub exit_code: i64,
-    /// Stopped because `interrupt` fired (Ctrl-C): the container got SIGTERM first.
-    pub interrupted: bool,
-}
-
-/// Device requests for `gpus`, the way `docker run --gpus` / `--device` ask.
-pub fn device_requests(gpus: &GpuRequest, cdi: bool) -> Option<Vec<DeviceRequest>> {
-    let gpu_caps = Some(vec![vec!["gpu".to_string()]]);
-    let request = match (gpus, cdi) {
-        (GpuRequest::None, _) => return None,
-        (GpuRequest::All, false) => DeviceRequest {
-            count: Some(-1),
-            capabilities: gpu_caps,
-            ..Default::default()
-        },
-        (GpuRequest::Count(n), false) => DeviceRequest {
-            count: Some(*n),
-            capabilities: gpu_caps,
-            ..Default::default()
-        },
-        (GpuRequest::Devices(ids), false) => DeviceRequest {
-            device_ids: Some(ids.clone()),
-            capabilities: gpu_caps,
-            ..Default::default()
-        },
-        (GpuRequest::All, true) => DeviceRequest {
-            driver: Some("cdi".into()),
-            device_ids: Some(vec!["nvidia.com/gpu=all".into()]),
-            ..Default::default()
-        },
-        (GpuRequest::Count(n), true) => DeviceRequest {
-            driver: Some("cdi".into()),
-            device_ids: Some((0..*n).map(|i| format!("nvidia.com/gpu={i}")).collect()),
-            ..Default::default()
-        },
-        (GpuRequest::Devices(ids), true) => DeviceRequest {
-            driver: Some("cdi".into()),
-            device_ids: Some(
-                ids.iter()
-                    .map(|id| format!("nvidia.com/gpu={id}"))
-                    .collect(),
-            ),
-            ..Default::default()
-        },
-    };
-    Some(vec![request])
-}
-
-fn create_body(spec: &ContainerSpec) -> Result<ContainerCreateBody> {
-    if spec.user.is_empty()
-        || spec.user == "0"
-        || spec.user.starts_with("0:")
-        || spec.user == "root"
-    {
-        return Err(UserError::usage("envgen never runs containers as root").into());
+impl Launcher for Docker {
+    fn stop_message(&self) -> &'static str {
+        "interrupted: stopping the container (the run checkpoints first)"
     }
-    let binds = spec
-        .mounts
-        .iter()
-        .map(|m| {
-            format!(
-                "{}:{}:{}",
-                m.host.display(),
-                m.container,
-                if m.read_only { "ro" } else { "rw" }
-            )
+
+    /// Doctor's verdict first, the image (built on demand), then the run directory.
+    fn prepare(&mut self, req: &RunRequest) -> Result<Vec<PathBuf>> {
+        let host = crate::probe::probe_host();
+        self.gpus = match &req.gpus {
+            Some(gpus) => gpus.clone(),
+            // By default all GPUs for the cuda backend, none for cpu.
+            None => match req.flags.backend {
+                BackendChoice::Cpu => GpuRequest::None,
+                BackendChoice::Cuda => GpuRequest::All,
+                BackendChoice::Auto if host.gpus.is_empty() => GpuRequest::None,
+                BackendChoice::Auto => GpuRequest::All,
+            },
+        };
+        let runtime = crate::image::daemon::runtime()?;
+        let (reference, profile) = image_for(&runtime, req, &self.gpus)?;
+        let facts = crate::image::profile_facts(profile);
+        check_verdict(&host, &reference, facts)?;
+        let (runs, _) = launched_runs(req)?;
+        self.data_dirs = mounts::data_dirs(&science_of(&runs[0])?);
+        self.image = reference;
+        self.runtime = Some(runtime);
+        eprintln!("envgen: run directory {}", runs[0].display());
+        Ok(runs)
+    }
+
+    /// Record the image the run starts in, then create and start its container.
+    fn start(
+        &mut self,
+        req: &RunRequest,
+        runs: &[PathBuf],
+        _: &Arc<AtomicBool>,
+    ) -> Result<Option<String>> {
+        let runtime = self.runtime.take().expect("prepared");
+        let run_dir = std::path::absolute(&runs[0])?;
+        let started = runtime.block_on(async {
+            let daemon = crate::image::daemon::connect().await?;
+            let spec = self.container_spec(&daemon, req, &run_dir).await?;
+            container::start(&daemon, &spec).await?;
+            Ok::<_, anyhow::Error>((daemon, spec))
+        });
+        self.runtime = Some(runtime);
+        let (daemon, spec) = started?;
+        self.daemon = Some(daemon);
+        self.spec = Some(spec);
+        Ok(None)
+    }
+
+    /// Follow the container to its end; a Ctrl-C stops it (SIGTERM: envgen
+    /// checkpoints and stops). How it ended comes from the run directory.
+    fn follow(
+        &mut self,
+        _: &RunRequest,
+        runs: &[PathBuf],
+        stop: &Arc<AtomicBool>,
+    ) -> Result<Vec<RunOutcome>> {
+        let (Some(runtime), Some(daemon), Some(spec)) = (
+            self.runtime.as_ref(),
+            self.daemon.as_ref(),
+            self.spec.as_ref(),
+        ) else {
+            anyhow::bail!("docker run followed before it started");
+        };
+        let interrupt = async {
+            while !stop.load(Ordering::SeqCst) {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+        };
+        let outcome = runtime.block_on(container::follow(daemon, spec, interrupt))?;
+        let run_dir = std::path::absolute(&runs[0])?;
+        let summary = self.collect(&run_dir, outcome)?;
+        Ok(vec![RunOutcome { run_dir, summary }])
+    }
+}
+
+impl Docker {
+    /// The container of this run, recorded in its manifest with the image.
+    async fn container_spec(
+        &self,
+        daemon: &Daemon,
+        req: &RunRequest,
+        run_dir: &Path,
+    ) -> Result<ContainerSpec> {
+        let (image_id, repo_digest) = inspect(daemon, &self.image).await?;
+        // The envgen binary inside (derived from the source revision, so not in
+        // the lock): its hash as the image's label records it.
+        let binary_sha256 = daemon
+            .inspect_image(&image_id)
+            .await
+            .ok()
+            .and_then(|image| image.config)
+            .and_then(|config| config.labels)
+            .and_then(|labels| labels.get(crate::image::build::BINARY_LABEL).cloned());
+        let record = DockerImage {
+            reference: self.image.clone(),
+            id: image_id.clone(),
+            // The content digest: the registry's when the image has one,
+            // else the image ID (what a local daemon can check).
+            digest: repo_digest
+                .as_deref()
+                .and_then(|d| d.split_once('@'))
+                .map(|(_, d)| d.to_string())
+                .unwrap_or_else(|| image_id.clone()),
+            repo_digest,
+            envgen_binary_sha256: binary_sha256,
+        };
+        manifest::update(run_dir, |m| {
+            m.environment.image = Some(ImageRecord::Docker(record));
+        })?;
+        let mut args = vec![
+            "run".to_string(),
+            req.experiment.name().to_string(),
+            "--launched".into(),
+        ];
+        args.extend(job_args(req));
+        args.extend(["--resume".to_string(), CONTAINER_RUN_DIR.to_string()]);
+        let (mounts, mount_env) = mounts::docker_mounts(run_dir, &self.data_dirs, &self.gpus);
+        let mut env = vec![(
+            "ENVGEN_LOG".to_string(),
+            std::env::var("ENVGEN_LOG").unwrap_or_default(),
+        )];
+        env.extend(mount_env);
+        let spec = ContainerSpec {
+            name: container_name(run_dir),
+            // Run exactly the image inspected above, even if the tag moves meanwhile.
+            image: image_id,
+            entrypoint: None,
+            args,
+            mounts,
+            env,
+            user: Some(container_user(run_dir)?),
+            gpus: self.gpus.clone(),
+            cdi: req.flags.launch.cdi,
+        };
+        manifest::update(run_dir, |m| {
+            m.environment.docker = Some(DockerRecord {
+                container: spec.name.clone(),
+            });
+        })?;
+        eprintln!(
+            "envgen: docker: running {} as {} in container {}",
+            self.image,
+            spec.user.as_deref().unwrap_or("?"),
+            spec.name
+        );
+        Ok(spec)
+    }
+
+    /// How the container's run ended: its summary (data files given their
+    /// host paths back), or one written from how the container exited.
+    fn collect(&self, run_dir: &Path, outcome: container::ContainerOutcome) -> Result<Summary> {
+        let mut summary: Option<Summary> = rundir::read_json(&run_dir.join("summary.json")).ok();
+        // The container recorded the data files at their mount paths: give them
+        // their host paths back (the summary's copy goes into the manifest).
+        if let Some(files) = summary
+            .as_mut()
+            .and_then(|s| s.metrics.get_mut("data_files"))
+            .and_then(|f| f.as_array_mut())
+        {
+            for file in files {
+                let host = file["path"]
+                    .as_str()
+                    .and_then(|inside| mounts::host_path(inside, &self.data_dirs));
+                if let Some(host) = host {
+                    file["path"] = json!(host);
+                }
+            }
+            if let Some(summary) = &summary {
+                let path = run_dir.join("summary.json");
+                rundir::write_json(&path, summary)?;
+                // Keep it the run directory owner's, like the rest of the run.
+                let owner = std::fs::metadata(run_dir)?;
+                std::os::unix::fs::chown(&path, Some(owner.uid()), Some(owner.gid()))?;
+            }
+        }
+        Ok(match summary {
+            Some(s) if s.status != Status::Running => s,
+            // Ctrl-C here, or `docker stop`/`docker kill` from outside (128+2/9/15).
+            _ if outcome.interrupted || matches!(outcome.exit_code, 130 | 137 | 143) => mark_ended(
+                run_dir,
+                Status::Interrupted,
+                "the container was stopped before the run wrote its summary",
+            )?,
+            _ => mark_ended(
+                run_dir,
+                Status::Failed,
+                &format!(
+                    "the container exited with status {} without a summary",
+                    outcome.exit_code
+                ),
+            )?,
+        })
+    }
+}
+
+/// The image a Docker run uses and the profile its facts come from:
+/// --image, else the profile image for the backend (`cpu`, `cuda12.8`),
+/// built now if the daemon lacks one holding this very envgen binary.
+fn image_for(
+    runtime: &tokio::runtime::Runtime,
+    req: &RunRequest,
+    gpus: &GpuRequest,
+) -> Result<(String, &'static str)> {
+    let profile = if *gpus == GpuRequest::None {
+        "cpu"
+    } else {
+        "cuda12.8"
+    };
+    let reference = match &req.flags.launch.image {
+        Some(reference) => reference.clone(),
+        None => {
+            let containers = crate::image::Containers::locate(None)?;
+            eprintln!("envgen: docker: using the {profile} profile image (built now if missing)");
+            runtime.block_on(crate::image::build::ensure_built(
+                &containers,
+                profile,
+                None,
+            ))?;
+            crate::image::build::default_tag(profile)
+        }
+    };
+    Ok((reference, profile))
+}
+
+/// The uid:gid containers run as when envgen itself runs as root: the
+/// profiles' `envgen` user (containers/profiles/*.toml `[user] uid`).
+const CONTAINER_USER_WHEN_ROOT: u32 = 1000;
+
+/// The image as the daemon has it: (image ID, RepoDigest if pushed/pulled).
+pub async fn inspect(docker: &Daemon, reference: &str) -> Result<(String, Option<String>)> {
+    let image = docker.inspect_image(reference).await.map_err(|e| {
+        UserError::environment(format!(
+            "image {reference} is not in the Docker daemon ({e})"
+        ))
+        .with_fix("build it with `envgen image build cpu` or pass --image with a local tag")
+    })?;
+    let id = image.id.unwrap_or_default();
+    Ok((id, image.repo_digests.and_then(|d| d.into_iter().next())))
+}
+
+/// Refuse an image doctor says fails on this host, with the text
+/// `envgen doctor --image REF` prints for it.
+pub fn check_verdict(host: &Host, reference: &str, facts: Option<ImageFacts>) -> Result<()> {
+    let kb = KnowledgeBase::embedded();
+    let facts = kb
+        .image(reference)
+        .or(facts)
+        .or_else(|| crate::image::image_facts(kb, reference));
+    let Some(facts) = facts else {
+        // Nothing known about the image: doctor would say `unknown-image`
+        // (a warning); the container's own envgen reports what it finds.
+        return Ok(());
+    };
+    let verdicts = evaluate(kb, host, &CheckRequest::only_images(vec![facts]));
+    if host.gpus.is_empty() || !verdicts.iter().any(|v| v.status == VerdictStatus::Fail) {
+        return Ok(());
+    }
+    let answer = crate::cli::doctor::render_requested(host, &verdicts);
+    Err(UserError::environment(format!(
+        "doctor says image {reference} will not run on this host:{}",
+        answer.trim_end().trim_start_matches("\nVerdicts")
+    ))
+    .with_fix(format!(
+        "see `envgen doctor --image {reference}`; pick another profile or backend"
+    ))
+    .into())
+}
+
+/// The user the container runs as: ours when we are not root, else the
+/// image's unprivileged user (the run directory is handed to it first).
+fn container_user(run_dir: &Path) -> Result<String> {
+    let meta = std::fs::metadata(run_dir)?;
+    if meta.uid() != 0 {
+        return Ok(format!("{}:{}", meta.uid(), meta.gid()));
+    }
+    let id = CONTAINER_USER_WHEN_ROOT;
+    for entry in walkdir::WalkDir::new(run_dir) {
+        let entry = entry.map_err(anyhow::Error::from)?;
+        std::os::unix::fs::chown(entry.path(), Some(id), Some(id))?;
+    }
+    Ok(format!("{id}:{id}"))
+}
+
+/// A container name from the run id (Docker allows [a-zA-Z0-9][a-zA-Z0-9_.-]).
+fn container_name(run_dir: &Path) -> String {
+    let id: String = run_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "_.-".contains(c) {
+                c
+            } else {
+                '-'
+            }
         })
         .collect();
-    Ok(ContainerCreateBody {
-        image: Some(spec.image.clone()),
-        // Where every envgen profile image installs it (containers/templates).
-        entrypoint: Some(vec![IMAGE_ENVGEN.to_string()]),
-        cmd: Some(spec.args.clone()),
-        env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
-        user: Some(spec.user.clone()),
-        labels: Some([("io.envgen.run".to_string(), spec.name.clone())].into()),
-        // Training reads only its mounts: no network (the test daemon has no bridge either).
-        network_disabled: Some(true),
-        host_config: Some(HostConfig {
-            network_mode: Some("none".into()),
-            binds: Some(binds),
-            device_requests: device_requests(&spec.gpus, spec.cdi),
-            // Forward signals to envgen and reap children: envgen is PID 1 otherwise.
-            init: Some(true),
-            privileged: Some(false),
-            ..Default::default()
-        }),
-        ..Default::default()
-    })
-}
-
-/// Create, start and follow a container until it exits or `interrupt`
-/// resolves (then SIGTERM with a grace period, so envgen can checkpoint).
-/// The container is always removed; logs go to this process's stderr.
-pub async fn run_container(
-    docker: &Docker,
-    spec: &ContainerSpec,
-    interrupt: impl Future<Output = ()>,
-) -> Result<ContainerOutcome> {
-    let body = create_body(spec)?;
-    let options = CreateContainerOptionsBuilder::default()
-        .name(&spec.name)
-        .build();
-    docker
-        .create_container(Some(options), body)
-        .await
-        .map_err(|e| {
-            UserError::environment(format!(
-                "creating container {} from {}: {e}",
-                spec.name, spec.image
-            ))
-            .with_fix(
-                "build the image first (`envgen image build PROFILE`) and check the daemon's log",
-            )
-        })?;
-    let outcome = follow(docker, spec, interrupt).await;
-    let remove = RemoveContainerOptionsBuilder::default().force(true).build();
-    if let Err(e) = docker.remove_container(&spec.name, Some(remove)).await {
-        tracing::warn!("removing container {}: {e}", spec.name);
-    }
-    outcome
-}
-
-async fn follow(
-    docker: &Docker,
-    spec: &ContainerSpec,
-    interrupt: impl Future<Output = ()>,
-) -> Result<ContainerOutcome> {
-    docker
-        .start_container(&spec.name, None)
-        .await
-        .map_err(|e| UserError::environment(format!("starting container {}: {e}", spec.name)))?;
-
-    let logs = docker.logs(
-        &spec.name,
-        Some(
-            LogsOptionsBuilder::default()
-                .follow(true)
-                .stdout(true)
-                .stderr(true)
-                .build(),
-        ),
-    );
-    let log_task = tokio::spawn(async move {
-        let mut logs = logs;
-        while let Some(Ok(chunk)) = logs.next().await {
-            eprint!("{chunk}");
-        }
-    });
-
-    let wait = wait_exit(docker, &spec.name);
-    tokio::pin!(wait);
-    tokio::pin!(interrupt);
-    let outcome = tokio::select! {
-        code = &mut wait => ContainerOutcome { exit_code: code?, interrupted: false },
-        () = &mut interrupt => {
-            eprintln!("envgen: interrupted: stopping container {} (SIGTERM, 60 s grace)", spec.name);
-            let stop = StopContainerOptionsBuilder::default().t(60).build();
-            let _ = docker.stop_container(&spec.name, Some(stop)).await;
-            ContainerOutcome { exit_code: wait.await?, interrupted: true }
-        }
-    };
-    let _ = log_task.await;
-    Ok(outcome)
-}
-
-/// The container's exit code (bollard reports non-zero codes as errors).
-async fn wait_exit(docker: &Docker, name: &str) -> Result<i64> {
-    let options = WaitContainerOptionsBuilder::default()
-        .condition("not-running")
-        .build();
-    let mut stream = docker.wait_container(name, Some(options));
-    match stream.next().await {
-        Some(Ok(response)) => Ok(response.status_code),
-        Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => Ok(code),
-        Some(Err(e)) => {
-            Err(UserError::environment(format!("waiting for container {name}: {e}")).into())
-        }
-        None => Err(UserError::environment(format!(
-            "the daemon closed the wait stream of container {name}"
-        ))
-        .into()),
-    }
+    format!("envgen-{id}")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn spec(user: &str) -> ContainerSpec {
-        ContainerSpec {
-            name: "envgen-test".into(),
-            image: "envgen/cpu:dev".into(),
-            args: vec!["run".into(), "gpt2".into()],
-            mounts: vec![
-                Mount {
-                    host: "/runs".into(),
-                    container: "/runs".into(),
-                    read_only: false,
-                },
-                Mount {
-                    host: "/data".into(),
-                    container: "/data".into(),
-                    read_only: true,
-                },
-            ],
-            env: vec![("ENVGEN_LOG".into(), "info".into())],
-            user: user.into(),
-            gpus: GpuRequest::Count(2),
-            cdi: false,
-        }
-    }
-
     #[test]
-    fn container_is_unprivileged_with_ro_data_and_gpu_device_requests() {
-        let body = create_body(&spec("1000:1000")).unwrap();
-        let host = body.host_config.unwrap();
-        assert_eq!(host.binds.unwrap(), ["/runs:/runs:rw", "/data:/data:ro"]);
-        assert_eq!(host.privileged, Some(false));
-        assert_eq!(host.network_mode.as_deref(), Some("none"));
-        let request = &host.device_requests.unwrap()[0];
-        assert_eq!(request.count, Some(2));
-        assert_eq!(request.capabilities, Some(vec![vec!["gpu".to_string()]]));
-        assert_eq!(body.user.as_deref(), Some("1000:1000"));
-    }
-
-    #[test]
-    fn root_is_refused() {
-        for user in ["0", "0:0", "root", ""] {
-            assert!(create_body(&spec(user)).is_err(), "{user}");
-        }
-    }
-
-    #[test]
-    fn cdi_names_devices_and_no_gpus_means_no_request() {
-        let cdi =
-            device_requests(&GpuRequest::Devices(vec!["0".into(), "3".into()]), true).unwrap();
-        assert_eq!(cdi[0].driver.as_deref(), Some("cdi"));
-        assert_eq!(
-            cdi[0].device_ids.as_deref().unwrap(),
-            ["nvidia.com/gpu=0", "nvidia.com/gpu=3"]
+    fn an_image_doctor_fails_is_refused_with_doctors_reasons() {
+        let kb = KnowledgeBase::embedded();
+        // RTX 5070 Ti on driver 535: the driver predates Blackwell (R570+), so it
+        // cannot drive the GPU at all (doctor's first check, issue #27).
+        let old = kb
+            .assumed_host(&["RTX 5070 Ti".to_string()], Some("535.261.03"))
+            .unwrap();
+        let facts = crate::image::profile_facts("cuda12.8").expect("cuda12.8 profile");
+        let err = check_verdict(&old, &facts.reference.clone(), Some(facts.clone())).unwrap_err();
+        assert_eq!(crate::error::exit_code_of(&err), 3);
+        let text = format!("{err:#}");
+        assert!(text.contains("driver-predates-gpu"), "{text}");
+        // Word for word what `envgen doctor --image` prints for it.
+        let verdicts = evaluate(kb, &old, &CheckRequest::only_images(vec![facts.clone()]));
+        let doctor = crate::cli::doctor::render_requested(&old, &verdicts);
+        assert!(
+            text.contains(doctor.trim_start_matches("\nVerdicts").trim_end()),
+            "{text}\n---\n{doctor}"
         );
-        assert!(device_requests(&GpuRequest::None, true).is_none());
+        // A new enough driver passes.
+        let new = kb
+            .assumed_host(&["RTX 5070 Ti".to_string()], Some("580.65.06"))
+            .unwrap();
+        check_verdict(&new, &facts.reference.clone(), Some(facts)).unwrap();
+        // The CPU image runs anywhere.
+        let cpu = crate::image::profile_facts("cpu").unwrap();
+        check_verdict(&old, &cpu.reference.clone(), Some(cpu)).unwrap();
+    }
+
+    #[test]
+    fn container_names_keep_to_dockers_alphabet() {
         assert_eq!(
-            device_requests(&GpuRequest::All, false).unwrap()[0].count,
-            Some(-1)
+            container_name(Path::new("/runs/gpt2-tiny-20261123-0801-ab12 x")),
+            "envgen-gpt2-tiny-20261123-0801-ab12-x"
         );
     }
 }

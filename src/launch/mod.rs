@@ -1,27 +1,130 @@
-//! Starting runs somewhere other than this process: a Slurm job (or job
-//! array) or a Docker container. The submitting envgen prepares the run
-//! directory; the launched envgen trains into it. The experiments never
-//! know where they run.
+//! Running an experiment somewhere: in this process, as ranks on this
+//! machine, in a Docker container, or as a Slurm job (or job array). Every
+//! place is a [`Launcher`] behind one sequence, [`run`]:
+//!
+//! 1. **prepare**: check what the place needs (doctor's verdict, the image,
+//!    the job's runtime) and make the run directories (`plan`, which writes
+//!    `config.toml` and the manifest through `runs::manifest`);
+//! 2. **start**: start training there (spawn the ranks, start the
+//!    container, submit the job);
+//! 3. **follow**: wait until it ended (or return at once with `--detach`),
+//!    forwarding a Ctrl-C as the place's own stop (`signals`);
+//! 4. **record**: put what the run read into its manifest.
+//!
+//! A launched run ends up in [`native`] on the node, in the container or
+//! once per rank (`envgen run EXP --launched --resume RUN_DIR`). The
+//! experiments never know where they run. Adding a place (Apptainer outside
+//! Slurm, Podman…) is one file implementing [`Launcher`] plus one arm in
+//! [`launcher_for`]; docs/architecture.md walks through it.
 
 pub mod auto;
 pub mod docker;
-pub mod docker_job;
+pub mod dry_run;
+pub mod mounts;
+pub mod native;
+pub mod plan;
 pub mod ranks;
+pub mod request;
+pub mod signals;
 pub mod slurm;
-pub mod slurm_job;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
-use envgen_experiments::engine::{rundir, Manifest, Status, Summary};
+use envgen_experiments::engine::{rundir, Status, Summary};
 use serde_json::{json, Map};
 
 use crate::error::Result;
+use crate::runs::manifest;
+use auto::Place;
+pub use request::RunRequest;
 
 /// How one launched run ended, as its run directory records it.
 #[derive(Debug, Clone)]
 pub struct RunOutcome {
     pub run_dir: PathBuf,
     pub summary: Summary,
+}
+
+/// What [`run`] ended with.
+#[derive(Debug)]
+pub enum Launched {
+    /// The runs ended; how each did.
+    Ended(Vec<RunOutcome>),
+    /// Submitted and left running (`--detach`): the job and its run directories.
+    Detached { job: String, runs: Vec<PathBuf> },
+    /// A rank other than 0 ended: rank 0 reports the run; this is only its exit status.
+    RankEnded(Vec<RunOutcome>),
+}
+
+/// One place a run can go.
+pub trait Launcher {
+    /// What Ctrl-C does here, said when it comes.
+    fn stop_message(&self) -> &'static str;
+    /// Check what this place needs and make (or reopen) the run directories.
+    fn prepare(&mut self, req: &RunRequest) -> Result<Vec<PathBuf>>;
+    /// Start training them there; a job ID to give back with `--detach`.
+    fn start(
+        &mut self,
+        req: &RunRequest,
+        runs: &[PathBuf],
+        stop: &Arc<AtomicBool>,
+    ) -> Result<Option<String>>;
+    /// Wait until they ended; `stop` set means stop them (they checkpoint first).
+    fn follow(
+        &mut self,
+        req: &RunRequest,
+        runs: &[PathBuf],
+        stop: &Arc<AtomicBool>,
+    ) -> Result<Vec<RunOutcome>>;
+    /// Whether this process reports and records the runs (not a rank > 0).
+    fn reports(&self) -> bool {
+        true
+    }
+}
+
+/// The launcher for the request's place.
+fn launcher_for(req: &RunRequest) -> Box<dyn Launcher> {
+    match req.decision.place {
+        Place::Native if req.world.size > 1 && !req.flags.launched => {
+            Box::new(ranks::Ranks::default())
+        }
+        Place::Native => Box::new(native::Native::default()),
+        Place::Docker => Box::new(docker::Docker::default()),
+        Place::Slurm => Box::new(slurm::Slurm::default()),
+    }
+}
+
+/// Prepare, start, follow and record the run `req` asks for.
+pub fn run(req: &RunRequest) -> Result<Launched> {
+    let mut launcher = launcher_for(req);
+    // Installed first: a Ctrl-C while an image builds or a job is
+    // submitted still stops what was started (the follow looks at it first).
+    let stop = signals::install_stop_handler(launcher.stop_message());
+    let runs = launcher.prepare(req)?;
+    let job = launcher.start(req, &runs, &stop)?;
+    if let Some(job) = job.filter(|_| req.flags.detach && !stop.load(Ordering::SeqCst)) {
+        return Ok(Launched::Detached { job, runs });
+    }
+    let outcomes = launcher.follow(req, &runs, &stop)?;
+    if !launcher.reports() {
+        return Ok(Launched::RankEnded(outcomes));
+    }
+    for outcome in &outcomes {
+        record_data_files(&outcome.run_dir, &outcome.summary)?;
+    }
+    Ok(Launched::Ended(outcomes))
+}
+
+/// Provenance: the data files the run read (path, sha256, tokens) from its
+/// summary into its manifest, where `runs compare` and `rerun` look.
+fn record_data_files(run_dir: &Path, summary: &Summary) -> Result<()> {
+    let Some(files) = summary.metrics.get("data_files") else {
+        return Ok(());
+    };
+    let files = serde_json::from_value(files.clone())?;
+    manifest::update(run_dir, |m| m.environment.data_files = Some(files))
 }
 
 /// Write the summary of a run that ended without writing its own (killed,
@@ -45,10 +148,8 @@ pub fn mark_ended(dir: &Path, status: Status, why: &str) -> Result<Summary> {
         metrics,
     };
     rundir::write_json(&dir.join("summary.json"), &summary)?;
-    let manifest_path = dir.join("manifest.json");
-    if let Ok(mut manifest) = rundir::read_json::<Manifest>(&manifest_path) {
-        manifest.finished_at = Some(rundir::now_rfc3339());
-        rundir::write_json(&manifest_path, &manifest)?;
+    if manifest::read(dir).is_ok() {
+        manifest::stamp_finished(dir)?;
     }
     Ok(summary)
 }
@@ -70,7 +171,7 @@ pub fn exit_code(outcomes: &[RunOutcome]) -> i32 {
     {
         1
     } else if statuses.contains(&Status::Interrupted) {
-        130
+        signals::EXIT_INTERRUPTED
     } else {
         0
     }

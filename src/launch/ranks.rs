@@ -8,13 +8,116 @@
 //! stop the others instead of leaving them waiting for it.
 
 use std::os::fd::AsFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use envgen_experiments::backend;
+use envgen_experiments::engine::{rundir, Status, Summary};
+
+use super::auto::Place;
+use super::plan::{config_of_run, create_run, job_args, NewDir, Setup};
+use super::{mark_ended, Launcher, RunOutcome, RunRequest};
 use crate::error::{Result, UserError};
-use crate::launch::auto::Place;
+
+/// `--ranks N` on this machine: the run directory is made here, then N
+/// ranks train into it and rank 0 writes its files.
+#[derive(Default)]
+pub struct Ranks {
+    /// The GPU of each rank (`--devices`, or 0…N-1 on the CUDA backend).
+    devices: Option<Vec<String>>,
+    /// The CPU backend: ranks share this machine's cores.
+    cpu: bool,
+}
+
+impl Launcher for Ranks {
+    fn stop_message(&self) -> &'static str {
+        "interrupted: stopping every rank (rank 0 checkpoints first)"
+    }
+
+    fn prepare(&mut self, req: &RunRequest) -> Result<Vec<PathBuf>> {
+        let size = req.world.size;
+        let resolved = backend::resolve(req.flags.backend)?;
+        self.devices = devices_for(&req.flags.launch.devices, size)?;
+        if self.devices.is_none() && resolved.name() == "cuda" {
+            // One GPU per rank by default: GPUs 0 … N-1.
+            self.devices = Some((0..size).map(|g| g.to_string()).collect());
+        }
+        self.cpu = resolved.name() == "cpu";
+        let run_dir = match &req.flags.resume {
+            Some(dir) => {
+                config_of_run(req.experiment, dir)?;
+                dir.clone()
+            }
+            None => {
+                let host = crate::probe::probe_host();
+                let setup = Setup {
+                    host: &host,
+                    backend: resolved.name(),
+                    device: resolved.device(),
+                    threads: None,
+                    world_size: size,
+                };
+                create_run(req, &setup, &[], NewDir::Fresh(&req.flags.out), None)?.0
+            }
+        };
+        eprintln!(
+            "envgen: run directory {} ({size} ranks on this machine)",
+            run_dir.display()
+        );
+        Ok(vec![run_dir])
+    }
+
+    /// The ranks start and are watched in [`follow`](Launcher::follow).
+    fn start(
+        &mut self,
+        _: &RunRequest,
+        _: &[PathBuf],
+        _: &Arc<AtomicBool>,
+    ) -> Result<Option<String>> {
+        Ok(None)
+    }
+
+    fn follow(
+        &mut self,
+        req: &RunRequest,
+        runs: &[PathBuf],
+        stop: &Arc<AtomicBool>,
+    ) -> Result<Vec<RunOutcome>> {
+        let run_dir = runs[0].clone();
+        let size = req.world.size;
+        let mut words = vec![
+            "run".to_string(),
+            req.experiment.name().to_string(),
+            "--launched".into(),
+            "--resume".into(),
+            run_dir.display().to_string(),
+        ];
+        words.extend(job_args(req));
+        if req.flags.threads.is_none() && self.cpu {
+            // Ranks share this machine's cores instead of each taking all.
+            let per_rank = (rayon::current_num_threads() / size).max(1);
+            words.extend(["--threads".to_string(), per_rank.to_string()]);
+        }
+        let launch = RankLaunch {
+            args: &words,
+            ranks: size,
+            devices: self.devices.as_deref(),
+        };
+        let ends = spawn_and_watch(&launch, stop)?;
+        if let Some(err) = failure(&ends, req.experiment.name(), &run_dir, size) {
+            let state: Option<Summary> = rundir::read_json(&run_dir.join("summary.json")).ok();
+            if state.is_none_or(|s| s.status == Status::Running) {
+                mark_ended(&run_dir, Status::Failed, &format!("{err}"))?;
+            }
+            return Err(err);
+        }
+        let summary: Summary = rundir::read_json(&run_dir.join("summary.json"))?;
+        Ok(vec![RunOutcome { run_dir, summary }])
+    }
+}
 
 /// How many data-parallel ranks a run trains on, and how they sit on nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,7 +250,7 @@ fn signal(child: &Child, signal: i32) {
 /// set, the others get SIGTERM (they checkpoint and stop), then SIGKILL
 /// after [`GRACE`]. Returns how each rank ended, in the order they were
 /// seen to end.
-pub fn run(launch: &RankLaunch, stop: &AtomicBool) -> Result<Vec<RankEnd>> {
+pub fn spawn_and_watch(launch: &RankLaunch, stop: &AtomicBool) -> Result<Vec<RankEnd>> {
     let envgen = std::env::current_exe()?;
     let ports = free_ports(launch.ranks + 1)?;
     let mut children: Vec<(usize, Child)> = Vec::new();

@@ -64,9 +64,11 @@ pub fn compare(runs: &[RunDir]) -> Comparison {
     let flat: Vec<BTreeMap<String, Value>> = runs
         .iter()
         .map(|run| {
+            // The typed manifest, walked field by field (its JSON form).
+            let manifest = serde_json::to_value(&run.manifest).unwrap_or_default();
             let mut fields = BTreeMap::new();
             for section in ENVIRONMENT_SECTIONS {
-                flatten(section, &run.manifest[*section], &mut fields);
+                flatten(section, &manifest[*section], &mut fields);
             }
             fields
         })
@@ -238,14 +240,22 @@ mod tests {
     use serde_json::json;
 
     fn run(id: &str, hash: &str, gpu: &str, micro_batch: u64, loss: f64) -> RunDir {
+        let mut manifest = crate::runs::manifest::example();
+        manifest.run_id = id.into();
+        manifest.config_hash = hash.into();
+        manifest.started_at = id.into();
+        manifest.profile.micro_batch = micro_batch as usize;
+        manifest.environment.host = crate::host::Host {
+            driver_version: Some("535.261.03".into()),
+            gpus: vec![crate::host::Gpu {
+                name: gpu.into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
         RunDir {
             path: format!("runs/{id}").into(),
-            manifest: json!({
-                "run_id": id, "experiment": "gpt2", "preset": "tiny", "config_hash": hash,
-                "profile": {"micro_batch": micro_batch, "precision": "fp32", "backend": "cpu"},
-                "host": {"driver_version": "535.261.03", "gpus": [{"name": gpu}]},
-                "started_at": id,
-            }),
+            manifest,
             summary: Some(
                 json!({"status": "completed", "wall_s": 10.0, "metrics": {"final_val_loss": loss, "tokens_per_s": 1000.0}}),
             ),

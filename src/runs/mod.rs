@@ -1,7 +1,9 @@
-//! Reading run directories (written by the experiments crate, layout in
-//! docs/cli.md) and answering questions across them: compare, report.
+//! Run directories (layout in docs/cli.md): the typed manifest and the one
+//! place it is written (`manifest`), and reading runs to answer questions
+//! across them: show, compare, report.
 
 pub mod compare;
 pub mod gpu_sampler;
+pub mod manifest;
 pub mod report;
 pub mod store;

@@ -9,6 +9,7 @@ use plotters::prelude::*;
 use serde_json::Value;
 
 use super::compare::{compare, render_text};
+use super::manifest::ImageRecord;
 use super::store::RunDir;
 use crate::error::Result;
 
@@ -141,39 +142,38 @@ fn environment_table(runs: &[RunDir]) -> String {
     );
     for run in runs {
         let m = &run.manifest;
-        let text = |v: &Value| match v {
-            Value::String(s) => s.clone(),
-            Value::Null => "-".into(),
-            other => other.to_string(),
+        let env = &m.environment;
+        let gpus: Vec<String> = env.host.gpus.iter().map(|g| g.name.clone()).collect();
+        let image = match &env.image {
+            None => "-".to_string(),
+            Some(ImageRecord::Docker(i)) => format!("{}@{}", i.reference, i.digest),
+            Some(ImageRecord::Cluster(i)) => match &i.digest {
+                Some(digest) => format!("{}@{digest}", i.reference),
+                None => i.reference.clone(),
+            },
         };
-        let gpus: Vec<String> = m["host"]["gpus"]
-            .as_array()
-            .map(|g| g.iter().map(|g| text(&g["name"])).collect())
-            .unwrap_or_default();
-        let image = match (&m["image"]["reference"], &m["image"]["digest"]) {
-            (Value::Null, _) => text(&m["image"]),
-            (r, Value::Null) => text(r),
-            (r, d) => format!("{}@{}", text(r), text(d)),
-        };
-        let profile = match &m["profile"]["name"] {
-            Value::Null => text(&m["profile"]),
-            name => text(name),
+        let profile = match &m.profile.name {
+            Some(name) => name.clone(),
+            None => serde_json::to_string(&m.profile).unwrap_or_default(),
         };
         let cells = [
             run.run_id(),
             run.status().to_owned(),
             run.config_hash().unwrap_or("-").to_owned(),
             profile,
-            text(&m["where"]),
+            env.place.clone(),
             image,
             if gpus.is_empty() {
                 "none".into()
             } else {
                 gpus.join(", ")
             },
-            text(&m["host"]["driver_version"]),
-            text(&m["envgen_version"]),
-            text(&m["git_revision"]),
+            env.host
+                .driver_version
+                .clone()
+                .unwrap_or_else(|| "-".into()),
+            env.envgen_version.clone(),
+            env.git_revision.clone().unwrap_or_else(|| "-".into()),
         ];
         let cells: Vec<String> = cells.iter().map(|c| c.replace('|', "\\|")).collect();
         table += &format!("| {} |\n", cells.join(" | "));
@@ -217,9 +217,12 @@ mod tests {
         for (id, scale) in [("run-a", 1.0), ("run-b", 1.1)] {
             let path = dir.path().join(id);
             std::fs::create_dir_all(&path).unwrap();
-            let manifest = json!({"run_id": id, "config_hash": "sha256:1", "where": "native",
-                "profile": {"name": "cpu"}, "host": {"gpus": []}, "envgen_version": "0.1.0"});
-            std::fs::write(path.join("manifest.json"), manifest.to_string()).unwrap();
+            let mut manifest = crate::runs::manifest::example();
+            manifest.run_id = id.into();
+            manifest.config_hash = "sha256:1".into();
+            manifest.environment.place = "native".into();
+            manifest.environment.image = None;
+            crate::runs::manifest::write(&path, &manifest).unwrap();
             std::fs::write(
                 path.join("summary.json"),
                 json!({"status": "completed", "metrics": {"final_val_loss": scale}}).to_string(),

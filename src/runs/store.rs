@@ -1,18 +1,19 @@
-//! One run directory as written by the engine: `manifest.json`,
-//! `summary.json`, `metrics.jsonl`, `config.toml`. Read as JSON values so
-//! fields added by newer envgen versions never break older readers.
+//! One run directory as written by envgen and the experiments: the typed
+//! manifest (`runs::manifest`), `summary.json` and `metrics.jsonl` (free-form
+//! per experiment, read as JSON values), `config.toml`.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use serde_json::Value;
 
+use super::manifest::{self, Manifest};
 use crate::error::{Result, UserError};
 
 #[derive(Debug, Clone)]
 pub struct RunDir {
     pub path: PathBuf,
-    pub manifest: Value,
+    pub manifest: Manifest,
     /// Absent while the run is still going (or when it crashed hard).
     pub summary: Option<Value>,
 }
@@ -34,7 +35,7 @@ impl RunDir {
             .with_fix("pass a directory made by `envgen run` (see `envgen runs list`)")
             .into());
         }
-        let manifest = read_json(&manifest_path)?;
+        let manifest = manifest::read(&dir)?;
         let summary_path = dir.join("summary.json");
         let summary = if summary_path.is_file() {
             Some(read_json(&summary_path)?)
@@ -49,19 +50,11 @@ impl RunDir {
     }
 
     pub fn run_id(&self) -> String {
-        self.manifest["run_id"]
-            .as_str()
-            .map(str::to_owned)
-            .unwrap_or_else(|| {
-                self.path
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default()
-            })
+        self.manifest.run_id.clone()
     }
 
     pub fn config_hash(&self) -> Option<&str> {
-        self.manifest["config_hash"].as_str()
+        Some(self.manifest.config_hash.as_str())
     }
 
     pub fn status(&self) -> &str {

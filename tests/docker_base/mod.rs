@@ -81,10 +81,10 @@ pub fn ensure_base_image() {
         std::fs::rename(&partial, &tarball).unwrap();
         std::fs::remove_dir_all(&rootfs).unwrap();
     }
-    let runtime = envgen::image::docker::runtime().unwrap();
+    let runtime = envgen::image::daemon::runtime().unwrap();
     runtime.block_on(async {
-        let docker = envgen::image::docker::connect().await.unwrap();
-        envgen::image::docker::import_rootfs(&docker, &tarball, "debian", "bookworm-slim")
+        let docker = envgen::image::daemon::connect().await.unwrap();
+        envgen::image::daemon::import_rootfs(&docker, &tarball, "debian", "bookworm-slim")
             .await
             .unwrap();
     });

@@ -17,7 +17,7 @@ pub mod train;
 pub use config::{config_hash, load, split_batch, HardwareHint, Loaded, OptimConfig, TrainConfig};
 pub use distributed::World;
 pub use precision::{LossScaler, Precision, ScaledStep};
-pub use rundir::{Manifest, Profile, Status, Summary};
+pub use rundir::{Status, Summary};
 pub use train::{train, train_on, AnyBackendTask, RunControl, Task};
 
 /// A seed that depends on (`seed`, `step`, `row`) only: what a task draws

@@ -1,46 +1,15 @@
 //! The run directory: `config.toml`, `manifest.json`, `metrics.jsonl`,
 //! `summary.json`, `checkpoints/` (see docs/cli.md, "envgen experiments, run").
+//! `manifest.json` is envgen's (`runs::manifest`); the experiments write
+//! the rest.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use super::safetensors_io::write_atomic;
 use crate::error::UserError;
-
-/// Hardware knobs: they change speed, never the science.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Profile {
-    /// The hardware profile (env/profiles.toml) these knobs came from, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    pub micro_batch: usize,
-    pub grad_accum: usize,
-    pub precision: String,
-    pub backend: String,
-    pub device: String,
-    /// CPU threads for tensor work (the rayon pool) in the process that
-    /// trains; absent in manifests written before envgen recorded it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub threads: Option<usize>,
-}
-
-/// `manifest.json`. The environment part (envgen_version, git_revision,
-/// image, where, host) is supplied by the caller as JSON and flattened in,
-/// so this crate never probes the machine.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Manifest {
-    pub run_id: String,
-    pub experiment: String,
-    pub preset: Option<String>,
-    pub config_hash: String,
-    pub profile: Profile,
-    pub started_at: String,
-    pub finished_at: Option<String>,
-    #[serde(flatten)]
-    pub environment: serde_json::Map<String, serde_json::Value>,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -88,42 +57,10 @@ pub fn new_run_id(experiment: &str, preset: Option<&str>, config_hash: &str) -> 
     )
 }
 
-/// Create `out/<run_id>` (suffixing `-2`, `-3`… if taken) and return it.
-pub fn create_run_dir(out: &Path, run_id: &str) -> anyhow::Result<(String, PathBuf)> {
-    std::fs::create_dir_all(out).map_err(|e| {
-        UserError::environment(format!("cannot create {}: {e}", out.display()))
-            .with_fix("pass a writable directory with --out")
-    })?;
-    for n in 1.. {
-        let id = if n == 1 {
-            run_id.to_string()
-        } else {
-            format!("{run_id}-{n}")
-        };
-        let dir = out.join(&id);
-        match std::fs::create_dir(&dir) {
-            Ok(()) => return Ok((id, dir)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => {
-                return Err(
-                    UserError::environment(format!("cannot create {}: {e}", dir.display())).into(),
-                )
-            }
-        }
-    }
-    unreachable!("the loop returns")
-}
-
-/// End a run: write `summary.json` and stamp `manifest.json`'s `finished_at`
-/// (every experiment's loop calls this once, whatever the status).
+/// End a run: write `summary.json` (every experiment's loop calls this
+/// once, whatever the status; envgen stamps the manifest's `finished_at`).
 pub fn finish_run(run_dir: &Path, summary: &Summary) -> anyhow::Result<()> {
-    write_json(&run_dir.join("summary.json"), summary)?;
-    let manifest_path = run_dir.join("manifest.json");
-    if let Ok(mut manifest) = read_json::<Manifest>(&manifest_path) {
-        manifest.finished_at = Some(now_rfc3339());
-        write_json(&manifest_path, &manifest)?;
-    }
-    Ok(())
+    write_json(&run_dir.join("summary.json"), summary)
 }
 
 pub fn write_json<T: Serialize>(path: &Path, value: &T) -> anyhow::Result<()> {

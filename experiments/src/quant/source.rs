@@ -20,7 +20,7 @@ use burn::tensor::quantization::{Calibration, QuantScheme};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{Cpu, CpuTrain};
-use crate::engine::rundir::{read_json, Manifest, Status, Summary};
+use crate::engine::rundir::{read_json, Status, Summary};
 use crate::engine::safetensors_io::NamedTensors;
 use crate::engine::{self, params, Task};
 use crate::error::UserError;
@@ -345,7 +345,12 @@ pub fn source_kind(dir: &Path) -> anyhow::Result<&'static str> {
     if !dir.is_dir() {
         return Err(source_error(dir, "no such directory", SOURCE_FIX));
     }
-    let manifest: Manifest = read_json(&dir.join("manifest.json")).map_err(|_| {
+    /// The one field of envgen's manifest quantize needs.
+    #[derive(serde::Deserialize)]
+    struct RunKind {
+        experiment: String,
+    }
+    let manifest: RunKind = read_json(&dir.join("manifest.json")).map_err(|_| {
         source_error(
             dir,
             "not a run directory (no readable manifest.json)",

@@ -1,42 +1,116 @@
-//! A run (or a sweep of runs) as one Slurm job: the submitting envgen has
-//! already created the run directories (config.toml + manifest.json); the
-//! job runs the same envgen (natively, or the image's envgen in a container)
-//! with `run EXP --launched --resume RUN_DIR`, which trains into that
-//! directory. Here: write the script, submit it, follow it, collect what it
-//! left, cancel it.
+//! `--where slurm`: a run (or a sweep of runs) as one Slurm job (or job
+//! array). The submitting envgen creates the run directories (config.toml +
+//! manifest.json); the job runs the same envgen (natively, or the image's
+//! envgen in a container) with `run EXP --launched --resume RUN_DIR`, which
+//! trains into that directory. Here: write the script, submit it, follow
+//! it, collect what it left, cancel it. The script and the Slurm commands
+//! themselves are in [`sbatch`].
+
+pub mod sbatch;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use envgen_experiments::engine::{rundir, Manifest, Status, Summary};
-use serde_json::{json, Map, Value};
+use envgen_experiments::engine::{rundir, Status, Summary};
+use serde_json::{json, Value};
 
-use super::slurm::{self, JobSpec, JobState, Runtime};
-use super::{mark_ended, RunOutcome};
+use self::sbatch as slurm;
+use self::sbatch::{JobSpec, JobState, Runtime};
+use super::mounts;
+use super::plan::{job_args, launched_runs, science_of};
+use super::request::SlurmResources;
+use super::{mark_ended, Launcher, RunOutcome, RunRequest};
 use crate::error::{Result, UserError};
+use crate::runs::manifest::{self, ClusterImage, ImageRecord, Manifest, SlurmRecord};
+
+/// A run as a Slurm job: the submission `prepare` wrote, for `start`.
+#[derive(Default)]
+pub struct Slurm {
+    submission: Option<Submission>,
+    job: Option<String>,
+}
+
+impl Launcher for Slurm {
+    fn stop_message(&self) -> &'static str {
+        "interrupted: cancelling the Slurm job (the run checkpoints first)"
+    }
+
+    /// The job's runtime, the run directories (one per sweep value) and
+    /// the image each records.
+    fn prepare(&mut self, req: &RunRequest) -> Result<Vec<PathBuf>> {
+        let runtime = req.slurm_runtime()?;
+        let (runs, sweep_base) = launched_runs(req)?;
+        let output = match &sweep_base {
+            Some(base) => sweep_output(&req.flags.out, base),
+            None => runs[0].join(JOB_OUTPUT),
+        };
+        let mut data = Vec::new();
+        for run in &runs {
+            data.extend(mounts::data_dirs(&science_of(run)?));
+        }
+        let submission = Submission {
+            experiment: req.experiment.name().into(),
+            runs: runs.clone(),
+            job_args: job_args(req),
+            output,
+            resources: SlurmResources {
+                nodes: Some(req.world.nodes as u32),
+                tasks_per_node: req.world.per_node as u32,
+                ..req.slurm_resources()?
+            },
+            runtime,
+            data_dirs: data,
+        };
+        if let Some(image) = image_provenance(&submission.runtime)? {
+            for run in &runs {
+                manifest::update(run, |m| m.environment.image = Some(image.clone()))?;
+            }
+        }
+        self.submission = Some(submission);
+        Ok(runs)
+    }
+
+    /// Submit; the job ID comes back (kept with `--detach`).
+    fn start(
+        &mut self,
+        _: &RunRequest,
+        runs: &[PathBuf],
+        _: &Arc<AtomicBool>,
+    ) -> Result<Option<String>> {
+        let submission = self.submission.as_ref().expect("prepared");
+        let job_id = submit(submission)?;
+        eprintln!(
+            "envgen: submitted Slurm job {job_id} ({} run{}): {}",
+            runs.len(),
+            if runs.len() == 1 { "" } else { "s" },
+            runs.iter()
+                .map(|r| r.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        self.job = Some(job_id.clone());
+        Ok(Some(job_id))
+    }
+
+    fn follow(
+        &mut self,
+        _: &RunRequest,
+        runs: &[PathBuf],
+        stop: &Arc<AtomicBool>,
+    ) -> Result<Vec<RunOutcome>> {
+        let job = self.job.clone().expect("started");
+        follow(&job, runs, stop)
+    }
+}
 
 /// Where the job's output goes inside each run directory.
 pub const JOB_OUTPUT: &str = "slurm.out";
 /// The rendered script, kept in each run directory.
 pub const JOB_SCRIPT: &str = "job.sbatch";
-
-/// Resources and runtime of the job (flags, then the hardware profile's
-/// `[slurm]` defaults; Slurm's own defaults for anything left unset).
-#[derive(Debug, Clone, Default)]
-pub struct Resources {
-    pub partition: Option<String>,
-    pub account: Option<String>,
-    pub time: Option<String>,
-    pub nodes: Option<u32>,
-    /// Tasks (data-parallel ranks) per node; 0 or 1: one.
-    pub tasks_per_node: u32,
-    pub gpus_per_node: Option<u32>,
-    pub cpus_per_task: Option<u32>,
-    pub mem: Option<String>,
-}
 
 /// What to submit: the run directories (one per array task; one = a plain
 /// job) and the arguments every task's envgen gets.
@@ -49,40 +123,10 @@ pub struct Submission {
     /// `sbatch --output` (may hold `%a` for arrays); defaults to the run
     /// directory's slurm.out for a single run.
     pub output: PathBuf,
-    pub resources: Resources,
+    pub resources: SlurmResources,
     pub runtime: Runtime,
     /// Host directories the job reads (data files), for container binds.
     pub data_dirs: Vec<PathBuf>,
-}
-
-/// The directory names of a sweep: `<base>-s0`, `<base>-s1`… so that sbatch
-/// can name each task's output with `%a`. Picks a `base` none of them exist
-/// for and creates them all.
-pub fn create_sweep_dirs(out: &Path, base: &str, n: usize) -> Result<(String, Vec<PathBuf>)> {
-    std::fs::create_dir_all(out).map_err(|e| {
-        UserError::environment(format!("cannot create {}: {e}", out.display()))
-            .with_fix("pass a writable directory with --out")
-    })?;
-    for attempt in 1..1000 {
-        let candidate = if attempt == 1 {
-            base.to_string()
-        } else {
-            format!("{base}-{attempt}")
-        };
-        let dirs: Vec<PathBuf> = (0..n)
-            .map(|i| out.join(format!("{candidate}-s{i}")))
-            .collect();
-        if dirs.iter().any(|d| d.exists()) {
-            continue;
-        }
-        for dir in &dirs {
-            std::fs::create_dir(dir).map_err(|e| {
-                UserError::environment(format!("cannot create {}: {e}", dir.display()))
-            })?;
-        }
-        return Ok((candidate, dirs));
-    }
-    Err(UserError::environment(format!("no free sweep name under {}", out.display())).into())
 }
 
 /// `sbatch --output` for the runs of a sweep made by [`create_sweep_dirs`].
@@ -129,13 +173,7 @@ pub fn submit(sub: &Submission) -> Result<String> {
         Vec::new()
     };
     // Containers see the run directories' parents and the data at the same paths.
-    let mut binds: Vec<PathBuf> = runs
-        .iter()
-        .filter_map(|r| r.parent().map(Path::to_path_buf))
-        .chain(sub.data_dirs.iter().cloned())
-        .collect();
-    binds.sort();
-    binds.dedup();
+    let binds = mounts::same_path_binds(&runs, &sub.data_dirs);
     let r = &sub.resources;
     let spec = JobSpec {
         job_name: format!("envgen-{}", sub.experiment),
@@ -165,30 +203,20 @@ pub fn submit(sub: &Submission) -> Result<String> {
         } else {
             job_id.clone()
         };
-        update_manifest(run, |env| {
-            let previous = env
-                .get("slurm")
-                .and_then(|s| s.get("job"))
-                .and_then(Value::as_str)
-                .map(str::to_owned);
-            let mut earlier: Vec<Value> = env
-                .get("slurm")
-                .and_then(|s| s.get("earlier_jobs"))
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            earlier.extend(previous.map(Value::from));
-            env.insert(
-                "slurm".into(),
-                json!({
-                    "job_id": job_id,
-                    "job": task,
-                    "script": JOB_SCRIPT,
-                    "output": JOB_OUTPUT,
-                    "state": "PENDING",
-                    "earlier_jobs": earlier,
-                }),
-            );
+        manifest::update(run, |m| {
+            let mut earlier = Vec::new();
+            if let Some(previous) = m.environment.slurm.take() {
+                earlier = previous.earlier_jobs;
+                earlier.push(previous.job);
+            }
+            m.environment.slurm = Some(SlurmRecord {
+                job_id: job_id.clone(),
+                job: task,
+                script: JOB_SCRIPT.into(),
+                output: JOB_OUTPUT.into(),
+                state: "PENDING".into(),
+                earlier_jobs: earlier,
+            });
         })?;
     }
     Ok(job_id)
@@ -198,41 +226,34 @@ pub fn submit(sub: &Submission) -> Result<String> {
 /// directory has no registry digest: its `digest` is the sha256 of the envgen
 /// binary in it (what decides the science); a SIF or a pyxis reference is
 /// recorded as given (hashing a multi-GB SIF on every submit costs minutes).
-pub fn image_provenance(runtime: &Runtime) -> Result<Option<Value>> {
+pub fn image_provenance(runtime: &Runtime) -> Result<Option<ImageRecord>> {
+    let image = |reference: String, runtime: &str| ClusterImage {
+        reference,
+        runtime: runtime.into(),
+        digest: None,
+        digest_of: None,
+    };
     Ok(match runtime {
         Runtime::Native => None,
         Runtime::Charliecloud { image_dir } => {
             let binary = image_dir.join("usr/local/bin/envgen");
             let bytes = std::fs::read(&binary)
                 .map_err(|e| anyhow::anyhow!("reading {}: {e}", binary.display()))?;
-            Some(json!({
-                "ref": image_dir,
-                "runtime": "charliecloud",
-                "digest": format!("sha256:{}", crate::image::lock::sha256_hex(&bytes)),
-                "digest_of": "usr/local/bin/envgen",
-            }))
+            Some(ClusterImage {
+                digest: Some(format!("sha256:{}", crate::image::lock::sha256_hex(&bytes))),
+                digest_of: Some("usr/local/bin/envgen".into()),
+                ..image(image_dir.display().to_string(), "charliecloud")
+            })
         }
-        Runtime::Apptainer { sif } => Some(json!({ "ref": sif, "runtime": "apptainer" })),
-        Runtime::Pyxis { image } => Some(json!({ "ref": image, "runtime": "pyxis" })),
-    })
-}
-
-/// Change the environment part of a run's manifest in place.
-pub fn update_manifest(dir: &Path, change: impl FnOnce(&mut Map<String, Value>)) -> Result<()> {
-    let path = dir.join("manifest.json");
-    let mut manifest: Manifest = rundir::read_json(&path)?;
-    change(&mut manifest.environment);
-    rundir::write_json(&path, &manifest)
+        Runtime::Apptainer { sif } => Some(image(sif.display().to_string(), "apptainer")),
+        Runtime::Pyxis { image: reference } => Some(image(reference.clone(), "pyxis")),
+    }
+    .map(ImageRecord::Cluster))
 }
 
 /// The Slurm job (or array task) a run was submitted as, from its manifest.
 pub fn job_of(manifest: &Manifest) -> Option<String> {
-    manifest
-        .environment
-        .get("slurm")?
-        .get("job")?
-        .as_str()
-        .map(str::to_owned)
+    manifest.environment.slurm.as_ref().map(|s| s.job.clone())
 }
 
 /// Streams what the job writes to each run's slurm.out onto our stderr.
@@ -349,9 +370,9 @@ fn task_state(state: &JobState, job_id: &str, index: usize, tasks: usize) -> Str
 /// Record the job's final state; when the job left no summary (cancelled
 /// before training, killed, node failure), write one from that state.
 pub fn collect(dir: &Path, job_state: &str) -> Result<RunOutcome> {
-    update_manifest(dir, |env| {
-        if let Some(slurm) = env.get_mut("slurm").and_then(Value::as_object_mut) {
-            slurm.insert("state".into(), json!(job_state));
+    manifest::update(dir, |m| {
+        if let Some(slurm) = m.environment.slurm.as_mut() {
+            slurm.state = job_state.into();
         }
     })?;
     let summary: Option<Summary> = rundir::read_json(&dir.join("summary.json")).ok();
@@ -397,14 +418,12 @@ pub fn cancel(dir: &Path, manifest: &Manifest) -> Result<RunOutcome> {
 /// The live state for `runs show`: the manifest's job, asked of Slurm
 /// (falls back to the last state recorded when Slurm does not answer).
 pub fn live_state(manifest: &Manifest) -> Option<Value> {
-    let slurm = manifest.environment.get("slurm")?;
-    let job = slurm.get("job")?.as_str()?;
-    let recorded = slurm.get("state").cloned().unwrap_or(Value::Null);
-    let live = slurm::state(job)
+    let slurm = manifest.environment.slurm.as_ref()?;
+    let live = slurm::state(&slurm.job)
         .ok()
         .and_then(|s| s.tasks.first().map(|(_, st)| st.clone()));
     Some(json!({
-        "job": job,
-        "state": live.map_or(recorded, Value::from),
+        "job": slurm.job,
+        "state": live.unwrap_or_else(|| slurm.state.clone()),
     }))
 }

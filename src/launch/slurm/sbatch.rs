@@ -1,4 +1,4 @@
-//! Slurm: render an sbatch script from `containers/templates/sbatch.hbs`,
+//! The Slurm client: render an sbatch script from `containers/templates/sbatch.hbs`,
 //! submit it with `sbatch`, follow it with `squeue`/`scontrol`/`sacct`,
 //! cancel it with `scancel`. Slurm is the distributed engine; envgen only
 //! writes the script and reads the state back.
@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::error::{Result, UserError};
 
-const SBATCH_TEMPLATE: &str = include_str!("../../containers/templates/sbatch.hbs");
+const SBATCH_TEMPLATE: &str = include_str!("../../../containers/templates/sbatch.hbs");
 
 /// How the job runs envgen on the compute node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,40 +26,6 @@ pub enum Runtime {
     Apptainer { sif: PathBuf },
     /// pyxis/enroot: `srun --container-image=…`.
     Pyxis { image: String },
-}
-
-/// Run one value of a config key per array task (`--sweep key=v1,v2`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Sweep {
-    pub key: String,
-    pub values: Vec<String>,
-}
-
-impl Sweep {
-    /// Parse `key=v1,v2,…` (key: letters, digits, `_`, `.`; at least one value).
-    pub fn parse(spec: &str) -> Result<Sweep> {
-        let bad = |why: &str| -> anyhow::Error {
-            UserError::usage(format!("--sweep {spec:?}: {why}"))
-                .with_fix("write it as KEY=V1,V2,… e.g. --sweep train.seed=1,2")
-                .into()
-        };
-        let (key, values) = spec.split_once('=').ok_or_else(|| bad("missing '='"))?;
-        let key_ok = !key.is_empty()
-            && key
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
-        if !key_ok {
-            return Err(bad("the key may hold only letters, digits, '_' and '.'"));
-        }
-        let values: Vec<String> = values.split(',').map(str::to_owned).collect();
-        if values.iter().any(String::is_empty) {
-            return Err(bad("empty value"));
-        }
-        Ok(Sweep {
-            key: key.to_owned(),
-            values,
-        })
-    }
 }
 
 /// Everything an sbatch script says. Resources come from the hardware
@@ -523,14 +489,6 @@ mod tests {
         assert!(render(&spec).unwrap().contains(
             "--container-image='registry#envgen/cpu' --container-mounts=/data:/data envgen"
         ));
-    }
-
-    #[test]
-    fn bad_sweeps_are_usage_errors() {
-        for spec in ["seed", "=1,2", "a b=1", "seed=1,,2", "se$ed=1"] {
-            let err = Sweep::parse(spec).unwrap_err();
-            assert_eq!(crate::error::exit_code_of(&err), 2, "{spec}");
-        }
     }
 
     #[test]

@@ -1,40 +1,46 @@
 //! `envgen run … --dry-run`: everything a run checks before it trains —
 //! flags, where, ranks, sweep, the config (preset or file, `--set`), the
 //! hardware profile, precision and micro-batch, the data files the config
-//! names — through the same code as a real run ([`plan_run`], [`world_plan`],
-//! [`config_of_run`]); then the plan is printed and nothing is made: no run
-//! directory, no image, no data, no CUDA context (the CUDA readiness check
-//! runs a kernel, so it is left to the real run and `envgen doctor`).
+//! names — through the same code as a real run ([`plan_run`],
+//! [`config_of_run`], the checks of [`RunRequest::new`]); then the plan is
+//! returned for the CLI to print and nothing is made: no run directory, no
+//! image, no data, no CUDA context (the CUDA readiness check runs a kernel,
+//! so it is left to the real run and `envgen doctor`).
 
+use std::path::Path;
+
+use envgen_experiments::backend::{self, BackendChoice};
 use envgen_experiments::data::{DataConfig, DataSource};
+use serde_json::{json, Value};
 
-use super::*;
+use super::auto::Place;
+use super::plan::{config_of_run, plan_run, resumed_knobs, Setup};
+use super::request::backend_word;
+use super::RunRequest;
+use crate::error::{Result, UserError};
 
-/// Print what `args` would run and exit 0, or fail as the run would (exit 2).
-pub(super) fn dry_run(
-    args: &Args,
-    experiment: &dyn Experiment,
-    decision: &Decision,
-    sweep: Option<&Sweep>,
-    world: &WorldPlan,
-) -> Result<i32> {
-    let backend = planned_backend(args, decision.place)?;
+/// What `req` would run, as the JSON document `--dry-run --json` prints;
+/// or the error the run would fail with (exit 2).
+pub fn plan(req: &RunRequest) -> Result<Value> {
+    let flags = &req.flags;
+    let backend = planned_backend(req)?;
     let host = crate::probe::probe_host();
-    let runs = match &args.resume {
-        Some(dir) => vec![resumed_plan(args, experiment, dir, world.size)?],
+    let world = &req.world;
+    let runs = match &flags.resume {
+        Some(dir) => vec![resumed_plan(req, dir)?],
         None => {
             let setup = Setup {
-                decision,
                 host: &host,
                 backend: backend.name,
                 device: backend.device,
                 threads: Some(
-                    args.threads
+                    flags
+                        .threads
                         .map_or_else(rayon::current_num_threads, usize::from),
                 ),
                 world_size: world.size,
             };
-            let values: Vec<Option<(String, String)>> = match sweep {
+            let values: Vec<Option<(String, String)>> = match &req.sweep {
                 None => vec![None],
                 Some(s) => s
                     .values
@@ -45,74 +51,59 @@ pub(super) fn dry_run(
             let mut plans = Vec::new();
             for value in values {
                 let extra: Vec<String> = value.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                let planned = plan_run(args, experiment, &setup, &extra)?;
+                let planned = plan_run(req, &setup, &extra)?;
                 check_data_files(&planned.loaded.science)?;
                 plans.push(json!({
                     "preset": planned.loaded.preset,
-                    "config": args.config,
+                    "config": flags.config,
                     "config_hash": planned.hash,
                     "global_batch": planned.loaded.batch_size,
                     "parameters": planned.loaded.parameters,
-                    "profile": planned.profile,
+                    "profile": planned.knobs,
                     "sweep": value.map(|(k, v)| json!({ "key": k, "value": v })),
                 }));
             }
             plans
         }
     };
-    let doc = json!({
+    Ok(json!({
         "dry_run": true,
-        "experiment": experiment.name(),
-        "where": decision.place.name(),
-        "where_reason": decision.reason,
-        "backend": args_backend_name(args),
+        "experiment": req.experiment.name(),
+        "where": req.decision.place.name(),
+        "where_reason": req.decision.reason,
+        "backend": req.backend_name(),
         "backend_planned": backend.name,
         "backend_note": backend.note,
         "world_size": world.size,
-        "out": args.out,
-        "resume": args.resume,
-        "stop_after": args.stop_after,
+        "out": flags.out,
+        "resume": flags.resume,
+        "stop_after": flags.stop_after,
         "runs": runs,
-    });
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-    } else {
-        print_plan(&doc);
-    }
-    Ok(0)
+    }))
 }
 
 /// The backend a run would train on, decided without touching a GPU.
-pub(crate) struct PlannedBackend {
-    pub(crate) name: &'static str,
-    pub(crate) device: &'static str,
-    pub(crate) note: &'static str,
+pub struct PlannedBackend {
+    pub name: &'static str,
+    pub device: &'static str,
+    pub note: &'static str,
 }
 
-fn args_backend_name(args: &Args) -> String {
-    format!("{:?}", args.backend).to_lowercase()
-}
-
-fn planned_backend(args: &Args, place: Place) -> Result<PlannedBackend> {
-    if place != Place::Native {
+fn planned_backend(req: &RunRequest) -> Result<PlannedBackend> {
+    if req.decision.place != Place::Native {
         // As launched_runs: the launched envgen chooses on its machine.
-        let name = match args.backend {
-            Backend::Auto => "auto",
-            Backend::Cpu => "cpu",
-            Backend::Cuda => "cuda",
-        };
         return Ok(PlannedBackend {
-            name,
+            name: backend_word(req.flags.backend),
             device: "-",
             note: "chosen again where the run is launched",
         });
     }
-    native_backend_plan(args.backend)
+    native_backend_plan(req.flags.backend)
 }
 
 /// What `backend::resolve` would pick here, without its CUDA readiness
 /// check (which compiles and runs a kernel on the GPU).
-pub(crate) fn native_backend_plan(choice: Backend) -> Result<PlannedBackend> {
+pub fn native_backend_plan(choice: BackendChoice) -> Result<PlannedBackend> {
     let unchecked = "CUDA readiness not checked in a dry run (it compiles and runs a kernel): `envgen doctor` checks it, the run checks it first";
     let cuda = PlannedBackend {
         name: "cuda",
@@ -125,14 +116,14 @@ pub(crate) fn native_backend_plan(choice: Backend) -> Result<PlannedBackend> {
         note: "",
     };
     Ok(match choice {
-        Backend::Cpu => cpu,
+        BackendChoice::Cpu => cpu,
         // Without the feature, resolve refuses at once (exit 2) and touches nothing.
-        Backend::Cuda if !backend::cuda_compiled() => {
+        BackendChoice::Cuda if !backend::cuda_compiled() => {
             backend::resolve(BackendChoice::Cuda)?;
             cuda
         }
-        Backend::Cuda => cuda,
-        Backend::Auto
+        BackendChoice::Cuda => cuda,
+        BackendChoice::Auto
             if backend::cuda_compiled() && Path::new("/dev/nvidiactl").exists() =>
         {
             PlannedBackend {
@@ -140,36 +131,23 @@ pub(crate) fn native_backend_plan(choice: Backend) -> Result<PlannedBackend> {
                 ..cuda
             }
         }
-        Backend::Auto => cpu,
+        BackendChoice::Auto => cpu,
     })
 }
 
 /// `--resume DIR`: the run's own config and profile, with the knobs a
 /// resumed run may change (--micro-batch, --precision) applied.
-fn resumed_plan(
-    args: &Args,
-    experiment: &dyn Experiment,
-    dir: &Path,
-    world_size: usize,
-) -> Result<Value> {
-    let (loaded, manifest) = config_of_run(experiment, dir)?;
+fn resumed_plan(req: &RunRequest, dir: &Path) -> Result<Value> {
+    let (loaded, manifest) = config_of_run(req.experiment, dir)?;
     check_data_files(&loaded.science)?;
-    let mut profile = manifest.profile.clone();
-    let share = engine::distributed::rank_batch(loaded.batch_size, world_size)?;
-    let (micro_batch, grad_accum) =
-        engine::split_batch(share, Some(args.micro_batch.unwrap_or(profile.micro_batch)))?;
-    profile.micro_batch = micro_batch;
-    profile.grad_accum = grad_accum;
-    if let Some(p) = args.precision {
-        profile.precision = Precision::from(p).name().into();
-    }
+    let knobs = resumed_knobs(req, &manifest.profile, loaded.batch_size, req.world.size)?;
     Ok(json!({
         "run_dir": dir,
         "preset": manifest.preset,
         "config_hash": manifest.config_hash,
         "global_batch": loaded.batch_size,
         "parameters": loaded.parameters,
-        "profile": profile,
+        "profile": knobs,
         "has_checkpoint": dir.join("checkpoints").join("latest").is_file(),
     }))
 }
@@ -178,7 +156,7 @@ fn resumed_plan(
 /// first step): `[data]` with a source other than `generated` needs `path`,
 /// and every `path`, `val_path` and `init_from` given must exist. The
 /// contents are read by the run itself.
-pub(crate) fn check_data_files(science: &toml::Value) -> Result<()> {
+pub fn check_data_files(science: &toml::Value) -> Result<()> {
     if let Some(table) = science.get("data") {
         if let Ok(data) = table.clone().try_into::<DataConfig>() {
             if data.source != DataSource::Generated && data.path.is_none() {
@@ -218,57 +196,4 @@ fn must_exist(key: &str, path: &Path) -> Result<()> {
             .with_fix(format!("--set {key}=<an existing file or directory>"))
             .into(),
     )
-}
-
-fn print_plan(doc: &Value) {
-    let text = |v: &Value| match v {
-        Value::String(s) => s.clone(),
-        Value::Null => "-".into(),
-        other => other.to_string(),
-    };
-    println!(
-        "dry run: {} would train {} on {} (--backend {}), {} rank(s); nothing was created",
-        text(&doc["experiment"]),
-        text(&doc["where"]),
-        text(&doc["backend_planned"]),
-        text(&doc["backend"]),
-        text(&doc["world_size"]),
-    );
-    println!("  where: {}", text(&doc["where_reason"]));
-    let note = text(&doc["backend_note"]);
-    if !note.is_empty() && note != "-" {
-        println!("  backend: {note}");
-    }
-    for run in doc["runs"].as_array().into_iter().flatten() {
-        let p = &run["profile"];
-        if let Some(dir) = run.get("run_dir") {
-            println!("  resume {}", text(dir));
-        }
-        if let Some(sweep) = run.get("sweep").filter(|s| !s.is_null()) {
-            println!(
-                "  sweep value {}={}",
-                text(&sweep["key"]),
-                text(&sweep["value"])
-            );
-        }
-        println!(
-            "  preset {}  config_hash {}  global batch {}  parameters {}",
-            text(&run["preset"]),
-            text(&run["config_hash"]),
-            text(&run["global_batch"]),
-            text(&run["parameters"]),
-        );
-        println!(
-            "  profile {}: micro-batch {} × {} accumulation, precision {}, device {}, threads {}",
-            text(&p["name"]),
-            text(&p["micro_batch"]),
-            text(&p["grad_accum"]),
-            text(&p["precision"]),
-            text(&p["device"]),
-            text(&p["threads"]),
-        );
-    }
-    if doc["resume"].is_null() {
-        println!("  run directory: a new one under {}", text(&doc["out"]));
-    }
 }

@@ -1,14 +1,17 @@
 //! Everything that talks to the Docker daemon, through bollard (never the
-//! docker CLI): connecting, resolving digests, building, running a
-//! throwaway container, import/export.
+//! docker CLI): connecting, resolving digests, images in and out
+//! (import/export/save), and in [`container`] every container's life
+//! (a run's, followed to its end, and a throwaway one's, captured).
+
+pub mod container;
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::{
-    CreateImageOptions, ListContainersOptions, ListImagesOptions, LogsOptions,
-    RemoveContainerOptions, RemoveImageOptions,
+    CreateImageOptions, ListContainersOptions, ListImagesOptions, RemoveContainerOptions,
+    RemoveImageOptions,
 };
 use bollard::Docker;
 use futures_util::StreamExt;
@@ -216,74 +219,6 @@ pub async fn remove_containers(docker: &Docker, ids: &[String]) {
         };
         let _ = docker.remove_container(id, Some(options)).await;
     }
-}
-
-/// The output of a command run in a throwaway container.
-pub struct RunOutput {
-    pub exit_code: i64,
-    pub output: String,
-}
-
-/// Run `cmd` in a throwaway container of `image` (as `user` if given),
-/// collect its output, remove it.
-pub async fn run_once(
-    docker: &Docker,
-    image: &str,
-    cmd: &[&str],
-    user: Option<&str>,
-    entrypoint: Option<&[&str]>,
-) -> Result<RunOutput> {
-    let body = ContainerCreateBody {
-        image: Some(image.to_string()),
-        cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
-        entrypoint: entrypoint.map(|e| e.iter().map(|s| s.to_string()).collect()),
-        user: user.map(str::to_string),
-        network_disabled: Some(true),
-        ..Default::default()
-    };
-    let created = docker
-        .create_container(None, body)
-        .await
-        .map_err(|err| UserError::failed(format!("creating a container from {image}: {err}")))?;
-    let id = created.id;
-    let result = async {
-        docker.start_container(&id, None).await?;
-        let mut exit_code = 0;
-        let mut wait = docker.wait_container(&id, None);
-        while let Some(status) = wait.next().await {
-            match status {
-                Ok(status) => exit_code = status.status_code,
-                Err(bollard::errors::Error::DockerContainerWaitError { code, .. }) => {
-                    exit_code = code
-                }
-                Err(err) => return Err(err),
-            }
-        }
-        let options = LogsOptions {
-            stdout: true,
-            stderr: true,
-            tail: "all".into(),
-            ..Default::default()
-        };
-        let mut logs = docker.logs(&id, Some(options));
-        let mut output = String::new();
-        while let Some(chunk) = logs.next().await {
-            output.push_str(&chunk?.to_string());
-        }
-        Ok(RunOutput { exit_code, output })
-    }
-    .await;
-    let _ = docker
-        .remove_container(
-            &id,
-            Some(RemoveContainerOptions {
-                force: true,
-                v: true,
-                ..Default::default()
-            }),
-        )
-        .await;
-    result.map_err(|err| UserError::failed(format!("running {cmd:?} in {image}: {err}")).into())
 }
 
 /// Make `reference` (`repo:tag`, `repo@sha256:…` or `repo:tag@sha256:…`)

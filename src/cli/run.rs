@@ -1,0 +1,351 @@
+//! `envgen run EXP`: the flags, checked into a [`RunRequest`] (every
+//! refusal before anything is made), handed to `launch::run` (or to the
+//! dry-run planner), and what came back printed. Where and how a run goes
+//! is `launch`'s; this file only parses and prints.
+
+use std::path::PathBuf;
+
+use envgen_experiments::backend::BackendChoice;
+use envgen_experiments::registry::{self, Experiment};
+use serde_json::{json, Value};
+
+use crate::error::Result;
+use crate::launch::request::{
+    Container as LaunchContainer, LaunchFlags, RunFlags, Where as LaunchWhere,
+};
+use crate::launch::{self, Launched, RunOutcome, RunRequest};
+use crate::profiles::Precision;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// gpt2, hrm-sudoku, rft or quantize.
+    pub experiment: String,
+    #[arg(long, conflicts_with = "config")]
+    pub preset: Option<String>,
+    /// A science config file (TOML) instead of a preset.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Override one config key, e.g. --set optim.lr=3e-4; repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub overrides: Vec<String>,
+    #[arg(long = "where", value_enum, default_value = "native")]
+    pub location: Where,
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: Backend,
+    /// Rows per forward/backward pass (a hardware knob: gradient accumulation
+    /// keeps the global batch, hence the science, unchanged).
+    #[arg(long, value_name = "N")]
+    pub micro_batch: Option<usize>,
+    /// CPU threads for tensor work (a hardware knob, recorded in the
+    /// manifest; default: every core this process may use).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: Option<u16>,
+    /// What the arithmetic runs in (a hardware knob, recorded in the
+    /// manifest; default: the hardware profile's). bf16/fp16: mixed
+    /// precision with f32 master weights; fp16 adds loss scaling.
+    #[arg(long, value_enum)]
+    pub precision: Option<PrecisionArg>,
+    /// Hardware profile from env/profiles.toml (default: chosen from the host's GPU).
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// Parent directory of run directories.
+    #[arg(long, value_name = "DIR", default_value = "runs")]
+    pub out: PathBuf,
+    /// Continue an interrupted run from its last checkpoint (from step 0
+    /// when it has none yet); with --where slurm|docker, launch it again.
+    #[arg(long, value_name = "RUN_DIR", conflicts_with_all = ["preset", "config", "overrides", "sweep"])]
+    pub resume: Option<PathBuf>,
+    /// One run per value of a config key, as a Slurm job array, e.g.
+    /// --sweep train.seed=1,2,3 (needs --where slurm).
+    #[arg(long, value_name = "KEY=V1,V2,…")]
+    pub sweep: Option<String>,
+    /// Slurm: submit the job (or array) and return without following it.
+    #[arg(long)]
+    pub detach: bool,
+    #[command(flatten)]
+    pub launch: LaunchArgs,
+    /// Test hook: stop (checkpoint, status interrupted, exit 130) after N steps.
+    #[arg(long, value_name = "N", hide = true)]
+    pub stop_after: Option<u64>,
+    /// Set by launchers: this process runs in a Slurm job or a container,
+    /// in the run directory given with --resume that the launcher prepared.
+    #[arg(long, hide = true, requires = "resume")]
+    pub launched: bool,
+    /// Re-create the run in RUN_DIR (its config.toml and preset): `envgen rerun`.
+    #[arg(long, value_name = "RUN_DIR", hide = true, conflicts_with_all = ["preset", "config", "overrides", "resume", "sweep"])]
+    pub from_run: Option<PathBuf>,
+    /// Check every flag, the config, the hardware profile and the data
+    /// files as the run would, print the plan and exit: no run directory,
+    /// no image, no data, no GPU.
+    #[arg(long, conflicts_with = "launched")]
+    pub dry_run: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Where-specific flags: the image, the Slurm resources and runtime, GPUs.
+/// They are recorded in the manifest (`launch_args`) so `envgen rerun`
+/// launches the same way.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct LaunchArgs {
+    /// Docker: the image to run (default: the profile image for the backend,
+    /// built on demand). Slurm: with --container, the charliecloud image
+    /// directory, the Apptainer SIF, or the pyxis image reference.
+    #[arg(long, value_name = "REF|PATH", env = "ENVGEN_RUN_IMAGE")]
+    pub image: Option<String>,
+    /// Slurm: run envgen natively on the node (default) or in a container.
+    #[arg(long, value_enum, default_value = "none")]
+    pub container: Container,
+    #[arg(long, value_name = "NAME")]
+    pub partition: Option<String>,
+    #[arg(long, value_name = "NAME")]
+    pub account: Option<String>,
+    /// Slurm time limit, e.g. 01:00:00.
+    #[arg(long, value_name = "LIMIT")]
+    pub time: Option<String>,
+    /// Slurm: nodes to train on (data-parallel across them).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub nodes: Option<u32>,
+    /// Slurm: GPUs per node; with a GPU backend, one rank per GPU.
+    #[arg(long, value_name = "N")]
+    pub gpus_per_node: Option<u32>,
+    /// Data-parallel ranks (processes) in all: natively on this machine, or
+    /// as Slurm tasks spread over --nodes. The global batch is split over
+    /// them; the science stays the same.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub ranks: Option<u32>,
+    /// Native: the GPU of each rank, e.g. --ranks 2 --devices 0,1.
+    #[arg(long, value_name = "ID,…", value_delimiter = ',')]
+    pub devices: Vec<String>,
+    #[arg(long, value_name = "N")]
+    pub cpus_per_task: Option<u32>,
+    /// Slurm memory per node, e.g. 32G.
+    #[arg(long, value_name = "SIZE")]
+    pub mem: Option<String>,
+    /// Docker: GPUs for the container: all, a count, or device IDs (0,2 or UUIDs).
+    #[arg(long, value_name = "all|N|ID,…")]
+    pub gpus: Option<String>,
+    /// Docker: request GPUs as CDI devices (nvidia.com/gpu=…).
+    #[arg(long)]
+    pub cdi: bool,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Container {
+    #[default]
+    None,
+    Charliecloud,
+    Apptainer,
+    Pyxis,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Where {
+    Auto,
+    Native,
+    Docker,
+    Slurm,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PrecisionArg {
+    Fp32,
+    Tf32,
+    Bf16,
+    Fp16,
+}
+
+impl From<PrecisionArg> for Precision {
+    fn from(p: PrecisionArg) -> Self {
+        match p {
+            PrecisionArg::Fp32 => Precision::Fp32,
+            PrecisionArg::Tf32 => Precision::Tf32,
+            PrecisionArg::Bf16 => Precision::Bf16,
+            PrecisionArg::Fp16 => Precision::Fp16,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+impl From<Backend> for BackendChoice {
+    fn from(b: Backend) -> Self {
+        match b {
+            Backend::Auto => BackendChoice::Auto,
+            Backend::Cpu => BackendChoice::Cpu,
+            Backend::Cuda => BackendChoice::Cuda,
+        }
+    }
+}
+
+impl Args {
+    /// The flags as plain values, for [`RunRequest::new`].
+    fn flags(self) -> RunFlags {
+        let l = self.launch;
+        RunFlags {
+            experiment: self.experiment,
+            preset: self.preset,
+            config: self.config,
+            overrides: self.overrides,
+            place: match self.location {
+                Where::Auto => LaunchWhere::Auto,
+                Where::Native => LaunchWhere::Native,
+                Where::Docker => LaunchWhere::Docker,
+                Where::Slurm => LaunchWhere::Slurm,
+            },
+            backend: self.backend.into(),
+            micro_batch: self.micro_batch,
+            threads: self.threads,
+            precision: self.precision.map(Precision::from),
+            profile: self.profile,
+            out: self.out,
+            resume: self.resume,
+            sweep: self.sweep,
+            detach: self.detach,
+            launch: LaunchFlags {
+                image: l.image,
+                container: match l.container {
+                    Container::None => LaunchContainer::None,
+                    Container::Charliecloud => LaunchContainer::Charliecloud,
+                    Container::Apptainer => LaunchContainer::Apptainer,
+                    Container::Pyxis => LaunchContainer::Pyxis,
+                },
+                partition: l.partition,
+                account: l.account,
+                time: l.time,
+                nodes: l.nodes,
+                gpus_per_node: l.gpus_per_node,
+                ranks: l.ranks,
+                devices: l.devices,
+                cpus_per_task: l.cpus_per_task,
+                mem: l.mem,
+                gpus: l.gpus,
+                cdi: l.cdi,
+            },
+            stop_after: self.stop_after,
+            launched: self.launched,
+            from_run: self.from_run,
+            progress: !self.json,
+        }
+    }
+}
+
+pub fn execute(args: Args) -> Result<i32> {
+    let (dry_run, as_json) = (args.dry_run, args.json);
+    let request = RunRequest::new(args.flags())?;
+    if dry_run {
+        let plan = launch::dry_run::plan(&request)?;
+        if as_json {
+            println!("{}", serde_json::to_string_pretty(&plan)?);
+        } else {
+            print_plan(&plan);
+        }
+        return Ok(0);
+    }
+    match launch::run(&request)? {
+        Launched::Ended(outcomes) => {
+            print_outcomes(request.experiment, &outcomes, as_json)?;
+            Ok(launch::exit_code(&outcomes))
+        }
+        Launched::RankEnded(outcomes) => Ok(launch::exit_code(&outcomes)),
+        Launched::Detached { job, runs } => {
+            if as_json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&json!({ "job_id": job, "run_dirs": runs }))?
+                );
+            } else {
+                for run in &runs {
+                    println!("run directory: {}", run.display());
+                }
+                println!("follow with `envgen runs show RUN`, stop with `envgen runs cancel RUN`");
+            }
+            Ok(0)
+        }
+    }
+}
+
+fn print_outcomes(
+    experiment: &dyn Experiment,
+    outcomes: &[RunOutcome],
+    as_json: bool,
+) -> Result<()> {
+    if as_json {
+        let doc = match outcomes {
+            [one] => json!({ "run_dir": one.run_dir, "summary": one.summary }),
+            many => {
+                json!({ "runs": many.iter().map(|o| json!({ "run_dir": o.run_dir, "summary": o.summary })).collect::<Vec<_>>() })
+            }
+        };
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(());
+    }
+    for outcome in outcomes {
+        println!("{}", experiment.summary_line(&outcome.summary));
+        println!("run directory: {}", outcome.run_dir.display());
+    }
+    Ok(())
+}
+
+/// The experiment called `name` (usage error listing the known ones otherwise).
+pub fn find_experiment(name: &str) -> Result<&'static dyn Experiment> {
+    registry::find(name)
+}
+
+fn print_plan(doc: &Value) {
+    let text = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    };
+    println!(
+        "dry run: {} would train {} on {} (--backend {}), {} rank(s); nothing was created",
+        text(&doc["experiment"]),
+        text(&doc["where"]),
+        text(&doc["backend_planned"]),
+        text(&doc["backend"]),
+        text(&doc["world_size"]),
+    );
+    println!("  where: {}", text(&doc["where_reason"]));
+    let note = text(&doc["backend_note"]);
+    if !note.is_empty() && note != "-" {
+        println!("  backend: {note}");
+    }
+    for run in doc["runs"].as_array().into_iter().flatten() {
+        let p = &run["profile"];
+        if let Some(dir) = run.get("run_dir") {
+            println!("  resume {}", text(dir));
+        }
+        if let Some(sweep) = run.get("sweep").filter(|s| !s.is_null()) {
+            println!(
+                "  sweep value {}={}",
+                text(&sweep["key"]),
+                text(&sweep["value"])
+            );
+        }
+        println!(
+            "  preset {}  config_hash {}  global batch {}  parameters {}",
+            text(&run["preset"]),
+            text(&run["config_hash"]),
+            text(&run["global_batch"]),
+            text(&run["parameters"]),
+        );
+        println!(
+            "  profile {}: micro-batch {} × {} accumulation, precision {}, device {}, threads {}",
+            text(&p["name"]),
+            text(&p["micro_batch"]),
+            text(&p["grad_accum"]),
+            text(&p["precision"]),
+            text(&p["device"]),
+            text(&p["threads"]),
+        );
+    }
+    if doc["resume"].is_null() {
+        println!("  run directory: a new one under {}", text(&doc["out"]));
+    }
+}

@@ -1,0 +1,302 @@
+//! Training in this process: a new native run, `--resume`, or (`--launched`)
+//! the run (or the rank of a run) a launcher prepared in a Slurm job or a
+//! container. This is where every place ends up: the other places prepare
+//! a run directory, then start this on the node, in the container or once
+//! per rank.
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use envgen_experiments::backend::{self, Resolved};
+use envgen_experiments::engine::{self, rundir, RunControl};
+use envgen_experiments::registry;
+use serde_json::json;
+
+use super::plan::{config_of_run, create_run, fresh_knobs, resumed_knobs, NewDir, Setup};
+use super::request::{not_data_parallel, RunRequest};
+use super::{mounts, Launcher, RunOutcome};
+use crate::error::{Result, UserError};
+use crate::profiles::Precision;
+use crate::runs::gpu_sampler::GpuSampler;
+use crate::runs::manifest::{self, DistributedRecord, HardwareKnobs};
+
+/// This process trains (`--where native`, or launched by another place).
+#[derive(Default)]
+pub struct Native {
+    /// The rank this process is, when a launcher started several.
+    world: Option<engine::World>,
+    /// Whether this process writes the run's files (rank 0, or the only one).
+    leader: bool,
+    threads: usize,
+    backend: Option<Resolved>,
+    prepared: Option<Prepared>,
+}
+
+/// A run directory ready to train in.
+struct Prepared {
+    science: toml::Value,
+    knobs: HardwareKnobs,
+    /// Continue from `checkpoints/latest`.
+    resume: bool,
+}
+
+impl Launcher for Native {
+    fn stop_message(&self) -> &'static str {
+        "stopping after this step (checkpoint follows)"
+    }
+
+    /// Resolve the backend, then make the run directory or reopen the one
+    /// given (`--resume`; a launched run's first start chooses its knobs on
+    /// this node, not on the submitting host).
+    fn prepare(&mut self, req: &RunRequest) -> Result<Vec<PathBuf>> {
+        let flags = &req.flags;
+        // A rank of a data-parallel run (started by `--ranks` or srun) learns
+        // its place from the environment its launcher set.
+        self.world = if flags.launched {
+            engine::World::from_env()?
+        } else {
+            None
+        };
+        if let Some(w) = &self.world {
+            if !req.experiment.data_parallel() {
+                return Err(not_data_parallel(req.experiment, w.size));
+            }
+            select_gpu_of_rank();
+        }
+        self.leader = engine::distributed::writes_files(self.world.as_ref());
+        let world_size = self.world.as_ref().map_or(1, |w| w.size);
+        self.threads = configure_threads(flags.threads)?;
+        let host = crate::probe::probe_host();
+        let resolved = backend::resolve(flags.backend)?;
+        let setup = Setup {
+            host: &host,
+            backend: resolved.name(),
+            device: resolved.device(),
+            threads: Some(self.threads),
+            world_size,
+        };
+        let (run_dir, prepared) = match &flags.resume {
+            Some(dir) => (dir.clone(), self.reopen(req, dir, &setup)?),
+            None => {
+                let (dir, science, knobs) =
+                    create_run(req, &setup, &[], NewDir::Fresh(&flags.out), None)?;
+                let prepared = Prepared {
+                    science,
+                    knobs,
+                    resume: false,
+                };
+                (dir, prepared)
+            }
+        };
+        if self.leader {
+            eprintln!("envgen: run directory {}", run_dir.display());
+        }
+        self.backend = Some(resolved);
+        self.prepared = Some(prepared);
+        Ok(vec![run_dir])
+    }
+
+    /// Only rank 0 (or the only process) reports and records the run.
+    fn reports(&self) -> bool {
+        self.leader
+    }
+
+    /// Training here starts and ends in [`follow`](Launcher::follow).
+    fn start(
+        &mut self,
+        _: &RunRequest,
+        _: &[PathBuf],
+        _: &Arc<AtomicBool>,
+    ) -> Result<Option<String>> {
+        Ok(None)
+    }
+
+    /// Train until the run ends; the leader records how it ended.
+    fn follow(
+        &mut self,
+        req: &RunRequest,
+        runs: &[PathBuf],
+        stop: &Arc<AtomicBool>,
+    ) -> Result<Vec<RunOutcome>> {
+        let run_dir = runs[0].clone();
+        let (Some(prepared), Some(resolved)) = (self.prepared.take(), self.backend.take()) else {
+            anyhow::bail!("native run followed before it was prepared");
+        };
+        let control = RunControl {
+            run_dir: run_dir.clone(),
+            micro_batch: prepared.knobs.micro_batch,
+            resume: prepared.resume,
+            stop_after: req.flags.stop_after,
+            stop: stop.clone(),
+            progress: req.flags.progress,
+            precision: Precision::from_name(&prepared.knobs.precision).ok_or_else(|| {
+                UserError::usage(format!(
+                    "{}: profile.precision = {:?} is not fp32, tf32, bf16 or fp16",
+                    run_dir.join(manifest::MANIFEST_FILE).display(),
+                    prepared.knobs.precision
+                ))
+                .with_fix("restore the manifest.json that `envgen run` wrote")
+            })?,
+            world: self.world.clone(),
+        };
+        let mut science = prepared.science;
+        if req.flags.launched {
+            // In a container the data is mounted at neutral paths: map the host
+            // paths the config names (its hash was checked above, unchanged).
+            mounts::map_paths(&mut science, &mounts::path_map_from_env());
+        }
+        let sampler = self
+            .leader
+            .then(|| GpuSampler::start(&run_dir.join("metrics.jsonl"), GPU_SAMPLE_INTERVAL));
+        let outcome = req.experiment.run(&science, &control, resolved);
+        drop(sampler);
+        let mut summary = match outcome {
+            Ok(summary) => summary,
+            Err(err) => {
+                if self.leader {
+                    let _ = rundir::write_json(
+                        &run_dir.join("summary.json"),
+                        &registry::failed_summary(&err),
+                    );
+                }
+                return Err(err);
+            }
+        };
+        if !self.leader {
+            // The run's files are rank 0's; this rank says only how it ended.
+            let rank = self.world.as_ref().map_or(0, |w| w.rank);
+            eprintln!(
+                "envgen: rank {rank}: {:?} after {} steps",
+                summary.status, summary.steps_done
+            );
+            return Ok(vec![RunOutcome { run_dir, summary }]);
+        }
+        manifest::stamp_finished(&run_dir)?;
+        // The process's peak memory, for `envgen tune` and for readers sizing
+        // a machine (CPU runs: it is the tensors' memory too).
+        if let Some(mib) = crate::probe::proc::peak_rss_mib() {
+            summary.metrics.insert("peak_rss_mib".into(), json!(mib));
+            rundir::write_json(&run_dir.join("summary.json"), &summary)?;
+        }
+        Ok(vec![RunOutcome { run_dir, summary }])
+    }
+}
+
+impl Native {
+    /// An existing run directory, to train on (from its checkpoint, if any).
+    fn reopen(&self, req: &RunRequest, dir: &std::path::Path, setup: &Setup) -> Result<Prepared> {
+        let flags = &req.flags;
+        let (loaded, mut record) = config_of_run(req.experiment, dir)?;
+        let resume = dir.join("checkpoints").join("latest").is_file();
+        if !resume && !flags.launched {
+            eprintln!(
+                "envgen: {} has no checkpoint yet: starting at step 0",
+                dir.display()
+            );
+        }
+        let mut knobs = if flags.launched && !resume {
+            // First start of a launched run: its hardware is this node's
+            // (or this container's), not the submitting host's.
+            fresh_knobs(req, setup, &loaded, record.preset.as_deref())?
+        } else {
+            resumed_knobs(req, &record.profile, loaded.batch_size, setup.world_size)?
+        };
+        knobs.backend = setup.backend.into();
+        knobs.device = setup.device.into();
+        knobs.threads = setup.threads;
+        if self.leader {
+            if flags.launched {
+                record.environment.host = setup.host.clone();
+            }
+            record.environment.world_size = Some(setup.world_size);
+            if let Some(w) = &self.world {
+                record.environment.distributed = Some(distributed_record(w));
+            }
+            record.profile = knobs.clone();
+            manifest::write(dir, &record)?;
+            // A stale summary (interrupted) must not describe the run while it goes on.
+            let _ = std::fs::remove_file(dir.join("summary.json"));
+        }
+        Ok(Prepared {
+            science: loaded.science,
+            knobs,
+            resume,
+        })
+    }
+}
+
+/// With one process per GPU, each sees only its own: the `local rank`-th of
+/// the GPUs the job was given (CUDA_VISIBLE_DEVICES, set by Slurm or by
+/// `--devices`), so every CUDA device 0 below is this rank's.
+fn select_gpu_of_rank() {
+    let local = std::env::var("ENVGEN_LOCAL_RANK")
+        .or_else(|_| std::env::var("SLURM_LOCALID"))
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok());
+    let visible = std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_default();
+    let gpus: Vec<&str> = visible.split(',').filter(|g| !g.is_empty()).collect();
+    if let (Some(local), true) = (local, gpus.len() > 1) {
+        if let Some(gpu) = gpus.get(local) {
+            // Before any CUDA call in this process (the backend is resolved after).
+            std::env::set_var("CUDA_VISIBLE_DEVICES", gpu);
+        }
+    }
+}
+
+/// The manifest's `distributed`: how the ranks sat and how they reduced.
+fn distributed_record(world: &engine::World) -> DistributedRecord {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let nodes: Vec<String> = match var("SLURM_JOB_NODELIST") {
+        Some(list) => std::process::Command::new("scontrol")
+            .args(["show", "hostnames", &list])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_else(|| vec![list]),
+        None => vec![std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "localhost".into())],
+    };
+    let per_node = var("SLURM_NTASKS_PER_NODE")
+        .and_then(|v| {
+            v.split(['(', ','])
+                .next()
+                .and_then(|n| n.parse::<usize>().ok())
+        })
+        .unwrap_or(world.size / nodes.len().max(1));
+    DistributedRecord {
+        ranks_per_node: per_node,
+        nodes,
+        reduction: "collective".into(),
+        reduction_detail: "burn-collective tree all-reduce over TCP (one bucket per step)".into(),
+        rendezvous: format!("{}:{}", world.rendezvous.0, world.rendezvous.1),
+    }
+}
+
+/// Size the global rayon pool, which Burn's CPU backend and envgen's fused
+/// kernels run on: `--threads N`, else rayon's default (every core this
+/// process may use: its CPU affinity, e.g. a Slurm task's or a container's
+/// cpuset). Returns the pool's size, for the manifest.
+fn configure_threads(requested: Option<u16>) -> Result<usize> {
+    if let Some(n) = requested {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(usize::from(n))
+            .build_global()
+            .map_err(|e| {
+                UserError::environment(format!("--threads {n}: cannot size the thread pool: {e}"))
+                    .with_fix("leave out --threads")
+            })?;
+    }
+    Ok(rayon::current_num_threads())
+}
+
+/// How often NVML is sampled on GPU hosts (W&B's system metrics default: 10-15 s;
+/// a run of minutes wants finer).
+const GPU_SAMPLE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);

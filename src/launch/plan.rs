@@ -1,0 +1,371 @@
+//! What a run will be, decided once for every place: the science config
+//! (preset or file, `--set`, a sweep value, or the config of `--from-run`),
+//! its `config_hash`, the hardware knobs (micro-batch split, precision,
+//! device, threads) and the new run directory with its `config.toml` and
+//! manifest. A real run, a launched one and `--dry-run` all come through
+//! here, so they refuse and choose exactly alike.
+
+use std::path::{Path, PathBuf};
+
+use envgen_experiments::engine::{self, rundir};
+use envgen_experiments::registry::{Experiment, ResolvedConfig};
+
+use super::auto::Place;
+use super::request::{backend_word, Container, LaunchFlags, RunRequest};
+use crate::error::{Result, UserError};
+use crate::host::Host;
+use crate::profiles::{HardwareChoice, Precision, Profiles};
+use crate::runs::manifest::{self, Environment, HardwareKnobs, Manifest, SweepRecord};
+
+/// The science config named on the command line: a config file, or a preset
+/// (the experiment's default when none is named), with `--set` overrides.
+pub fn resolve_config(
+    experiment: &dyn Experiment,
+    preset: Option<&str>,
+    config: Option<&Path>,
+    overrides: &[String],
+) -> Result<ResolvedConfig> {
+    match config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                UserError::usage(format!("cannot read config {}: {e}", path.display()))
+                    .with_fix("give an existing TOML file, or use --preset")
+            })?;
+            experiment.resolve(&text, &path.display().to_string(), overrides)
+        }
+        None => experiment.resolve_preset(preset, overrides),
+    }
+}
+
+/// The hardware profile for this host's GPU (or `--profile`), with the
+/// precision asked for; its warnings are printed.
+fn hardware_choice(
+    req: &RunRequest,
+    host: &Host,
+    backend_name: &str,
+    preset: Option<&str>,
+) -> Result<HardwareChoice> {
+    let gpu = (backend_name == "cuda")
+        .then(|| host.gpus.first())
+        .flatten();
+    let choice = Profiles::load()?.choose(
+        gpu,
+        req.flags.profile.as_deref(),
+        req.flags.precision,
+        &req.flags.experiment,
+        preset.unwrap_or("custom"),
+    )?;
+    for warning in &choice.warnings {
+        eprintln!("envgen: warning: {warning}");
+    }
+    Ok(choice)
+}
+
+/// Where and on what a run trains: the host whose hardware picks the
+/// profile, and the backend/device recorded for it.
+pub struct Setup<'a> {
+    pub host: &'a Host,
+    pub backend: &'a str,
+    pub device: &'a str,
+    /// Tensor threads of the process that trains, when known here.
+    pub threads: Option<usize>,
+    /// Data-parallel ranks the run trains on (1: one process).
+    pub world_size: usize,
+}
+
+/// The knobs of a run that starts from step 0 here: `--micro-batch` wins,
+/// then the hardware profile, then the preset's hint; the global batch is
+/// split over the ranks, then into micro-batches.
+pub fn fresh_knobs(
+    req: &RunRequest,
+    setup: &Setup,
+    loaded: &ResolvedConfig,
+    preset: Option<&str>,
+) -> Result<HardwareKnobs> {
+    let choice = hardware_choice(req, setup.host, setup.backend, preset)?;
+    let (micro_batch, grad_accum) = engine::split_batch(
+        engine::distributed::rank_batch(loaded.batch_size, setup.world_size)?,
+        req.flags
+            .micro_batch
+            .or(choice.micro_batch)
+            .or(loaded.hardware.micro_batch),
+    )?;
+    Ok(HardwareKnobs {
+        name: Some(choice.profile.clone()),
+        micro_batch,
+        grad_accum,
+        precision: choice.precision.name().into(),
+        backend: setup.backend.into(),
+        device: setup.device.into(),
+        threads: setup.threads,
+    })
+}
+
+/// The knobs of a resumed run: its own, with what a resume may change —
+/// the precision (checkpoints hold f32 weights and moments whatever it
+/// was) and the split of each global batch (micro-batch, world size); the
+/// data of every step stays the same.
+pub fn resumed_knobs(
+    req: &RunRequest,
+    recorded: &HardwareKnobs,
+    batch_size: usize,
+    world_size: usize,
+) -> Result<HardwareKnobs> {
+    let mut knobs = recorded.clone();
+    if let Some(requested) = req.flags.precision {
+        knobs.precision = requested.name().into();
+    }
+    let share = engine::distributed::rank_batch(batch_size, world_size)?;
+    let (micro_batch, grad_accum) = engine::split_batch(
+        share,
+        Some(req.flags.micro_batch.unwrap_or(recorded.micro_batch)),
+    )?;
+    knobs.micro_batch = micro_batch;
+    knobs.grad_accum = grad_accum;
+    Ok(knobs)
+}
+
+/// What a new run will be, before anything is made.
+pub struct PlannedRun {
+    pub loaded: ResolvedConfig,
+    pub hash: String,
+    pub knobs: HardwareKnobs,
+}
+
+/// Resolve the config (preset or file, `--set`, `extra`; or the config of
+/// `--from-run`) and choose the hardware knobs for `setup`.
+pub fn plan_run(req: &RunRequest, setup: &Setup, extra: &[String]) -> Result<PlannedRun> {
+    let flags = &req.flags;
+    let loaded = match &flags.from_run {
+        Some(source) => config_of_run(req.experiment, source)?.0,
+        None => {
+            let mut overrides = flags.overrides.clone();
+            overrides.extend(extra.iter().cloned());
+            resolve_config(
+                req.experiment,
+                flags.preset.as_deref(),
+                flags.config.as_deref(),
+                &overrides,
+            )?
+        }
+    };
+    let hash = loaded.config_hash()?;
+    let knobs = fresh_knobs(req, setup, &loaded, loaded.preset.as_deref())?;
+    Ok(PlannedRun {
+        loaded,
+        hash,
+        knobs,
+    })
+}
+
+/// The directory of a new run: a fresh one under --out, or one made
+/// beforehand (a sweep's `<base>-sN`).
+pub enum NewDir<'a> {
+    Fresh(&'a Path),
+    Made(PathBuf),
+}
+
+/// A new run directory with config.toml and manifest.json, for a run here
+/// or launched elsewhere. `extra` are overrides added to --set (a sweep value).
+pub fn create_run(
+    req: &RunRequest,
+    setup: &Setup,
+    extra: &[String],
+    new_dir: NewDir,
+    sweep: Option<SweepRecord>,
+) -> Result<(PathBuf, toml::Value, HardwareKnobs)> {
+    let PlannedRun {
+        loaded,
+        hash,
+        knobs,
+    } = plan_run(req, setup, extra)?;
+    let id = rundir::new_run_id(req.experiment.name(), loaded.preset.as_deref(), &hash);
+    let (run_id, dir) = match new_dir {
+        NewDir::Fresh(out) => manifest::create_run_dir(out, &id)?,
+        NewDir::Made(dir) => (
+            dir.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            dir,
+        ),
+    };
+    std::fs::write(dir.join("config.toml"), loaded.canonical_toml()?)?;
+    let decision = &req.decision;
+    let mut environment = Environment::new(decision.place.name(), &decision.reason, setup.host);
+    environment.world_size = Some(setup.world_size);
+    if decision.place != Place::Native || setup.world_size > 1 {
+        // Where-specific flags, so `envgen rerun` launches the same way.
+        environment.launch_args = Some(launch_args_of(&req.flags.launch));
+    }
+    environment.rerun_of = req.flags.from_run.clone();
+    environment.sweep = sweep;
+    let record = Manifest {
+        manifest_version: manifest::MANIFEST_VERSION,
+        run_id,
+        experiment: req.experiment.name().into(),
+        preset: loaded.preset.clone(),
+        config_hash: hash,
+        profile: knobs.clone(),
+        started_at: rundir::now_rfc3339(),
+        finished_at: None,
+        environment,
+    };
+    manifest::write(&dir, &record)?;
+    Ok((dir, loaded.science, knobs))
+}
+
+/// The science config and manifest of an existing run directory, checked
+/// against each other (config_hash) and against the experiment.
+pub fn config_of_run(
+    experiment: &dyn Experiment,
+    dir: &Path,
+) -> Result<(ResolvedConfig, Manifest)> {
+    let record = manifest::read(dir)?;
+    if record.experiment != experiment.name() {
+        return Err(UserError::usage(format!(
+            "{} is a `{}` run, not `{}`",
+            dir.display(),
+            record.experiment,
+            experiment.name()
+        ))
+        .with_fix(format!(
+            "envgen run {} --resume {}",
+            record.experiment,
+            dir.display()
+        ))
+        .into());
+    }
+    let config_path = dir.join("config.toml");
+    let text = std::fs::read_to_string(&config_path).map_err(|e| {
+        UserError::usage(format!("{}: cannot read config.toml: {e}", dir.display()))
+            .with_fix("give a directory written by `envgen run`")
+    })?;
+    let mut loaded = experiment.resolve(&text, &config_path.display().to_string(), &[])?;
+    if loaded.config_hash()? != record.config_hash {
+        return Err(UserError::usage(format!(
+            "{}: config.toml does not match the manifest's config_hash",
+            dir.display()
+        ))
+        .with_fix("restore the original config.toml, or start a new run")
+        .into());
+    }
+    loaded.preset = record.preset.clone();
+    Ok((loaded, record))
+}
+
+/// The science config of a run directory, as written.
+pub fn science_of(dir: &Path) -> Result<toml::Value> {
+    let text = std::fs::read_to_string(dir.join("config.toml"))?;
+    Ok(toml::from_str(&text)?)
+}
+
+/// The flags of `launch` as words (recorded for `rerun`).
+pub fn launch_args_of(launch: &LaunchFlags) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut push = |flag: &str, value: Option<String>| {
+        if let Some(value) = value {
+            words.push(flag.to_string());
+            words.push(value);
+        }
+    };
+    push("--image", launch.image.clone());
+    if launch.container != Container::None {
+        push("--container", Some(launch.container.name().into()));
+    }
+    push("--partition", launch.partition.clone());
+    push("--account", launch.account.clone());
+    push("--time", launch.time.clone());
+    push("--nodes", launch.nodes.map(|n| n.to_string()));
+    push("--ranks", launch.ranks.map(|n| n.to_string()));
+    if !launch.devices.is_empty() {
+        push("--devices", Some(launch.devices.join(",")));
+    }
+    push(
+        "--gpus-per-node",
+        launch.gpus_per_node.map(|n| n.to_string()),
+    );
+    push(
+        "--cpus-per-task",
+        launch.cpus_per_task.map(|n| n.to_string()),
+    );
+    push("--mem", launch.mem.clone());
+    push("--gpus", launch.gpus.clone());
+    if launch.cdi {
+        words.push("--cdi".into());
+    }
+    words
+}
+
+/// Flags every launched envgen gets: the hardware knobs the user chose.
+pub fn job_args(req: &RunRequest) -> Vec<String> {
+    let flags = &req.flags;
+    let mut words = vec!["--backend".to_string(), req.backend_name().to_string()];
+    if let Some(profile) = &flags.profile {
+        words.extend(["--profile".to_string(), profile.clone()]);
+    }
+    if let Some(n) = flags.micro_batch {
+        words.extend(["--micro-batch".to_string(), n.to_string()]);
+    }
+    if let Some(n) = flags.threads {
+        words.extend(["--threads".to_string(), n.to_string()]);
+    }
+    if let Some(p) = flags.precision {
+        words.extend(["--precision".to_string(), Precision::name(p).to_string()]);
+    }
+    if let Some(n) = flags.stop_after {
+        words.extend(["--stop-after".to_string(), n.to_string()]);
+    }
+    words
+}
+
+/// The run directories a launcher trains into: the one given with
+/// `--resume` (launched again), or new ones (one per sweep value). Returns
+/// them and, for a sweep, their base name.
+pub fn launched_runs(req: &RunRequest) -> Result<(Vec<PathBuf>, Option<String>)> {
+    let flags = &req.flags;
+    if let Some(dir) = &flags.resume {
+        config_of_run(req.experiment, dir)?;
+        let _ = std::fs::remove_file(dir.join("summary.json"));
+        return Ok((vec![dir.clone()], None));
+    }
+    let host = crate::probe::probe_host();
+    // The submitting host's choice is provisional: the launched envgen
+    // chooses again on the machine it runs on.
+    let setup = Setup {
+        host: &host,
+        backend: backend_word(flags.backend),
+        device: "-",
+        threads: flags.threads.map(usize::from),
+        world_size: req.world.size,
+    };
+    let Some(sweep) = &req.sweep else {
+        let (dir, _, _) = create_run(req, &setup, &[], NewDir::Fresh(&flags.out), None)?;
+        return Ok((vec![dir], None));
+    };
+    // The base name comes from the first value's config.
+    let mut overrides = flags.overrides.clone();
+    overrides.push(format!("{}={}", sweep.key, sweep.values[0]));
+    let loaded = resolve_config(
+        req.experiment,
+        flags.preset.as_deref(),
+        flags.config.as_deref(),
+        &overrides,
+    )?;
+    let base = rundir::new_run_id(
+        req.experiment.name(),
+        loaded.preset.as_deref(),
+        &loaded.config_hash()?,
+    );
+    let (base, dirs) = manifest::create_sweep_dirs(&flags.out, &base, sweep.values.len())?;
+    for (index, (value, dir)) in sweep.values.iter().zip(&dirs).enumerate() {
+        let extra = [format!("{}={value}", sweep.key)];
+        let record = SweepRecord {
+            key: sweep.key.clone(),
+            value: value.clone(),
+            index,
+            of: sweep.values.len(),
+        };
+        create_run(req, &setup, &extra, NewDir::Made(dir.clone()), Some(record))?;
+    }
+    Ok((dirs, Some(base)))
+}

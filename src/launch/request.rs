@@ -1,0 +1,404 @@
+//! What a user asked `envgen run` for, checked once: the CLI turns its
+//! flags into a [`RunFlags`] (plain values), and [`RunRequest::new`]
+//! validates them together — where (with `auto` decided now), the sweep,
+//! the ranks and nodes, `--gpus`, the Slurm container — so every place
+//! receives a request that is already consistent, and every refusal
+//! happens before anything is made.
+
+use std::path::PathBuf;
+
+use envgen_experiments::backend::BackendChoice;
+use envgen_experiments::engine::Precision;
+use envgen_experiments::registry::Experiment;
+
+use super::auto::{self, Decision, Place};
+use super::ranks::{plan_world, WorldPlan};
+use super::slurm::sbatch::Runtime;
+use crate::error::{Result, UserError};
+use crate::image::daemon::container::GpuRequest;
+use crate::profiles::Profiles;
+
+/// `--where`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Where {
+    Auto,
+    Native,
+    Docker,
+    Slurm,
+}
+
+/// `--container` (Slurm): how the job runs envgen on the node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Container {
+    #[default]
+    None,
+    Charliecloud,
+    Apptainer,
+    Pyxis,
+}
+
+impl Container {
+    pub fn name(self) -> &'static str {
+        match self {
+            Container::None => "none",
+            Container::Charliecloud => "charliecloud",
+            Container::Apptainer => "apptainer",
+            Container::Pyxis => "pyxis",
+        }
+    }
+}
+
+/// The where-specific flags, as given. Recorded in the manifest
+/// (`launch_args`) so `envgen rerun` launches the same way.
+#[derive(Debug, Clone, Default)]
+pub struct LaunchFlags {
+    pub image: Option<String>,
+    pub container: Container,
+    pub partition: Option<String>,
+    pub account: Option<String>,
+    pub time: Option<String>,
+    pub nodes: Option<u32>,
+    pub gpus_per_node: Option<u32>,
+    pub ranks: Option<u32>,
+    pub devices: Vec<String>,
+    pub cpus_per_task: Option<u32>,
+    pub mem: Option<String>,
+    pub gpus: Option<String>,
+    pub cdi: bool,
+}
+
+/// `envgen run`'s flags as plain values (the CLI's job: parse them).
+#[derive(Debug, Clone)]
+pub struct RunFlags {
+    pub experiment: String,
+    pub preset: Option<String>,
+    pub config: Option<PathBuf>,
+    pub overrides: Vec<String>,
+    pub place: Where,
+    pub backend: BackendChoice,
+    pub micro_batch: Option<usize>,
+    pub threads: Option<u16>,
+    pub precision: Option<Precision>,
+    pub profile: Option<String>,
+    pub out: PathBuf,
+    pub resume: Option<PathBuf>,
+    pub sweep: Option<String>,
+    pub detach: bool,
+    pub launch: LaunchFlags,
+    pub stop_after: Option<u64>,
+    pub launched: bool,
+    pub from_run: Option<PathBuf>,
+    /// Progress bars (off with --json).
+    pub progress: bool,
+}
+
+/// A run request every place can act on: the flags plus what was decided
+/// from them once (the experiment, where and why, the sweep, the world, the
+/// Docker GPUs asked for).
+pub struct RunRequest {
+    pub flags: RunFlags,
+    pub experiment: &'static dyn Experiment,
+    pub decision: Decision,
+    pub sweep: Option<Sweep>,
+    pub world: WorldPlan,
+    /// `--gpus` parsed (Docker); `None`: the backend's default.
+    pub gpus: Option<GpuRequest>,
+}
+
+impl RunRequest {
+    /// Check the flags together; `auto` is decided (and said on stderr).
+    pub fn new(flags: RunFlags) -> Result<RunRequest> {
+        let experiment = envgen_experiments::registry::find(&flags.experiment)?;
+        let decision = if flags.launched {
+            // Inside the Slurm job or the container: train into the prepared directory.
+            Decision {
+                place: Place::Native,
+                reason: "launched".into(),
+            }
+        } else {
+            decide_where(flags.place)
+        };
+        let sweep = flags.sweep.as_deref().map(Sweep::parse).transpose()?;
+        if sweep.is_some() && decision.place != Place::Slurm {
+            return Err(UserError::usage(format!(
+                "--sweep fans out a Slurm job array, but this run goes to {} ({})",
+                decision.place.name(),
+                decision.reason
+            ))
+            .with_fix(
+                "add --where slurm on a Slurm login node, or run the values one by one with --set",
+            )
+            .into());
+        }
+        let world = if flags.launched {
+            // The ranks of a launched run learn their world from the environment.
+            plan_world(Place::Native, None, None, None)?
+        } else {
+            world_plan(&flags, experiment, decision.place)?
+        };
+        let gpus = match flags.launch.gpus.as_deref() {
+            Some(spec) if decision.place == Place::Docker => Some(parse_gpus(spec)?),
+            _ => None,
+        };
+        if flags.detach && decision.place == Place::Docker && !flags.launched {
+            return Err(UserError::usage(
+                "--detach is for Slurm jobs: a Docker run is followed until it ends",
+            )
+            .with_fix("drop --detach (Ctrl-C stops the container and keeps the run resumable), or use --where slurm")
+            .into());
+        }
+        Ok(RunRequest {
+            flags,
+            experiment,
+            decision,
+            sweep,
+            world,
+            gpus,
+        })
+    }
+
+    /// `--backend` as the word launched envgens get.
+    pub fn backend_name(&self) -> &'static str {
+        backend_word(self.flags.backend)
+    }
+
+    /// The Slurm job's resources: flags first, then the `[slurm]` defaults
+    /// of the forced hardware profile.
+    pub fn slurm_resources(&self) -> Result<SlurmResources> {
+        slurm_resources(&self.flags)
+    }
+
+    /// How the Slurm job runs envgen, from --container and --image.
+    pub fn slurm_runtime(&self) -> Result<Runtime> {
+        slurm_runtime(&self.flags.launch)
+    }
+}
+
+/// `--backend` as a word (`auto`, `cpu`, `cuda`).
+pub fn backend_word(backend: BackendChoice) -> &'static str {
+    match backend {
+        BackendChoice::Auto => "auto",
+        BackendChoice::Cpu => "cpu",
+        BackendChoice::Cuda => "cuda",
+    }
+}
+
+/// `--where`, with `auto` decided now and said on stderr.
+fn decide_where(place: Where) -> Decision {
+    let given = |place: Place| Decision {
+        place,
+        reason: format!("--where {}", place.name()),
+    };
+    match place {
+        Where::Native => given(Place::Native),
+        Where::Docker => given(Place::Docker),
+        Where::Slurm => given(Place::Slurm),
+        Where::Auto => {
+            let decision = auto::decide();
+            eprintln!(
+                "envgen: --where auto: {} ({})",
+                decision.place.name(),
+                decision.reason
+            );
+            Decision {
+                place: decision.place,
+                reason: format!("--where auto: {}", decision.reason),
+            }
+        }
+    }
+}
+
+/// How many ranks the run trains on and where they sit (launch::ranks).
+fn world_plan(flags: &RunFlags, experiment: &dyn Experiment, place: Place) -> Result<WorldPlan> {
+    let l = &flags.launch;
+    let gpus_per_node = match place {
+        Place::Slurm => slurm_resources(flags)?.gpus_per_node,
+        _ => None,
+    };
+    let plan = plan_world(
+        place,
+        l.ranks,
+        l.nodes,
+        gpus_per_node.filter(|_| flags.backend != BackendChoice::Cpu),
+    )?;
+    if !l.devices.is_empty() && place != Place::Native {
+        return Err(
+            UserError::usage("--devices picks GPUs for --ranks on this machine")
+                .with_fix("under Slurm, ask for GPUs with --gpus-per-node")
+                .into(),
+        );
+    }
+    if plan.size > 1 && !experiment.data_parallel() {
+        return Err(not_data_parallel(experiment, plan.size));
+    }
+    Ok(plan)
+}
+
+pub fn not_data_parallel(experiment: &dyn Experiment, size: usize) -> anyhow::Error {
+    UserError::usage(format!(
+        "{} does not train data-parallel yet ({size} ranks asked for)",
+        experiment.name()
+    ))
+    .with_fix("run it on one rank (leave out --ranks; under Slurm one GPU per node), or train gpt2, which does")
+    .into()
+}
+
+/// `--gpus` for Docker: all, a count, or device IDs.
+fn parse_gpus(spec: &str) -> Result<GpuRequest> {
+    if spec == "all" {
+        return Ok(GpuRequest::All);
+    }
+    if let Ok(n) = spec.parse::<i64>() {
+        if n > 0 {
+            return Ok(GpuRequest::Count(n));
+        }
+    }
+    let ids: Vec<String> = spec.split(',').map(str::trim).map(str::to_owned).collect();
+    if ids
+        .iter()
+        .any(|id| id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+    {
+        return Err(UserError::usage(format!(
+            "--gpus {spec:?}: not `all`, a count, or device IDs"
+        ))
+        .with_fix("e.g. --gpus all, --gpus 2, --gpus 0,1 or --gpus GPU-<uuid>")
+        .into());
+    }
+    Ok(GpuRequest::Devices(ids))
+}
+
+/// Resources of a Slurm job (flags, then the hardware profile's `[slurm]`
+/// defaults; Slurm's own defaults for anything left unset).
+#[derive(Debug, Clone, Default)]
+pub struct SlurmResources {
+    pub partition: Option<String>,
+    pub account: Option<String>,
+    pub time: Option<String>,
+    pub nodes: Option<u32>,
+    /// Tasks (data-parallel ranks) per node; 0 or 1: one.
+    pub tasks_per_node: u32,
+    pub gpus_per_node: Option<u32>,
+    pub cpus_per_task: Option<u32>,
+    pub mem: Option<String>,
+}
+
+fn slurm_resources(flags: &RunFlags) -> Result<SlurmResources> {
+    let defaults = match &flags.profile {
+        Some(name) => Profiles::load()?
+            .get(name)?
+            .slurm
+            .clone()
+            .unwrap_or_default(),
+        None => Default::default(),
+    };
+    let l = &flags.launch;
+    Ok(SlurmResources {
+        partition: l.partition.clone(),
+        account: l.account.clone(),
+        time: l.time.clone(),
+        nodes: l.nodes,
+        // `--backend cuda` needs a GPU in the allocation even without a profile.
+        gpus_per_node: l
+            .gpus_per_node
+            .or(defaults.gpus_per_node)
+            .or((flags.backend == BackendChoice::Cuda).then_some(1)),
+        cpus_per_task: l.cpus_per_task.or(defaults.cpus_per_task),
+        mem: l.mem.clone().or(defaults.mem),
+        tasks_per_node: 1,
+    })
+}
+
+fn slurm_runtime(launch: &LaunchFlags) -> Result<Runtime> {
+    let image = || {
+        launch.image.clone().ok_or_else(|| -> anyhow::Error {
+            UserError::usage(format!(
+                "--container {} needs --image",
+                launch.container.name()
+            ))
+            .with_fix("--image DIR (charliecloud: `envgen image export cpu --format charliecloud`, then ch-convert), --image FILE.sif (apptainer), --image REF (pyxis)")
+            .into()
+        })
+    };
+    Ok(match launch.container {
+        Container::None => Runtime::Native,
+        Container::Charliecloud => {
+            let dir = PathBuf::from(image()?);
+            if !dir.join("usr/local/bin/envgen").is_file() {
+                return Err(UserError::usage(format!(
+                    "--image {}: not a charliecloud image directory with envgen in it",
+                    dir.display()
+                ))
+                .with_fix("export one with `envgen image export cpu --format charliecloud -o cpu.tar` and `ch-convert cpu.tar DIR`")
+                .into());
+            }
+            Runtime::Charliecloud {
+                image_dir: std::path::absolute(dir)?,
+            }
+        }
+        Container::Apptainer => Runtime::Apptainer {
+            sif: std::path::absolute(image()?)?,
+        },
+        Container::Pyxis => Runtime::Pyxis { image: image()? },
+    })
+}
+
+/// Run one value of a config key per array task (`--sweep key=v1,v2`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sweep {
+    pub key: String,
+    pub values: Vec<String>,
+}
+
+impl Sweep {
+    /// Parse `key=v1,v2,…` (key: letters, digits, `_`, `.`; at least one value).
+    pub fn parse(spec: &str) -> Result<Sweep> {
+        let bad = |why: &str| -> anyhow::Error {
+            UserError::usage(format!("--sweep {spec:?}: {why}"))
+                .with_fix("write it as KEY=V1,V2,… e.g. --sweep train.seed=1,2")
+                .into()
+        };
+        let (key, values) = spec.split_once('=').ok_or_else(|| bad("missing '='"))?;
+        let key_ok = !key.is_empty()
+            && key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
+        if !key_ok {
+            return Err(bad("the key may hold only letters, digits, '_' and '.'"));
+        }
+        let values: Vec<String> = values.split(',').map(str::to_owned).collect();
+        if values.iter().any(String::is_empty) {
+            return Err(bad("empty value"));
+        }
+        Ok(Sweep {
+            key: key.to_owned(),
+            values,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_sweeps_are_usage_errors() {
+        for spec in ["seed", "=1,2", "a b=1", "seed=1,,2", "se$ed=1"] {
+            let err = Sweep::parse(spec).unwrap_err();
+            assert_eq!(crate::error::exit_code_of(&err), 2, "{spec}");
+        }
+    }
+
+    #[test]
+    fn gpus_are_all_a_count_or_ids() {
+        assert_eq!(parse_gpus("all").unwrap(), GpuRequest::All);
+        assert_eq!(parse_gpus("2").unwrap(), GpuRequest::Count(2));
+        assert_eq!(
+            parse_gpus("0,GPU-ab").unwrap(),
+            GpuRequest::Devices(vec!["0".into(), "GPU-ab".into()])
+        );
+        for bad in ["", "0,,1", "a b", "$(x)"] {
+            let err = parse_gpus(bad).unwrap_err();
+            assert_eq!(crate::error::exit_code_of(&err), 2, "{bad}");
+        }
+    }
+}

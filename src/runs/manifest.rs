@@ -1,0 +1,466 @@
+//! `manifest.json`, typed, and the one module that writes it: what a run is
+//! (experiment, preset, `config_hash`), the hardware knobs it trained with
+//! and where it ran (the [`Environment`]). It also makes run directories.
+//! Every other module reads and changes a manifest through these types, so
+//! a misspelt field is a compile error, not lost provenance.
+//!
+//! Files are versioned ([`MANIFEST_VERSION`]); a field this envgen does not
+//! know is refused on read (it would be dropped on the next write), and
+//! manifests written before the version field existed are read as version 1
+//! and migrated (see [`migrate`]).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use envgen_experiments::data::DataFile;
+use envgen_experiments::engine::rundir::{self, now_rfc3339};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{Result, UserError};
+use crate::host::Host;
+
+/// The manifest format this envgen writes. 1: no `manifest_version` field
+/// (envgen before the typed manifest); 2: the same fields, versioned.
+pub const MANIFEST_VERSION: u32 = 2;
+
+pub const MANIFEST_FILE: &str = "manifest.json";
+
+/// `manifest.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    #[serde(default = "version_one")]
+    pub manifest_version: u32,
+    pub run_id: String,
+    pub experiment: String,
+    pub preset: Option<String>,
+    pub config_hash: String,
+    pub profile: HardwareKnobs,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+    #[serde(flatten)]
+    pub environment: Environment,
+}
+
+fn version_one() -> u32 {
+    1
+}
+
+/// The manifest's `profile`: the hardware knobs the run trained with. They
+/// change speed, never the science (`config_hash` does not cover them).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HardwareKnobs {
+    /// The hardware profile (env/profiles.toml) these knobs came from, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub micro_batch: usize,
+    pub grad_accum: usize,
+    pub precision: String,
+    pub backend: String,
+    pub device: String,
+    /// CPU threads for tensor work (the rayon pool) in the process that
+    /// trains; absent in manifests written before envgen recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<usize>,
+}
+
+/// Where and how the run ran: envgen's version, the place, the host, the
+/// image, the job or container, the data files. Written at the top level of
+/// `manifest.json`, beside the run's identity.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Environment {
+    pub envgen_version: String,
+    pub git_revision: Option<String>,
+    /// The image the run's envgen ran in (null: natively).
+    pub image: Option<ImageRecord>,
+    /// `native`, `docker` or `slurm`.
+    #[serde(rename = "where")]
+    pub place: String,
+    /// Why there: `--where docker`, `--where auto: …`, `launched`.
+    pub where_reason: String,
+    /// The doctor's host snapshot of the machine that trains (the node's or
+    /// the container's once the launched envgen starts).
+    #[serde(default)]
+    pub host: Host,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world_size: Option<usize>,
+    /// Where-specific flags (`--image`, `--partition`, `--ranks`…), replayed by `envgen rerun`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_args: Option<Vec<String>>,
+    /// The run directory this one re-creates (`envgen rerun`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerun_of: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<SweepRecord>,
+    /// The data files the run read (from its summary, host paths).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_files: Option<Vec<DataFile>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distributed: Option<DistributedRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<SlurmRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub docker: Option<DockerRecord>,
+    /// Fields this envgen does not know: refused by [`read`] (serde cannot
+    /// combine `deny_unknown_fields` with `flatten`, so they land here).
+    #[serde(flatten, skip_serializing)]
+    pub unknown: BTreeMap<String, Value>,
+}
+
+/// The image of a containerized run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ImageRecord {
+    /// A Docker image, as the daemon knows it.
+    Docker(DockerImage),
+    /// A Slurm container runtime's image (charliecloud directory, SIF, pyxis reference).
+    Cluster(ClusterImage),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DockerImage {
+    /// The reference the run was started with (a tag, or an image ID).
+    #[serde(rename = "ref")]
+    pub reference: String,
+    pub id: String,
+    /// The registry's digest when the image has one, else the image ID.
+    pub digest: String,
+    pub repo_digest: Option<String>,
+    /// The envgen binary inside, as the image's label records it.
+    pub envgen_binary_sha256: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterImage {
+    #[serde(rename = "ref")]
+    pub reference: String,
+    /// `charliecloud`, `apptainer` or `pyxis`.
+    pub runtime: String,
+    /// Charliecloud: the sha256 of the envgen binary in the directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest_of: Option<String>,
+}
+
+impl ImageRecord {
+    /// The image ID a Docker run ran as (what `rerun` starts again).
+    pub fn docker_id(&self) -> Option<&str> {
+        match self {
+            ImageRecord::Docker(image) => Some(&image.id),
+            ImageRecord::Cluster(_) => None,
+        }
+    }
+
+    pub fn reference(&self) -> &str {
+        match self {
+            ImageRecord::Docker(image) => &image.reference,
+            ImageRecord::Cluster(image) => &image.reference,
+        }
+    }
+}
+
+/// One value of a `--sweep`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepRecord {
+    pub key: String,
+    pub value: String,
+    pub index: usize,
+    pub of: usize,
+}
+
+/// How the ranks of a data-parallel run sat and reduced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DistributedRecord {
+    pub ranks_per_node: usize,
+    pub nodes: Vec<String>,
+    pub reduction: String,
+    pub reduction_detail: String,
+    pub rendezvous: String,
+}
+
+/// The Slurm job (or array task) the run was submitted as.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmRecord {
+    /// The job ID sbatch printed.
+    pub job_id: String,
+    /// The job, or `JOBID_INDEX` for an array task.
+    pub job: String,
+    pub script: String,
+    pub output: String,
+    /// The last state envgen saw.
+    pub state: String,
+    /// Jobs of earlier launches of this run (`--resume`).
+    #[serde(default)]
+    pub earlier_jobs: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DockerRecord {
+    pub container: String,
+}
+
+impl Environment {
+    /// A new run's environment: this envgen, the place and why.
+    pub fn new(place: &str, where_reason: &str, host: &Host) -> Environment {
+        Environment {
+            envgen_version: env!("CARGO_PKG_VERSION").into(),
+            git_revision: option_env!("ENVGEN_GIT_REVISION").map(str::to_owned),
+            image: None,
+            place: place.into(),
+            where_reason: where_reason.into(),
+            host: host.clone(),
+            ..Default::default()
+        }
+    }
+}
+
+/// Bring a manifest of an older format up to [`MANIFEST_VERSION`].
+/// Version 1 has the same fields without the version, so only the number
+/// changes; later formats add their steps here.
+pub fn migrate(mut manifest: Manifest) -> Manifest {
+    if manifest.manifest_version < MANIFEST_VERSION {
+        manifest.manifest_version = MANIFEST_VERSION;
+    }
+    manifest
+}
+
+/// Read `dir/manifest.json`: refused (exit 2, naming the file and field)
+/// when it is not a manifest, comes from a newer envgen, or has fields
+/// this envgen does not know.
+pub fn read(dir: &Path) -> Result<Manifest> {
+    let path = dir.join(MANIFEST_FILE);
+    let manifest: Manifest = rundir::read_json(&path)?;
+    if manifest.manifest_version > MANIFEST_VERSION {
+        return Err(UserError::usage(format!(
+            "{}: manifest_version {} is newer than this envgen reads ({MANIFEST_VERSION})",
+            path.display(),
+            manifest.manifest_version
+        ))
+        .with_fix("use the envgen that wrote the run (its `envgen_version`), or a newer one")
+        .into());
+    }
+    if let Some(field) = manifest.environment.unknown.keys().next() {
+        return Err(UserError::usage(format!(
+            "{}: unknown field `{field}` (a typo, or written by another envgen)",
+            path.display()
+        ))
+        .with_fix("remove the field, or use the envgen that wrote the run")
+        .into());
+    }
+    Ok(migrate(manifest))
+}
+
+/// Write `dir/manifest.json` (atomically).
+pub fn write(dir: &Path, manifest: &Manifest) -> Result<()> {
+    rundir::write_json(&dir.join(MANIFEST_FILE), manifest)
+}
+
+/// Read, change and write back a run's manifest.
+pub fn update(dir: &Path, change: impl FnOnce(&mut Manifest)) -> Result<()> {
+    let mut manifest = read(dir)?;
+    change(&mut manifest);
+    write(dir, &manifest)
+}
+
+/// Stamp `finished_at` (a run that ended, whatever its status). A run
+/// directory without a readable manifest is left as it is.
+pub fn stamp_finished(dir: &Path) -> Result<()> {
+    if dir.join(MANIFEST_FILE).is_file() {
+        update(dir, |m| m.finished_at = Some(now_rfc3339()))?;
+    }
+    Ok(())
+}
+
+/// Create `out/<run_id>` (suffixing `-2`, `-3`… if taken): the one place a
+/// run directory is made. Returns the id it got and the directory.
+pub fn create_run_dir(out: &Path, run_id: &str) -> Result<(String, PathBuf)> {
+    create_out(out)?;
+    for n in 1.. {
+        let id = if n == 1 {
+            run_id.to_string()
+        } else {
+            format!("{run_id}-{n}")
+        };
+        let dir = out.join(&id);
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok((id, dir)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                return Err(
+                    UserError::environment(format!("cannot create {}: {e}", dir.display())).into(),
+                )
+            }
+        }
+    }
+    unreachable!("the loop returns")
+}
+
+/// The run directories of a sweep: `<base>-s0`, `<base>-s1`… so that sbatch
+/// can name each task's output with `%a`. Picks a `base` none of them exist
+/// for and creates them all.
+pub fn create_sweep_dirs(out: &Path, base: &str, n: usize) -> Result<(String, Vec<PathBuf>)> {
+    create_out(out)?;
+    for attempt in 1..1000 {
+        let candidate = if attempt == 1 {
+            base.to_string()
+        } else {
+            format!("{base}-{attempt}")
+        };
+        let dirs: Vec<PathBuf> = (0..n)
+            .map(|i| out.join(format!("{candidate}-s{i}")))
+            .collect();
+        if dirs.iter().any(|d| d.exists()) {
+            continue;
+        }
+        for dir in &dirs {
+            std::fs::create_dir(dir).map_err(|e| {
+                UserError::environment(format!("cannot create {}: {e}", dir.display()))
+            })?;
+        }
+        return Ok((candidate, dirs));
+    }
+    Err(UserError::environment(format!("no free sweep name under {}", out.display())).into())
+}
+
+fn create_out(out: &Path) -> Result<()> {
+    std::fs::create_dir_all(out).map_err(|e| {
+        UserError::environment(format!("cannot create {}: {e}", out.display()))
+            .with_fix("pass a writable directory with --out")
+            .into()
+    })
+}
+
+/// A complete manifest, for tests of its readers.
+#[cfg(test)]
+pub(crate) fn example() -> Manifest {
+    let mut environment = Environment::new("docker", "--where docker", &Host::default());
+    environment.world_size = Some(1);
+    environment.image = Some(ImageRecord::Docker(DockerImage {
+        reference: "envgen/cpu:x".into(),
+        id: "sha256:abc".into(),
+        digest: "sha256:abc".into(),
+        repo_digest: None,
+        envgen_binary_sha256: Some("0f".into()),
+    }));
+    environment.slurm = None;
+    environment.docker = Some(DockerRecord {
+        container: "envgen-x".into(),
+    });
+    Manifest {
+        manifest_version: MANIFEST_VERSION,
+        run_id: "gpt2-tiny-x".into(),
+        experiment: "gpt2".into(),
+        preset: Some("tiny".into()),
+        config_hash: "sha256:0".into(),
+        profile: HardwareKnobs {
+            name: Some("cpu".into()),
+            micro_batch: 4,
+            grad_accum: 2,
+            precision: "fp32".into(),
+            backend: "cpu".into(),
+            device: "flex:cpu".into(),
+            threads: Some(2),
+        },
+        started_at: "2026-11-25T00:00:00Z".into(),
+        finished_at: None,
+        environment,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_manifest_round_trips_with_its_fields_at_the_top_level() {
+        let dir = tempfile::tempdir().unwrap();
+        let manifest = example();
+        write(dir.path(), &manifest).unwrap();
+        let text = std::fs::read_to_string(dir.path().join(MANIFEST_FILE)).unwrap();
+        let value: Value = serde_json::from_str(&text).unwrap();
+        // The same layout envgen always wrote: environment keys beside run_id.
+        assert_eq!(value["where"], "docker");
+        assert_eq!(value["image"]["ref"], "envgen/cpu:x");
+        assert_eq!(value["image"]["repo_digest"], Value::Null);
+        assert!(value.get("unknown").is_none() && value.get("sweep").is_none());
+        assert_eq!(read(dir.path()).unwrap(), manifest);
+    }
+
+    #[test]
+    fn a_cluster_image_keeps_its_own_fields() {
+        let text = r#"{"ref": "/img/cpu", "runtime": "charliecloud", "digest": "sha256:1", "digest_of": "usr/local/bin/envgen"}"#;
+        let image: ImageRecord = serde_json::from_str(text).unwrap();
+        assert!(matches!(&image, ImageRecord::Cluster(c) if c.runtime == "charliecloud"));
+        assert_eq!(image.docker_id(), None);
+        let back: Value = serde_json::to_value(&image).unwrap();
+        assert_eq!(back, serde_json::from_str::<Value>(text).unwrap());
+    }
+
+    #[test]
+    fn a_misspelt_or_newer_field_is_refused_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut value = serde_json::to_value(example()).unwrap();
+        value["wolrd_size"] = 2.into();
+        rundir::write_json(&dir.path().join(MANIFEST_FILE), &value).unwrap();
+        let err = read(dir.path()).unwrap_err();
+        assert_eq!(crate::error::exit_code_of(&err), 2);
+        assert!(
+            format!("{err:#}").contains("unknown field `wolrd_size`"),
+            "{err:#}"
+        );
+
+        let mut value = serde_json::to_value(example()).unwrap();
+        value["manifest_version"] = (MANIFEST_VERSION + 1).into();
+        rundir::write_json(&dir.path().join(MANIFEST_FILE), &value).unwrap();
+        let err = read(dir.path()).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("newer than this envgen reads"),
+            "{err:#}"
+        );
+    }
+
+    #[test]
+    fn a_version_one_manifest_is_read_and_migrated() {
+        // As envgen wrote them before the version field (trimmed host).
+        let text = r#"{"run_id": "gpt2-tiny-1", "experiment": "gpt2", "preset": "tiny",
+            "config_hash": "sha256:9", "profile": {"micro_batch": 8, "grad_accum": 1,
+            "precision": "fp32", "backend": "cpu", "device": "flex:cpu"},
+            "started_at": "t0", "finished_at": "t1", "envgen_version": "0.1.0",
+            "git_revision": null, "image": null, "where": "native",
+            "where_reason": "--where native", "world_size": 1}"#;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(MANIFEST_FILE), text).unwrap();
+        let manifest = read(dir.path()).unwrap();
+        assert_eq!(manifest.manifest_version, MANIFEST_VERSION);
+        assert_eq!(manifest.environment.place, "native");
+        assert_eq!(manifest.profile.threads, None);
+        update(dir.path(), |m| m.environment.world_size = Some(2)).unwrap();
+        let value: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join(MANIFEST_FILE)).unwrap())
+                .unwrap();
+        assert_eq!(value["manifest_version"], MANIFEST_VERSION);
+        assert_eq!(value["world_size"], 2);
+    }
+
+    #[test]
+    fn run_directories_get_a_free_name() {
+        let out = tempfile::tempdir().unwrap();
+        let (a, _) = create_run_dir(out.path(), "r").unwrap();
+        let (b, dir) = create_run_dir(out.path(), "r").unwrap();
+        assert_eq!((a.as_str(), b.as_str()), ("r", "r-2"));
+        assert!(dir.is_dir());
+        let (base, dirs) = create_sweep_dirs(out.path(), "r", 2).unwrap();
+        assert_eq!(base, "r");
+        assert!(dirs[1].ends_with("r-s1") && dirs[1].is_dir());
+        let (again, _) = create_sweep_dirs(out.path(), "r", 2).unwrap();
+        assert_eq!(again, "r-2");
+    }
+}
