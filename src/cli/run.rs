@@ -10,9 +10,7 @@ use envgen_experiments::registry::{self, Experiment};
 use serde_json::{json, Value};
 
 use crate::error::Result;
-use crate::launch::request::{
-    Container as LaunchContainer, LaunchFlags, RunFlags, Where as LaunchWhere,
-};
+use crate::launch::request::{Container, LaunchFlags, RunFlags, Where};
 use crate::launch::{self, Launched, RunOutcome, RunRequest};
 use crate::profiles::Precision;
 
@@ -130,23 +128,6 @@ pub struct LaunchArgs {
     pub cdi: bool,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum Container {
-    #[default]
-    None,
-    Charliecloud,
-    Apptainer,
-    Pyxis,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Where {
-    Auto,
-    Native,
-    Docker,
-    Slurm,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum PrecisionArg {
     Fp32,
@@ -192,12 +173,7 @@ impl Args {
             preset: self.preset,
             config: self.config,
             overrides: self.overrides,
-            place: match self.location {
-                Where::Auto => LaunchWhere::Auto,
-                Where::Native => LaunchWhere::Native,
-                Where::Docker => LaunchWhere::Docker,
-                Where::Slurm => LaunchWhere::Slurm,
-            },
+            place: self.location,
             backend: self.backend.into(),
             micro_batch: self.micro_batch,
             threads: self.threads,
@@ -209,12 +185,7 @@ impl Args {
             detach: self.detach,
             launch: LaunchFlags {
                 image: l.image,
-                container: match l.container {
-                    Container::None => LaunchContainer::None,
-                    Container::Charliecloud => LaunchContainer::Charliecloud,
-                    Container::Apptainer => LaunchContainer::Apptainer,
-                    Container::Pyxis => LaunchContainer::Pyxis,
-                },
+                container: l.container,
                 partition: l.partition,
                 account: l.account,
                 time: l.time,

@@ -65,12 +65,16 @@ pub trait Launcher {
     /// Check what this place needs and make (or reopen) the run directories.
     fn prepare(&mut self, req: &RunRequest) -> Result<Vec<PathBuf>>;
     /// Start training them there; a job ID to give back with `--detach`.
+    /// By default nothing: places whose runs train while envgen waits for
+    /// them (this process, the ranks) start in `follow`.
     fn start(
         &mut self,
-        req: &RunRequest,
-        runs: &[PathBuf],
-        stop: &Arc<AtomicBool>,
-    ) -> Result<Option<String>>;
+        _req: &RunRequest,
+        _runs: &[PathBuf],
+        _stop: &Arc<AtomicBool>,
+    ) -> Result<Option<String>> {
+        Ok(None)
+    }
     /// Wait until they ended; `stop` set means stop them (they checkpoint first).
     fn follow(
         &mut self,

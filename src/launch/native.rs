@@ -102,16 +102,6 @@ impl Launcher for Native {
         self.leader
     }
 
-    /// Training here starts and ends in [`follow`](Launcher::follow).
-    fn start(
-        &mut self,
-        _: &RunRequest,
-        _: &[PathBuf],
-        _: &Arc<AtomicBool>,
-    ) -> Result<Option<String>> {
-        Ok(None)
-    }
-
     /// Train until the run ends; the leader records how it ended.
     fn follow(
         &mut self,

@@ -70,16 +70,6 @@ impl Launcher for Ranks {
         Ok(vec![run_dir])
     }
 
-    /// The ranks start and are watched in [`follow`](Launcher::follow).
-    fn start(
-        &mut self,
-        _: &RunRequest,
-        _: &[PathBuf],
-        _: &Arc<AtomicBool>,
-    ) -> Result<Option<String>> {
-        Ok(None)
-    }
-
     fn follow(
         &mut self,
         req: &RunRequest,

@@ -19,7 +19,7 @@ use crate::image::daemon::container::GpuRequest;
 use crate::profiles::Profiles;
 
 /// `--where`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Where {
     Auto,
     Native,
@@ -28,7 +28,7 @@ pub enum Where {
 }
 
 /// `--container` (Slurm): how the job runs envgen on the node.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Container {
     #[default]
     None,
