@@ -7,7 +7,9 @@
 //!   [`KnowledgeBase::assumed_host`] — GPU names ↔ facts;
 //! - [`KnowledgeBase::image`] / [`KnowledgeBase::images`] — catalog images as [`ImageFacts`];
 //! - [`KnowledgeBase::wheel`] — a PyTorch wheel build (`--pytorch 2.6.0+cu124`);
-//! - [`evaluate`] — host × request → verdicts (no I/O).
+//! - [`evaluate`] — host × request → verdicts (no I/O);
+//! - [`report`] — host and verdicts as the text `doctor` prints (and
+//!   `run --where docker` refuses an image with).
 //!
 //! Facts live in `env/*.toml` (each row cites its source); this module only
 //! parses them into typed tables and expands compact rows.
@@ -15,6 +17,7 @@
 pub mod data;
 mod drivers;
 mod gpus;
+pub mod report;
 pub mod require;
 pub mod summary;
 pub mod verdict;

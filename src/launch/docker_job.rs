@@ -139,7 +139,7 @@ pub fn check_verdict(host: &Host, reference: &str, facts: Option<ImageFacts>) ->
     if host.gpus.is_empty() || !verdicts.iter().any(|v| v.status == VerdictStatus::Fail) {
         return Ok(());
     }
-    let answer = crate::cli::doctor::render_requested(host, &verdicts);
+    let answer = crate::compat::report::render_requested(host, &verdicts);
     Err(UserError::environment(format!(
         "doctor says image {reference} will not run on this host:{}",
         answer.trim_end().trim_start_matches("\nVerdicts")
@@ -336,7 +336,7 @@ mod tests {
         assert!(text.contains("driver-predates-gpu"), "{text}");
         // Word for word what `envgen doctor --image` prints for it.
         let verdicts = evaluate(kb, &old, &CheckRequest::only_images(vec![facts.clone()]));
-        let doctor = crate::cli::doctor::render_requested(&old, &verdicts);
+        let doctor = crate::compat::report::render_requested(&old, &verdicts);
         assert!(
             text.contains(doctor.trim_start_matches("\nVerdicts").trim_end()),
             "{text}\n---\n{doctor}"
