@@ -2,7 +2,7 @@
 //! (or the CPU) to the hardware knobs of a run. A profile never touches the
 //! science config; see the file's header for the rules.
 //!
-//! A user profile file (`envgen probe` writes it: [`user_file`]) is read
+//! A user profile file (`envgen tune` writes it: [`user_file`]) is read
 //! before the embedded one, so a measured micro-batch wins over the
 //! estimates shipped with envgen.
 
@@ -41,7 +41,7 @@ pub struct Match {
     pub max_memory_gib: Option<f64>,
 }
 
-/// What `envgen probe` measured for one "experiment/preset": the
+/// What `envgen tune` measured for one "experiment/preset": the
 /// micro-batch it chose and every trial it ran.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -60,7 +60,7 @@ pub struct Measurement {
     pub trials: Vec<Trial>,
 }
 
-/// One micro-batch the probe tried.
+/// One micro-batch the tuner tried.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Trial {
@@ -87,7 +87,7 @@ pub struct Profile {
     /// Defaults for `envgen run --where slurm --profile NAME` (flags win).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<SlurmDefaults>,
-    /// "experiment/preset" → what `envgen probe` measured (user profiles).
+    /// "experiment/preset" → what `envgen tune` measured (user profiles).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub measured: BTreeMap<String, Measurement>,
 }
@@ -126,7 +126,7 @@ pub fn user_file() -> Option<PathBuf> {
 
 const USER_FILE_HEADER: &str = "\
 # envgen hardware profiles of this user, read before the ones built into
-# envgen (env/profiles.toml in its sources). `envgen probe` writes them:
+# envgen (env/profiles.toml in its sources). `envgen tune` writes them:
 # each micro_batch entry was measured on this machine, see `measured`.
 # Edit freely; the format is env/profiles.toml's.
 ";
@@ -163,7 +163,7 @@ impl Profiles {
     fn parse_file(text: &str, origin: &str) -> Result<Profiles> {
         let file: ProfilesFile = toml::from_str(text).map_err(|e| {
             UserError::usage(format!("{origin}: {e}"))
-                .with_fix("fix or delete the file (envgen probe writes it again)")
+                .with_fix("fix or delete the file (envgen tune writes it again)")
         })?;
         Ok(Profiles {
             profiles: file.profile,
@@ -199,7 +199,7 @@ impl Profiles {
         let mut file: ProfilesFile = match std::fs::read_to_string(path) {
             Ok(text) => toml::from_str(&text).map_err(|e| {
                 UserError::usage(format!("{}: {e}", path.display()))
-                    .with_fix("fix or delete the file, then probe again")
+                    .with_fix("fix or delete the file, then run envgen tune again")
             })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => ProfilesFile::default(),
             Err(e) => {
