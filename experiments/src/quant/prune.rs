@@ -29,6 +29,7 @@ use burn::tensor::backend::AutodiffBackend;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+use super::model::{evaluate_packed, matrix_bits, pack_weights};
 use super::pack::{write_packed, EXTENSION};
 use super::schemes::{prune_heads, prune_mlp, transpose, Scheme};
 use super::source::{named, GptKind, GptSource, Quality, SourceRun, Weights};
@@ -460,15 +461,12 @@ pub fn run_pruning(
         let label = format!("pruned+recovery+{name}");
         let ok = cached(&label, &mut || {
             let path = dir.join(format!("{name}.{EXTENSION}"));
-            write_packed(
-                &path,
-                &super::run::pack_weights(source, &recovered_list, scheme)?,
-            )?;
+            write_packed(&path, &pack_weights(source, &recovered_list, scheme)?)?;
             let mut m = row(RowInputs {
                 scheme: &label,
-                bits: super::run::matrix_bits(source, &recovered_list, scheme),
+                bits: matrix_bits(source, &recovered_list, scheme),
                 bytes: file_bytes(&path)?,
-                quality: super::run::evaluate_packed(source, &path)?,
+                quality: evaluate_packed(source, &path)?,
                 parameters: kept_parameters,
             });
             m.insert("file".into(), json!(format!("pruned/{name}.{EXTENSION}")));
