@@ -232,7 +232,7 @@ impl Profiles {
                 UserError::environment(format!("cannot create {}: {e}", dir.display()))
             })?;
         }
-        envgen_experiments::engine::safetensors_io::write_atomic(path, text.as_bytes())?;
+        envgen_experiments::fsutil::write_atomic(path, text.as_bytes())?;
         Ok(())
     }
 

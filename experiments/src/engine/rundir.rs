@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::safetensors_io::write_atomic;
 use crate::error::UserError;
+use crate::fsutil::write_atomic;
 
 /// Hardware knobs: they change speed, never the science.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -38,6 +38,7 @@ use crate::engine::rundir::{read_json, write_json, Status, Summary};
 use crate::engine::safetensors_io::{self, NamedTensors};
 use crate::engine::{self, OptimConfig, RunControl, Task, TrainConfig};
 use crate::error::UserError;
+use crate::fsutil::write_atomic;
 use crate::gpt2::{hf, Gpt2, ModelConfig};
 
 /// `[prune]` in a quantize config. Absent = no pruning.
@@ -398,7 +399,7 @@ pub fn run_pruning(
             })
             .collect()
     };
-    safetensors_io::write_atomic(&pruned_path, &safetensors_io::to_bytes(&as_list(&pruned))?)?;
+    write_atomic(&pruned_path, &safetensors_io::to_bytes(&as_list(&pruned))?)?;
     let count = |w: &NamedTensors| w.values().map(|(_, v)| v.len()).sum::<usize>();
     let kept_parameters = count(&pruned);
     let file_bytes = |p: &Path| std::fs::metadata(p).map(|m| m.len() as usize);
