@@ -73,9 +73,13 @@ pub struct Trial {
     pub out_of_memory: bool,
 }
 
+/// One `[[profile]]` of `env/profiles.toml` or the user's file: which
+/// machines it fits and the hardware knobs of runs there. (Not the
+/// container image profiles of `containers/profiles/`, [`crate::image::ImageProfile`],
+/// nor a run's recorded knobs, `envgen_experiments::engine::Profile`.)
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Profile {
+pub struct HardwareProfile {
     pub name: String,
     #[serde(rename = "match")]
     pub matches: Match,
@@ -109,7 +113,7 @@ pub struct SlurmDefaults {
 #[serde(deny_unknown_fields)]
 struct ProfilesFile {
     #[serde(default)]
-    profile: Vec<Profile>,
+    profile: Vec<HardwareProfile>,
 }
 
 /// The user's profile file: `$ENVGEN_CONFIG_DIR/profiles.toml`, else
@@ -144,7 +148,7 @@ pub struct HardwareChoice {
 
 #[derive(Debug)]
 pub struct Profiles {
-    profiles: Vec<Profile>,
+    profiles: Vec<HardwareProfile>,
 }
 
 impl Profiles {
@@ -192,7 +196,7 @@ impl Profiles {
     /// and keep the measurement next to it. Other profiles and keys stay.
     pub fn record_measurement(
         path: &Path,
-        template: &Profile,
+        template: &HardwareProfile,
         key: &str,
         measurement: Measurement,
     ) -> Result<()> {
@@ -240,7 +244,7 @@ impl Profiles {
         self.profiles.iter().map(|p| p.name.as_str()).collect()
     }
 
-    pub fn get(&self, name: &str) -> Result<&Profile> {
+    pub fn get(&self, name: &str) -> Result<&HardwareProfile> {
         self.profiles
             .iter()
             .find(|p| p.name == name)
@@ -252,7 +256,7 @@ impl Profiles {
     }
 
     /// The profile for a run on `gpu` (`None`: the CPU backend).
-    pub fn select(&self, gpu: Option<&Gpu>) -> &Profile {
+    pub fn select(&self, gpu: Option<&Gpu>) -> &HardwareProfile {
         self.profiles
             .iter()
             .find(|p| fits(&p.matches, gpu))

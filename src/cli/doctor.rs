@@ -5,7 +5,7 @@
 
 use crate::compat::report::{render_catalog, render_host, render_requested, render_summary};
 use crate::compat::summary::{summarize, GpuSummary};
-use crate::compat::{evaluate, CheckRequest, ImageFacts, KnowledgeBase, Status, Verdict};
+use crate::compat::{evaluate, CheckRequest, ImageFacts, KnowledgeBase, Verdict, VerdictStatus};
 use crate::error::Result;
 use crate::host::{Host, HostSource};
 
@@ -19,7 +19,7 @@ pub struct Args {
     pub pytorch: Option<String>,
     /// Check that every GPU has the hardware for this precision; repeatable.
     #[arg(long = "precision", value_enum)]
-    pub precisions: Vec<crate::compat::Precision>,
+    pub precisions: Vec<crate::compat::HardwarePrecision>,
     /// Describe a GPU instead of probing (marketing name or SM); repeatable.
     #[arg(long = "assume-gpu", value_name = "NAME|SM")]
     pub assume_gpus: Vec<String>,
@@ -160,7 +160,7 @@ fn write_stdout(text: &str) -> Result<()> {
 fn exit_code(args: &Args, host: &Host, verdicts: &[Verdict]) -> i32 {
     let failed = verdicts
         .iter()
-        .any(|verdict| verdict.status == Status::Fail);
+        .any(|verdict| verdict.status == VerdictStatus::Fail);
     i32::from(args.asks_something() && !host.gpus.is_empty() && failed)
 }
 
@@ -169,7 +169,7 @@ mod tests {
     use super::*;
     use crate::compat::Reason;
 
-    fn verdict(image: &str, status: Status, code: &str) -> Verdict {
+    fn verdict(image: &str, status: VerdictStatus, code: &str) -> Verdict {
         Verdict {
             image: image.to_string(),
             gpu_index: Some(0),
@@ -196,7 +196,7 @@ mod tests {
             all: false,
             json: true,
         };
-        let verdicts = vec![verdict("b:1", Status::Fail, "driver-too-old")];
+        let verdicts = vec![verdict("b:1", VerdictStatus::Fail, "driver-too-old")];
         assert_eq!(exit_code(&args(&[]), &host, &verdicts), 0);
         assert_eq!(exit_code(&args(&["b:1"]), &host, &verdicts), 1);
         assert_eq!(exit_code(&args(&["b:1"]), &Host::default(), &verdicts), 0);

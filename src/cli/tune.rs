@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use super::run::{self, Backend, PrecisionArg};
 use crate::error::{Result, UserError};
 use crate::profiles::{
-    self, Match, Measurement, Precision, Profile, ProfileBackend, Profiles, Trial,
+    self, HardwareProfile, Match, Measurement, Precision, ProfileBackend, Profiles, Trial,
 };
 use crate::runs::gpu_sampler::GpuSampler;
 
@@ -474,7 +474,7 @@ fn tuned_profile(
     backend: &str,
     precision: Precision,
     device: &str,
-) -> Profile {
+) -> HardwareProfile {
     let slug: String = device
         .to_ascii_lowercase()
         .chars()
@@ -495,7 +495,7 @@ fn tuned_profile(
             }
         }
     };
-    Profile {
+    HardwareProfile {
         name: format!("probed-{}", slug.trim_matches('-')),
         matches,
         backend: if backend == "cuda" {

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 use super::summary::{summarize, FamilySummary};
-use super::{KnowledgeBase, Reason, Status, Verdict};
+use super::{KnowledgeBase, Reason, Verdict, VerdictStatus};
 use crate::host::{Host, HostSource};
 
 fn source_name(source: HostSource) -> &'static str {
@@ -113,11 +113,11 @@ fn assumed(host: &Host) -> bool {
     host.source == HostSource::Assumed
 }
 
-fn status_word(status: Status) -> &'static str {
+fn status_word(status: VerdictStatus) -> &'static str {
     match status {
-        Status::Ok => "ok",
-        Status::Warn => "warn",
-        Status::Fail => "fail",
+        VerdictStatus::Ok => "ok",
+        VerdictStatus::Warn => "warn",
+        VerdictStatus::Fail => "fail",
     }
 }
 
@@ -309,7 +309,7 @@ pub fn render_catalog(host: &Host, verdicts: &[Verdict], show_ok: bool) -> Strin
     }
     let shown: Vec<&Verdict> = verdicts
         .iter()
-        .filter(|v| show_ok || v.status != Status::Ok)
+        .filter(|v| show_ok || v.status != VerdictStatus::Ok)
         .collect();
     let hidden_ok = verdicts.len() - shown.len();
     let width = shown
@@ -330,7 +330,7 @@ pub fn render_catalog(host: &Host, verdicts: &[Verdict], show_ok: bool) -> Strin
         let codes: Vec<&str> = verdict
             .reasons
             .iter()
-            .filter(|r| r.status != Status::Ok || verdict.status == Status::Ok)
+            .filter(|r| r.status != VerdictStatus::Ok || verdict.status == VerdictStatus::Ok)
             .map(|r| r.code.as_str())
             .collect();
         let _ = writeln!(
@@ -354,7 +354,7 @@ pub fn render_catalog(host: &Host, verdicts: &[Verdict], show_ok: bool) -> Strin
     let problems: Vec<_> = verdicts
         .iter()
         .flat_map(|v| &v.reasons)
-        .filter(|r| r.status != Status::Ok)
+        .filter(|r| r.status != VerdictStatus::Ok)
         .filter(|r| seen.insert((r.code.clone(), r.message.clone(), r.fix.clone())))
         .collect();
     if !problems.is_empty() {
@@ -370,7 +370,7 @@ pub fn render_catalog(host: &Host, verdicts: &[Verdict], show_ok: bool) -> Strin
 mod tests {
     use super::*;
 
-    fn verdict(image: &str, status: Status, code: &str) -> Verdict {
+    fn verdict(image: &str, status: VerdictStatus, code: &str) -> Verdict {
         Verdict {
             image: image.to_string(),
             gpu_index: Some(0),
@@ -391,9 +391,9 @@ mod tests {
             ..Host::default()
         };
         let verdicts = vec![
-            verdict("a:1", Status::Ok, "ok"),
-            verdict("b:1", Status::Fail, "driver-too-old"),
-            verdict("c:1", Status::Fail, "driver-too-old"),
+            verdict("a:1", VerdictStatus::Ok, "ok"),
+            verdict("b:1", VerdictStatus::Fail, "driver-too-old"),
+            verdict("c:1", VerdictStatus::Fail, "driver-too-old"),
         ];
         let text = render_catalog(&host, &verdicts, false);
         assert!(!text.contains("a:1"), "{text}");
@@ -410,8 +410,8 @@ mod tests {
     #[test]
     fn no_gpu_catalog_view_is_one_line_with_the_way_out() {
         let verdicts = vec![
-            verdict("a:1", Status::Warn, "no-gpu"),
-            verdict("b:1", Status::Warn, "no-gpu"),
+            verdict("a:1", VerdictStatus::Warn, "no-gpu"),
+            verdict("b:1", VerdictStatus::Warn, "no-gpu"),
         ];
         let text = render_catalog(&Host::default(), &verdicts, false);
         assert!(
@@ -434,7 +434,7 @@ mod tests {
         let verdicts: Vec<Verdict> = (0..4)
             .map(|gpu| Verdict {
                 gpu_index: Some(gpu),
-                ..verdict("precision:fp8", Status::Fail, "fp8-unsupported")
+                ..verdict("precision:fp8", VerdictStatus::Fail, "fp8-unsupported")
             })
             .collect();
         let text = render_requested(&host, &verdicts);
