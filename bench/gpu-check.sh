@@ -14,7 +14,7 @@
 #   3. gpt2-124m bf16 on envgen's generated corpus, fixed steps, then its PyTorch
 #      twin (bench/pytorch_gpt2_bench.py) eager at the same micro-batch
 #   4. HRM sudoku-extreme-1k bf16 (--stop-after N), then its twin
-#   5. the gpt2 twin under torch.compile, then `envgen probe` (micro-batch tuner)
+#   5. the gpt2 twin under torch.compile, then `envgen tune` (micro-batch tuner)
 #      with the time left
 # Output: one JSON object per line in $OUT/results.jsonl (the last: envgen/PyTorch
 # ratios), every command's stdout/stderr in $OUT/logs/, the small files of each
@@ -46,7 +46,7 @@ cd "$ROOT" || exit 1
 OUT=${OUT:-$ROOT/gpu-check-out}
 RUNS=${RUNS:-$(dirname "$OUT")/gpu-check-runs}
 export ENVGEN_CACHE_DIR=${ENVGEN_CACHE_DIR:-$(dirname "$OUT")/envgen-cache}
-# The probe writes its profile file here, not into the user's ~/.config.
+# envgen tune writes its profile file here, not into the user's ~/.config.
 export ENVGEN_CONFIG_DIR=${ENVGEN_CONFIG_DIR:-$OUT/config}
 mkdir -p "$OUT/logs"
 [ "$CHECK_ONLY" = 1 ] || mkdir -p "$RUNS" "$ENVGEN_CACHE_DIR"
@@ -74,12 +74,12 @@ skip() { # skip NAME REASON
   : > "$OUT/logs/$1.out"; : > "$OUT/logs/$1.err"
   emit skip "$1" 0 0 "$OUT/logs/$1.out" "$OUT/logs/$1.err" "{\"reason\": \"$2\"}"
 }
-# check_only NAME -- CMD...: CHECK_ONLY's version of a step (envgen run/probe get --dry-run).
+# check_only NAME -- CMD...: CHECK_ONLY's version of a step (envgen run/tune get --dry-run).
 check_only() {
   local name=$1; shift 2
   local cmd=("$@")
   case "${cmd[0]}" in
-    "$E") case "${cmd[1]}" in run|probe) cmd+=(--dry-run) ;; esac ;;
+    "$E") case "${cmd[1]}" in run|tune|probe) cmd+=(--dry-run) ;; esac ;;
     *) echo "skip $name (not envgen: ${cmd[*]:0:2})"; return 0 ;;
   esac
   if timeout 60 "${cmd[@]}" > "$OUT/logs/$name.out" 2> "$OUT/logs/$name.err"; then
@@ -139,7 +139,7 @@ fi
 
 # What runs, and the least time each later step needs (an earlier step's timeout
 # leaves them that much). The envgen-vs-eager pairs come first; torch.compile and
-# the probe get what is left.
+# the tuner get what is left.
 ONLY=${ONLY:-all}
 G=0; H=0
 case "$ONLY" in gpt2) G=1 ;; hrm) H=1 ;; *) G=1; H=1 ;; esac
@@ -186,7 +186,7 @@ if [ "$H" = 1 ]; then
     --micro-batch "$HRM_MB" --steps "$HRM_STEPS" --warmup 3
 fi
 
-# --- 5. with the time left: the torch.compile twin, then the probe --------------------
+# --- 5. with the time left: the torch.compile twin, then the tuner --------------------
 if [ "$G" = 1 ]; then
   if [ "$CHECK_ONLY" = 1 ] || [ "$(left)" -ge 90 ]; then
     step torch torch_gpt2_124m_compile 240 0 '{}' -- \
@@ -199,8 +199,10 @@ if [ "$G" = 1 ]; then
   # The micro-batch tuner: a few trial runs (child envgens) at the global batch
   # above; it writes its profile into $ENVGEN_CONFIG_DIR.
   if [ "$CHECK_ONLY" = 1 ] || [ "$(left)" -ge 60 ]; then
+    # (Kind `probe` and name envgen_probe_gpt2_124m are results.jsonl keys, kept
+    # from before `envgen probe` was renamed `envgen tune`.)
     step probe envgen_probe_gpt2_124m 240 0 '{}' -- \
-      "$E" probe gpt2 --preset gpt2-124m --backend cuda --precision bf16 \
+      "$E" tune gpt2 --preset gpt2-124m --backend cuda --precision bf16 \
       --set data.source=generated --set train.batch_size="$GPT2_GB" \
       --set train.eval_every=100000 --micro-batches 8,16,32 --steps 2 --json
   else

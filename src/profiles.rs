@@ -2,7 +2,7 @@
 //! (or the CPU) to the hardware knobs of a run. A profile never touches the
 //! science config; see the file's header for the rules.
 //!
-//! A user profile file (`envgen probe` writes it: [`user_file`]) is read
+//! A user profile file (`envgen tune` writes it: [`user_file`]) is read
 //! before the embedded one, so a measured micro-batch wins over the
 //! estimates shipped with envgen.
 
@@ -41,7 +41,7 @@ pub struct Match {
     pub max_memory_gib: Option<f64>,
 }
 
-/// What `envgen probe` measured for one "experiment/preset": the
+/// What `envgen tune` measured for one "experiment/preset": the
 /// micro-batch it chose and every trial it ran.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -60,7 +60,7 @@ pub struct Measurement {
     pub trials: Vec<Trial>,
 }
 
-/// One micro-batch the probe tried.
+/// One micro-batch the tuner tried.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Trial {
@@ -73,9 +73,13 @@ pub struct Trial {
     pub out_of_memory: bool,
 }
 
+/// One `[[profile]]` of `env/profiles.toml` or the user's file: which
+/// machines it fits and the hardware knobs of runs there. (Not the
+/// container image profiles of `containers/profiles/`, [`crate::image::ImageProfile`],
+/// nor a run's recorded knobs, `envgen_experiments::engine::Profile`.)
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Profile {
+pub struct HardwareProfile {
     pub name: String,
     #[serde(rename = "match")]
     pub matches: Match,
@@ -87,7 +91,7 @@ pub struct Profile {
     /// Defaults for `envgen run --where slurm --profile NAME` (flags win).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<SlurmDefaults>,
-    /// "experiment/preset" → what `envgen probe` measured (user profiles).
+    /// "experiment/preset" → what `envgen tune` measured (user profiles).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub measured: BTreeMap<String, Measurement>,
 }
@@ -109,7 +113,7 @@ pub struct SlurmDefaults {
 #[serde(deny_unknown_fields)]
 struct ProfilesFile {
     #[serde(default)]
-    profile: Vec<Profile>,
+    profile: Vec<HardwareProfile>,
 }
 
 /// The user's profile file: `$ENVGEN_CONFIG_DIR/profiles.toml`, else
@@ -126,7 +130,7 @@ pub fn user_file() -> Option<PathBuf> {
 
 const USER_FILE_HEADER: &str = "\
 # envgen hardware profiles of this user, read before the ones built into
-# envgen (env/profiles.toml in its sources). `envgen probe` writes them:
+# envgen (env/profiles.toml in its sources). `envgen tune` writes them:
 # each micro_batch entry was measured on this machine, see `measured`.
 # Edit freely; the format is env/profiles.toml's.
 ";
@@ -144,7 +148,7 @@ pub struct HardwareChoice {
 
 #[derive(Debug)]
 pub struct Profiles {
-    profiles: Vec<Profile>,
+    profiles: Vec<HardwareProfile>,
 }
 
 impl Profiles {
@@ -163,7 +167,7 @@ impl Profiles {
     fn parse_file(text: &str, origin: &str) -> Result<Profiles> {
         let file: ProfilesFile = toml::from_str(text).map_err(|e| {
             UserError::usage(format!("{origin}: {e}"))
-                .with_fix("fix or delete the file (envgen probe writes it again)")
+                .with_fix("fix or delete the file (envgen tune writes it again)")
         })?;
         Ok(Profiles {
             profiles: file.profile,
@@ -192,14 +196,14 @@ impl Profiles {
     /// and keep the measurement next to it. Other profiles and keys stay.
     pub fn record_measurement(
         path: &Path,
-        template: &Profile,
+        template: &HardwareProfile,
         key: &str,
         measurement: Measurement,
     ) -> Result<()> {
         let mut file: ProfilesFile = match std::fs::read_to_string(path) {
             Ok(text) => toml::from_str(&text).map_err(|e| {
                 UserError::usage(format!("{}: {e}", path.display()))
-                    .with_fix("fix or delete the file, then probe again")
+                    .with_fix("fix or delete the file, then run envgen tune again")
             })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => ProfilesFile::default(),
             Err(e) => {
@@ -232,7 +236,7 @@ impl Profiles {
                 UserError::environment(format!("cannot create {}: {e}", dir.display()))
             })?;
         }
-        envgen_experiments::engine::safetensors_io::write_atomic(path, text.as_bytes())?;
+        envgen_experiments::fsutil::write_atomic(path, text.as_bytes())?;
         Ok(())
     }
 
@@ -240,7 +244,7 @@ impl Profiles {
         self.profiles.iter().map(|p| p.name.as_str()).collect()
     }
 
-    pub fn get(&self, name: &str) -> Result<&Profile> {
+    pub fn get(&self, name: &str) -> Result<&HardwareProfile> {
         self.profiles
             .iter()
             .find(|p| p.name == name)
@@ -252,7 +256,7 @@ impl Profiles {
     }
 
     /// The profile for a run on `gpu` (`None`: the CPU backend).
-    pub fn select(&self, gpu: Option<&Gpu>) -> &Profile {
+    pub fn select(&self, gpu: Option<&Gpu>) -> &HardwareProfile {
         self.profiles
             .iter()
             .find(|p| fits(&p.matches, gpu))

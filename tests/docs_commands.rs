@@ -160,6 +160,7 @@ fn envgen_args(snippet: &str) -> Option<Vec<String>> {
 
 const SUBCOMMANDS: &[&str] = &[
     "run",
+    "tune",
     "probe",
     "doctor",
     "runs",
@@ -306,7 +307,7 @@ fn every_documented_envgen_command_is_valid() {
     for must in [
         "run gpt2 --preset gpt2-124m",
         "run hrm-sudoku --preset sudoku-extreme-1k",
-        "probe gpt2 --preset gpt2-124m",
+        "tune gpt2 --preset gpt2-124m",
     ] {
         assert!(
             commands
@@ -337,7 +338,7 @@ fn every_documented_envgen_command_is_valid() {
             _ => run_dir.clone(),
         };
         let mut args = substitute(&command.args, &own_run, &data_dir);
-        let dry = matches!(args[0].as_str(), "run" | "probe");
+        let dry = matches!(args[0].as_str(), "run" | "tune" | "probe");
         if dry && !args.iter().any(|a| a == "--dry-run") {
             args.push("--dry-run".into());
         }

@@ -9,6 +9,7 @@ pub mod data;
 pub mod engine;
 pub mod error;
 pub mod experiment;
+pub mod fsutil;
 pub mod gpt2;
 pub mod hrm;
 pub mod memory;

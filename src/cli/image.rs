@@ -332,7 +332,10 @@ fn resolve_all(bases: &[String]) -> Vec<Resolution> {
     })
 }
 
-fn selected(containers: &Containers, profile: Option<&str>) -> Result<Vec<crate::image::Profile>> {
+fn selected(
+    containers: &Containers,
+    profile: Option<&str>,
+) -> Result<Vec<crate::image::ImageProfile>> {
     match profile {
         Some(name) => Ok(vec![containers.profile(name)?]),
         None => containers.profiles(),

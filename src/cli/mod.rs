@@ -11,12 +11,12 @@ pub mod eval;
 pub mod experiments;
 pub mod export;
 pub mod image;
-pub mod probe;
 pub mod rerun;
 pub mod run;
 pub mod runs;
 pub mod sample;
 pub mod sudoku;
+pub mod tune;
 pub mod warmup;
 
 /// Reproducible deep-learning research environments on any NVIDIA machine.
@@ -44,7 +44,11 @@ pub enum Command {
     Run(run::Args),
     /// Find the fastest micro-batch that fits this machine; write it to
     /// the user's hardware profile file.
-    Probe(probe::Args),
+    ///
+    /// `envgen probe`, its old name, still works: a hidden alias until the
+    /// next release.
+    #[command(alias = "probe")]
+    Tune(tune::Args),
     /// Inspect, compare and report finished or running runs.
     #[command(subcommand)]
     Runs(runs::Command),
@@ -72,7 +76,7 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
         Command::Image(cmd) => image::execute(cmd),
         Command::Experiments(cmd) => experiments::execute(cmd),
         Command::Run(args) => run::execute(args),
-        Command::Probe(args) => probe::execute(args),
+        Command::Tune(args) => tune::execute(args),
         Command::Runs(cmd) => runs::execute(cmd),
         Command::Rerun(args) => rerun::execute(args),
         Command::Sample(args) => sample::execute(args),

@@ -1,11 +1,39 @@
 //! GPU names (`env/gpus.toml`): indexing rows, aliases and families, and
 //! resolving what nvidia-smi prints or a user types to one [`GpuSpec`].
 
+use serde::{Deserialize, Serialize};
+
 use super::data;
 use super::version::{parse_compute_capability, Version};
-use super::{GpuSpec, KnowledgeBase};
+use super::KnowledgeBase;
 use crate::error::{Result, UserError};
 use crate::host::{Gpu, GpuClass, Host, HostSource};
+
+/// A GPU model as the knowledge base describes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuSpec {
+    pub id: String,
+    pub name: String,
+    pub compute_capability: String,
+    pub memory_mib: Option<u64>,
+    /// For an SM-only spec (`sm_120`) this is `Consumer`, the class with the
+    /// fewest guarantees; `sm_only` tells callers the class is not known.
+    pub class: GpuClass,
+    /// True when the spec was made from an SM alone (`--assume-gpu sm_120`).
+    #[serde(default)]
+    pub sm_only: bool,
+    /// For a family answer ("A100") whose rows differ only in memory: the
+    /// smallest and largest memory of its rows (`memory_mib` is then `None`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_range_mib: Option<(u64, u64)>,
+    /// For a family answer: the ids of the rows it stands for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub variants: Vec<String>,
+    #[serde(default)]
+    pub unconfirmed: Vec<String>,
+    #[serde(default)]
+    pub source: String,
+}
 
 /// What a normalized GPU name stands for.
 #[derive(Debug, Clone)]
@@ -74,7 +102,35 @@ pub(super) fn class_name(class: GpuClass) -> String {
         .unwrap_or_default()
 }
 
+/// One SM-only spec per SM of `env/cuda.toml` (what `--assume-gpu sm_120` gets).
+pub(super) fn sm_specs(cuda: &data::CudaFile) -> Vec<GpuSpec> {
+    cuda.sm
+        .iter()
+        .filter_map(|sm| {
+            let (cc, _) = parse_compute_capability(&sm.sm)?;
+            let id = format!("sm_{}{}", cc.major(), cc.minor());
+            Some(GpuSpec {
+                name: id.clone(),
+                id,
+                compute_capability: cc.to_string(),
+                memory_mib: None,
+                class: GpuClass::Consumer,
+                sm_only: true,
+                memory_range_mib: None,
+                variants: Vec::new(),
+                unconfirmed: vec!["class (described by SM only)".into()],
+                source: sm.source.clone(),
+            })
+        })
+        .collect()
+}
+
 impl KnowledgeBase {
+    /// Every GPU model in `env/gpus.toml`.
+    pub fn gpus(&self) -> &[GpuSpec] {
+        &self.gpus
+    }
+
     /// Index the rows of `env/gpus.toml`: every id, name and alias names one
     /// row (and must be unique); a `family` name may be shared by rows and
     /// stands for all of them. A family whose rows agree on every fact a

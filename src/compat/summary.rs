@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::version::Version;
-use super::{Reason, Status, Verdict};
+use super::{Reason, Verdict, VerdictStatus};
 
 /// The two image families of the catalog, each ordered newest-last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -190,7 +190,7 @@ fn problems(verdict: &Verdict) -> Vec<Reason> {
     verdict
         .reasons
         .iter()
-        .filter(|r| r.status != Status::Ok)
+        .filter(|r| r.status != VerdictStatus::Ok)
         .cloned()
         .collect()
 }
@@ -209,9 +209,9 @@ fn summarize_family(family: Family, verdicts: &[&Verdict]) -> Option<FamilySumma
             .cmp(&age_key(family, &b.image))
             .then_with(|| a.image.cmp(&b.image))
     });
-    let newest_with = |status: Status| members.iter().rev().find(|v| v.status == status);
-    let clean = newest_with(Status::Ok);
-    let caveat = newest_with(Status::Warn).filter(|warn| {
+    let newest_with = |status: VerdictStatus| members.iter().rev().find(|v| v.status == status);
+    let clean = newest_with(VerdictStatus::Ok);
+    let caveat = newest_with(VerdictStatus::Warn).filter(|warn| {
         clean.is_none_or(|ok| {
             age_key(family, &warn.image).cmp(&age_key(family, &ok.image)) == Ordering::Greater
         })
@@ -223,9 +223,13 @@ fn summarize_family(family: Family, verdicts: &[&Verdict]) -> Option<FamilySumma
     // Each failure code once, from the oldest image that has it to the newest.
     let mut stops: Vec<Boundary> = Vec::new();
     let newest = members.last().map(|v| family.boundary_name(&v.image));
-    for verdict in members.iter().filter(|v| v.status == Status::Fail) {
+    for verdict in members.iter().filter(|v| v.status == VerdictStatus::Fail) {
         let name = family.boundary_name(&verdict.image);
-        for reason in verdict.reasons.iter().filter(|r| r.status == Status::Fail) {
+        for reason in verdict
+            .reasons
+            .iter()
+            .filter(|r| r.status == VerdictStatus::Fail)
+        {
             match stops.iter_mut().find(|b| b.reason.code == reason.code) {
                 Some(boundary) => {
                     boundary.count += 1;
@@ -257,8 +261,8 @@ fn summarize_family(family: Family, verdicts: &[&Verdict]) -> Option<FamilySumma
 mod tests {
     use super::*;
 
-    fn verdict(image: &str, gpu: u32, status: Status, code: &str) -> Verdict {
-        let reasons = if status == Status::Ok {
+    fn verdict(image: &str, gpu: u32, status: VerdictStatus, code: &str) -> Verdict {
+        let reasons = if status == VerdictStatus::Ok {
             vec![]
         } else {
             vec![Reason {
@@ -298,19 +302,19 @@ mod tests {
     fn newest_clean_newest_caveat_and_where_it_stops() {
         let n = |t: &str| format!("nvcr.io/nvidia/pytorch:{t}-py3");
         let verdicts = vec![
-            verdict(&n("25.03"), 0, Status::Ok, ""),
-            verdict(&n("24.01"), 0, Status::Ok, ""),
-            verdict(&n("25.09"), 0, Status::Fail, "driver-too-old"),
-            verdict(&n("25.05"), 0, Status::Warn, "minor-version-compat"),
-            verdict(&n("25.10"), 0, Status::Fail, "driver-too-old"),
-            verdict(&n("25.06"), 0, Status::Warn, "minor-version-compat"),
+            verdict(&n("25.03"), 0, VerdictStatus::Ok, ""),
+            verdict(&n("24.01"), 0, VerdictStatus::Ok, ""),
+            verdict(&n("25.09"), 0, VerdictStatus::Fail, "driver-too-old"),
+            verdict(&n("25.05"), 0, VerdictStatus::Warn, "minor-version-compat"),
+            verdict(&n("25.10"), 0, VerdictStatus::Fail, "driver-too-old"),
+            verdict(&n("25.06"), 0, VerdictStatus::Warn, "minor-version-compat"),
         ];
         let summary = summarize(&verdicts);
         assert_eq!(summary.len(), 1);
         // A failure followed by a newer image that works does not reach the newest.
         let gap = summarize(&[
-            verdict(&n("24.01"), 0, Status::Fail, "no-kernel-image"),
-            verdict(&n("24.02"), 0, Status::Ok, ""),
+            verdict(&n("24.01"), 0, VerdictStatus::Fail, "no-kernel-image"),
+            verdict(&n("24.02"), 0, VerdictStatus::Ok, ""),
         ]);
         assert!(!gap[0].families[0].stops[0].to_newest);
         let ngc = &summary[0].families[0];
@@ -336,11 +340,15 @@ mod tests {
         let c = |t: &str| format!("nvidia/cuda:{t}-runtime-ubuntu24.04");
         let mut verdicts = Vec::new();
         for gpu in 0..3 {
-            let newest = if gpu == 2 { Status::Fail } else { Status::Ok };
+            let newest = if gpu == 2 {
+                VerdictStatus::Fail
+            } else {
+                VerdictStatus::Ok
+            };
             verdicts.push(verdict(
                 &c("12.2.2"),
                 gpu,
-                Status::Warn,
+                VerdictStatus::Warn,
                 "minor-version-compat",
             ));
             verdicts.push(verdict(&c("12.8.1"), gpu, newest, "no-kernel-image"));

@@ -17,31 +17,43 @@ use crate::host::{Gpu, Host};
 use driver::{check_driver, check_require_cuda, driver_predates_gpu, DriverFacts, Packaging};
 use subjects::{check_precision, check_wheel};
 
+/// How a verdict, or one of its reasons, comes out: `ok` < `warn` < `fail`
+/// (a verdict's is its worst reason's). Not a run's status
+/// (`envgen_experiments::engine::Status`: completed, failed, …).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Status {
+pub enum VerdictStatus {
     Ok,
     Warn,
     Fail,
 }
 
+/// A number format whose hardware support `doctor --precision` checks on
+/// each GPU (`env/precision.toml`). Not what a run computes in
+/// (`envgen_experiments::engine::Precision`, also `profiles::Precision`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Precision {
+pub enum HardwarePrecision {
     Tf32,
     Bf16,
     Fp16,
     Fp8,
 }
 
-impl Precision {
+/// The names of [`VerdictStatus`] and [`HardwarePrecision`] before issue #20,
+/// kept only for code that is being rewritten elsewhere (`src/launch`,
+/// `tests/`): remove once it uses the new names.
+#[doc(hidden)]
+pub use self::{HardwarePrecision as Precision, VerdictStatus as Status};
+
+impl HardwarePrecision {
     /// The feature name in `env/precision.toml`.
     pub fn name(self) -> &'static str {
         match self {
-            Precision::Tf32 => "tf32",
-            Precision::Bf16 => "bf16",
-            Precision::Fp16 => "fp16",
-            Precision::Fp8 => "fp8",
+            HardwarePrecision::Tf32 => "tf32",
+            HardwarePrecision::Bf16 => "bf16",
+            HardwarePrecision::Fp16 => "fp16",
+            HardwarePrecision::Fp8 => "fp8",
         }
     }
 }
@@ -50,7 +62,7 @@ impl Precision {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Reason {
     pub code: String,
-    pub status: Status,
+    pub status: VerdictStatus,
     pub message: String,
     pub fix: String,
 }
@@ -62,13 +74,17 @@ pub struct Verdict {
     pub image: String,
     pub gpu_index: Option<u32>,
     /// The worst of the reasons (`fail` > `warn` > `ok`).
-    pub status: Status,
+    pub status: VerdictStatus,
     pub reasons: Vec<Reason>,
 }
 
 impl Verdict {
     fn new(image: String, gpu_index: Option<u32>, reasons: Vec<Reason>) -> Verdict {
-        let status = reasons.iter().map(|r| r.status).max().unwrap_or(Status::Ok);
+        let status = reasons
+            .iter()
+            .map(|r| r.status)
+            .max()
+            .unwrap_or(VerdictStatus::Ok);
         Verdict {
             image,
             gpu_index,
@@ -91,7 +107,7 @@ pub struct CheckRequest {
     pub images: Vec<ImageFacts>,
     pub pytorch: Option<String>,
     /// Precisions to check (`--precision`, repeatable).
-    pub precisions: Vec<Precision>,
+    pub precisions: Vec<HardwarePrecision>,
 }
 
 impl CheckRequest {
@@ -116,7 +132,7 @@ impl CheckRequest {
     }
 }
 
-fn reason(code: &str, status: Status, message: String, fix: String) -> Reason {
+fn reason(code: &str, status: VerdictStatus, message: String, fix: String) -> Reason {
     Reason {
         code: code.into(),
         status,
@@ -186,7 +202,7 @@ pub fn evaluate(kb: &KnowledgeBase, host: &Host, request: &CheckRequest) -> Vec<
 enum Subject<'a> {
     Image(&'a ImageFacts),
     Wheel(&'a str),
-    Precision(Precision),
+    Precision(HardwarePrecision),
 }
 
 impl Subject<'_> {
@@ -216,7 +232,7 @@ fn no_gpu(subject: &Subject) -> Reason {
     };
     reason(
         "no-gpu",
-        if needs_cuda { Status::Warn } else { Status::Ok },
+        if needs_cuda { VerdictStatus::Warn } else { VerdictStatus::Ok },
         format!("no NVIDIA GPU found on this host; {} can only run on the CPU here", subject.label()),
         "run on a machine with an NVIDIA GPU, or check a described one with --assume-gpu NAME --assume-driver VERSION".into(),
     )
@@ -304,7 +320,7 @@ fn unknown_gpu(gpu: &Gpu) -> Option<Reason> {
     };
     Some(reason(
         "unknown-gpu",
-        Status::Warn,
+        VerdictStatus::Warn,
         message,
         "add the GPU to env/gpus.toml (a data change, see docs/doctor.md), or pass --assume-gpu with a known name or SM".into(),
     ))
@@ -381,7 +397,7 @@ fn check_image(
         // envgen's own CPU profile: nothing in it touches the GPU or driver.
         reasons.push(reason(
             "cpu-only",
-            Status::Ok,
+            VerdictStatus::Ok,
             format!("{} is an envgen CPU-backend image: it runs on any x86_64 host and does not use this GPU", image.reference),
             "for GPU training use the cuda12.8 profile".to_string(),
         ));
@@ -403,7 +419,7 @@ fn check_image(
         };
         reasons.push(reason(
             "unknown-image",
-            Status::Warn,
+            VerdictStatus::Warn,
             message,
             "use a catalog reference (see `envgen doctor --json` with no --image), an envgen profile, or a local image that sets NVIDIA_REQUIRE_CUDA; add NGC facts to env/images.toml".into(),
         ));
@@ -430,7 +446,7 @@ fn check_image(
         if let Some(min) = min_cc.filter(|min| cc < min) {
             reasons.push(reason(
                 "arch-dropped",
-                Status::Fail,
+                VerdictStatus::Fail,
                 format!("{} supports compute capability ≥ {min}; {} is older{}", image.reference, gpu_label(gpu),
                     unconfirmed_note(&image.unconfirmed, &["min_compute_capability"])),
                 "use an older release of this image (NGC PyTorch ≤ 24.12 still supports Volta), or a newer GPU".into(),
@@ -442,7 +458,7 @@ fn check_image(
                     .unwrap_or_else(|| last.to_string());
                 reasons.push(reason(
                     "arch-dropped",
-                    Status::Fail,
+                    VerdictStatus::Fail,
                     format!(
                         "CUDA {} dropped {}: the last toolkit that supports it is CUDA {last}",
                         cuda.major_minor(),
@@ -458,7 +474,7 @@ fn check_image(
                 KernelMatch::Ptx(_) => needs_jit = true,
                 KernelMatch::None => reasons.push(reason(
                     "no-kernel-image",
-                    Status::Fail,
+                    VerdictStatus::Fail,
                     format!("{} has kernels for {} (PTX: {}), none of which runs on {}: \"no kernel image is available for execution on the device\"",
                         image.reference, list_archs(&image.sass), list_archs(&image.ptx), gpu_label(gpu)),
                     format!("rebuild for sm_{}{} (or embed PTX ≤ compute_{}{})", cc.major(), cc.minor(), cc.major(), cc.minor()),
@@ -488,7 +504,7 @@ fn check_image(
                     .unwrap_or_else(|| first.to_string());
                 reasons.push(reason(
                     "no-kernel-image",
-                    Status::Fail,
+                    VerdictStatus::Fail,
                     format!("{} needs CUDA ≥ {first} (first toolkit with sm_{}{}); {} is CUDA {}: {how}",
                         gpu_label(gpu), cc.major(), cc.minor(), image.reference, cuda.major_minor()),
                     format!("use an image built with CUDA ≥ {first} (e.g. nvidia/cuda:{tag}-* or NGC PyTorch ≥ 25.01)"),
@@ -523,7 +539,7 @@ fn check_image(
         match check_require_cuda(driver, gpu, rule) {
             Err(problem) => reasons.push(reason(
                 "unknown-image",
-                Status::Warn,
+                VerdictStatus::Warn,
                 format!("the NVIDIA_REQUIRE_CUDA of {} could not be read ({problem}); the runtime gate was not checked", image.reference),
                 "fix the image's NVIDIA_REQUIRE_CUDA (space-separated alternatives of comma-separated conditions)".into(),
             )),
@@ -541,7 +557,7 @@ fn check_image(
                     reasons.retain(|r| r.code != "forward-compat-required" && r.code != "minor-version-compat" && r.code != "ptx-jit-too-new");
                     reasons.push(reason(
                         "driver-too-old",
-                        Status::Fail,
+                        VerdictStatus::Fail,
                         format!("{} on {}: {refusal}{note}", image.reference, gpu_label(gpu)),
                         fix,
                     ));

@@ -17,7 +17,7 @@ use serde::Serialize;
 use super::daemon;
 use super::elf;
 use super::lock::{self, DigestSource, LockEntry, Lockfile};
-use super::profile::{Containers, Profile};
+use super::profile::{Containers, ImageProfile};
 use super::render;
 use crate::error::{Result, UserError};
 
@@ -116,7 +116,7 @@ pub fn binary_sha256(path: &Path) -> Result<String> {
 /// source revision): it goes into the labels and the run manifest.
 pub fn check_lock(
     containers: &Containers,
-    profile: &Profile,
+    profile: &ImageProfile,
     base: &str,
     policy: LockCheck,
 ) -> Result<Option<LockEntry>> {
@@ -238,7 +238,7 @@ pub fn stand_in(base: &str) -> Option<String> {
 /// --version`); the profile's declared value when the base has no ldd.
 async fn base_glibc(
     docker: &bollard::Docker,
-    profile: &Profile,
+    profile: &ImageProfile,
     from: &str,
 ) -> Result<Option<elf::GlibcVersion>> {
     let out =

@@ -12,7 +12,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
-use super::profile::{Containers, Profile};
+use super::profile::{Containers, ImageProfile};
 use super::render;
 use crate::error::{Result, UserError};
 
@@ -171,7 +171,7 @@ impl Lockfile {
 /// Compute a profile's lock entry for `base` resolved as `resolution`.
 pub fn compute_entry(
     containers: &Containers,
-    profile: &Profile,
+    profile: &ImageProfile,
     base: &str,
     resolution: &Resolution,
 ) -> Result<LockEntry> {

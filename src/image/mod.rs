@@ -15,7 +15,7 @@ pub mod profile;
 pub mod render;
 
 pub use build::ensure_built;
-pub use profile::{Containers, Profile};
+pub use profile::{Containers, ImageProfile};
 
 use crate::compat::ImageFacts;
 

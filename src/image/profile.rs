@@ -50,7 +50,7 @@ pub const DEFAULT_PROFILE: &str = "cpu";
 /// One image profile, as written in `containers/profiles/NAME.toml`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Profile {
+pub struct ImageProfile {
     #[serde(skip)]
     pub name: String,
     pub description: String,
@@ -230,10 +230,10 @@ impl Containers {
     }
 
     /// Parse and validate one profile.
-    pub fn profile(&self, name: &str) -> Result<Profile> {
+    pub fn profile(&self, name: &str) -> Result<ImageProfile> {
         self.check_name(name)?;
         let (origin, text) = &self.profiles[name];
-        let mut profile: Profile = toml::from_str(text).map_err(|err| {
+        let mut profile: ImageProfile = toml::from_str(text).map_err(|err| {
             UserError::usage(format!("{origin}: {err}"))
                 .with_fix("fix the profile; see docs/images.md for the fields")
         })?;
@@ -243,7 +243,7 @@ impl Containers {
     }
 
     /// Every profile, parsed.
-    pub fn profiles(&self) -> Result<Vec<Profile>> {
+    pub fn profiles(&self) -> Result<Vec<ImageProfile>> {
         self.names().iter().map(|name| self.profile(name)).collect()
     }
 }
@@ -255,7 +255,7 @@ fn token_ok(value: &str, extra: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || extra.contains(c))
 }
 
-impl Profile {
+impl ImageProfile {
     /// Everything that ends up in a Dockerfile or shell line must be inert
     /// there: reject anything that could break quoting.
     fn validate(&self, origin: &str) -> Result<()> {

@@ -4,7 +4,7 @@
 use handlebars::Handlebars;
 use serde_json::json;
 
-use super::profile::{Containers, Profile};
+use super::profile::{Containers, ImageProfile};
 use crate::error::{Result, UserError};
 
 /// The files a profile renders to, in a fixed order: (file name, text).
@@ -43,7 +43,7 @@ pub fn from_reference(base: &str, digest: Option<&str>) -> String {
     }
 }
 
-fn profile_data(profile: &Profile, base: &str, from: &str) -> serde_json::Value {
+fn profile_data(profile: &ImageProfile, base: &str, from: &str) -> serde_json::Value {
     let pins = |map: &std::collections::BTreeMap<String, String>| {
         map.iter()
             .map(|(name, version)| json!({"name": name, "version": version}))
@@ -65,7 +65,7 @@ fn profile_data(profile: &Profile, base: &str, from: &str) -> serde_json::Value 
 /// Render the three recipes for `profile` built on `base` (pinned to `digest` when known).
 pub fn render(
     containers: &Containers,
-    profile: &Profile,
+    profile: &ImageProfile,
     base: &str,
     digest: Option<&str>,
 ) -> Result<Rendered> {
@@ -76,7 +76,7 @@ pub fn render(
 /// pinned base: see `build::stand_in`).
 pub fn render_from(
     containers: &Containers,
-    profile: &Profile,
+    profile: &ImageProfile,
     base: &str,
     from: &str,
 ) -> Result<Rendered> {

@@ -17,7 +17,7 @@ use serde_json::json;
 use super::mounts::{self, CONTAINER_RUN_DIR};
 use super::plan::{job_args, launched_runs, science_of};
 use super::{mark_ended, Launcher, RunOutcome, RunRequest};
-use crate::compat::verdict::{evaluate, CheckRequest, Status as VerdictStatus};
+use crate::compat::verdict::{evaluate, CheckRequest, VerdictStatus};
 use crate::compat::{ImageFacts, KnowledgeBase};
 use crate::error::{Result, UserError};
 use crate::host::Host;
@@ -298,7 +298,7 @@ pub fn check_verdict(host: &Host, reference: &str, facts: Option<ImageFacts>) ->
     if host.gpus.is_empty() || !verdicts.iter().any(|v| v.status == VerdictStatus::Fail) {
         return Ok(());
     }
-    let answer = crate::cli::doctor::render_requested(host, &verdicts);
+    let answer = crate::compat::report::render_requested(host, &verdicts);
     Err(UserError::environment(format!(
         "doctor says image {reference} will not run on this host:{}",
         answer.trim_end().trim_start_matches("\nVerdicts")
@@ -361,7 +361,7 @@ mod tests {
         assert!(text.contains("driver-predates-gpu"), "{text}");
         // Word for word what `envgen doctor --image` prints for it.
         let verdicts = evaluate(kb, &old, &CheckRequest::only_images(vec![facts.clone()]));
-        let doctor = crate::cli::doctor::render_requested(&old, &verdicts);
+        let doctor = crate::compat::report::render_requested(&old, &verdicts);
         assert!(
             text.contains(doctor.trim_start_matches("\nVerdicts").trim_end()),
             "{text}\n---\n{doctor}"

@@ -12,6 +12,7 @@ use burn::prelude::Backend;
 
 use super::{params, safetensors_io};
 use crate::error::UserError;
+use crate::fsutil::write_atomic;
 
 /// The checkpoint root inside a run directory.
 pub const CHECKPOINTS: &str = "checkpoints";
@@ -29,7 +30,7 @@ pub fn publish(root: &Path, dir: &Path) -> anyhow::Result<()> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    safetensors_io::write_atomic(&root.join("latest"), format!("{name}\n").as_bytes())?;
+    write_atomic(&root.join("latest"), format!("{name}\n").as_bytes())?;
     for entry in std::fs::read_dir(root)?.flatten() {
         let entry_name = entry.file_name().to_string_lossy().into_owned();
         if entry_name.starts_with("step-") && entry_name != name {
@@ -57,7 +58,7 @@ pub fn save_weights<B: Backend, M: Module<B>>(path: &Path, module: &M) -> anyhow
         .into_iter()
         .map(|p| (p.name, p.shape, p.values))
         .collect();
-    safetensors_io::write_atomic(path, &safetensors_io::to_bytes(&weights)?)
+    write_atomic(path, &safetensors_io::to_bytes(&weights)?)
 }
 
 /// Replace every float parameter of `module` with the tensor of the same

@@ -1,7 +1,7 @@
-//! safetensors files of f32 tensors, written atomically.
+//! safetensors files of f32 tensors (written atomically through
+//! [`crate::fsutil::write_atomic`]).
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::Path;
 
 use safetensors::tensor::{Dtype, TensorView};
@@ -99,27 +99,6 @@ fn f32_from_le_bytes(data: &[u8]) -> Vec<f32> {
 
 fn f16_to_f32(bits: u16) -> f32 {
     half::f16::from_bits(bits).to_f32()
-}
-
-/// Write `bytes` to `path` so a reader never sees a partial file: temp file
-/// in the same directory, fsync, rename, fsync the directory.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(
-        ".{}.tmp",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("file")
-    ));
-    {
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)?;
-    if let Ok(dir) = std::fs::File::open(dir) {
-        let _ = dir.sync_all();
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ use super::optim::{clip_scale, global_grad_norm, learning_rate, AdamW};
 use super::precision::{LossScaler, Precision, ScaledStep};
 use super::rundir::{finish_run, read_json, write_json, MetricsLog, Status, Summary};
 use super::{checkpoint, safetensors_io};
+use crate::fsutil::write_atomic;
 
 /// What an experiment supplies to the loop. Data order must be a pure
 /// function of (seed, step, row): that is what makes runs repeatable and
@@ -395,7 +396,7 @@ fn save_checkpoint<B: AutodiffBackend, T: Task<B>>(
     let dir = checkpoint::step_dir(root, state.step)?;
     checkpoint::save_weights::<B, T::Model>(&dir.join("model.safetensors"), model)?;
     let moments = optimizer.state_tensors::<B, T::Model>(model);
-    safetensors_io::write_atomic(
+    write_atomic(
         &dir.join("optimizer.safetensors"),
         &safetensors_io::to_bytes(&moments)?,
     )?;

@@ -22,6 +22,7 @@ use serde_json::{json, Value};
 use super::model::{ModelConfig, LN_EPS};
 use crate::engine::{params, safetensors_io};
 use crate::error::UserError;
+use crate::fsutil::write_atomic;
 
 /// Our parameter path → HF tensor name.
 pub fn hf_name(path: &str) -> String {
@@ -43,7 +44,7 @@ pub fn named_weights<B: Backend>(model: &super::Gpt2<B>) -> Vec<(String, Vec<usi
 }
 
 pub fn save<B: Backend>(model: &super::Gpt2<B>, path: &Path) -> anyhow::Result<()> {
-    safetensors_io::write_atomic(path, &safetensors_io::to_bytes(&named_weights(model))?)
+    write_atomic(path, &safetensors_io::to_bytes(&named_weights(model))?)
 }
 
 /// Load HF-named weights into `model` (same shapes required).
@@ -196,12 +197,12 @@ pub fn save_pretrained<B: Backend>(
         .into_iter()
         .map(|(name, shape, values)| (format!("transformer.{name}"), shape, values))
         .collect();
-    safetensors_io::write_atomic(
+    write_atomic(
         &dir.join("model.safetensors"),
         &safetensors_io::to_bytes(&weights)?,
     )?;
     let config = serde_json::to_string_pretty(&pretrained_config(cfg))?;
-    safetensors_io::write_atomic(&dir.join("config.json"), config.as_bytes())?;
+    write_atomic(&dir.join("config.json"), config.as_bytes())?;
     Ok(())
 }
 

@@ -28,6 +28,7 @@ pub use super::adapter::LoraAdapter;
 use super::model::{Block, Gpt2, ModelConfig};
 use crate::engine::{params, safetensors_io};
 use crate::error::UserError;
+use crate::fsutil::write_atomic;
 
 /// The `[finetune.lora]` table of an RFT config.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -220,7 +221,7 @@ pub fn adapter_tensors<B: Backend>(model: &Gpt2<B>) -> Vec<(String, Vec<usize>, 
 
 /// Write the adapters alone to a safetensors file (atomically).
 pub fn save_adapters<B: Backend>(model: &Gpt2<B>, path: &Path) -> anyhow::Result<()> {
-    safetensors_io::write_atomic(path, &safetensors_io::to_bytes(&adapter_tensors(model))?)
+    write_atomic(path, &safetensors_io::to_bytes(&adapter_tensors(model))?)
 }
 
 #[cfg(test)]

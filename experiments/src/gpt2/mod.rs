@@ -468,7 +468,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("model.safetensors");
         let named: Vec<_> = tensors.into_iter().map(|(n, (s, v))| (n, s, v)).collect();
-        crate::engine::safetensors_io::write_atomic(
+        crate::fsutil::write_atomic(
             &path,
             &crate::engine::safetensors_io::to_bytes(&named).unwrap(),
         )

@@ -34,6 +34,7 @@ use crate::engine::train::{inner_device_of, progress_bar, RunControl};
 use crate::engine::LossScaler;
 use crate::error::UserError;
 use crate::experiment::{self, ExperimentInfo, TypedExperiment};
+use crate::fsutil::write_atomic;
 
 pub const EXPERIMENT: &str = "hrm-sudoku";
 pub const DEFAULT_PRESET: &str = "tiny";
@@ -358,7 +359,7 @@ where
     let dir = checkpoint::step_dir(root, state.step)?;
     checkpoint::save_weights::<B, HrmModel<B>>(&dir.join("model.safetensors"), &trainer.model)?;
     let moments = trainer.optimizer.state_tensors(&trainer.model);
-    safetensors_io::write_atomic(
+    write_atomic(
         &dir.join("optimizer.safetensors"),
         &safetensors_io::to_bytes(&moments)?,
     )?;
@@ -373,7 +374,7 @@ where
     ] {
         tensors.push((name.to_string(), shape, values));
     }
-    safetensors_io::write_atomic(
+    write_atomic(
         &dir.join("act.safetensors"),
         &safetensors_io::to_bytes(&tensors)?,
     )?;

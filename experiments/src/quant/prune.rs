@@ -29,6 +29,7 @@ use burn::tensor::backend::AutodiffBackend;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+use super::model::{evaluate_packed, matrix_bits, pack_weights};
 use super::pack::{write_packed, EXTENSION};
 use super::schemes::{prune_heads, prune_mlp, transpose, Scheme};
 use super::source::{named, GptKind, GptSource, Quality, SourceRun, Weights};
@@ -37,6 +38,7 @@ use crate::engine::rundir::{read_json, write_json, Status, Summary};
 use crate::engine::safetensors_io::{self, NamedTensors};
 use crate::engine::{self, OptimConfig, RunControl, Task, TrainConfig};
 use crate::error::UserError;
+use crate::fsutil::write_atomic;
 use crate::gpt2::{hf, Gpt2, ModelConfig};
 
 /// `[prune]` in a quantize config. Absent = no pruning.
@@ -397,7 +399,7 @@ pub fn run_pruning(
             })
             .collect()
     };
-    safetensors_io::write_atomic(&pruned_path, &safetensors_io::to_bytes(&as_list(&pruned))?)?;
+    write_atomic(&pruned_path, &safetensors_io::to_bytes(&as_list(&pruned))?)?;
     let count = |w: &NamedTensors| w.values().map(|(_, v)| v.len()).sum::<usize>();
     let kept_parameters = count(&pruned);
     let file_bytes = |p: &Path| std::fs::metadata(p).map(|m| m.len() as usize);
@@ -460,15 +462,12 @@ pub fn run_pruning(
         let label = format!("pruned+recovery+{name}");
         let ok = cached(&label, &mut || {
             let path = dir.join(format!("{name}.{EXTENSION}"));
-            write_packed(
-                &path,
-                &super::run::pack_weights(source, &recovered_list, scheme)?,
-            )?;
+            write_packed(&path, &pack_weights(source, &recovered_list, scheme)?)?;
             let mut m = row(RowInputs {
                 scheme: &label,
-                bits: super::run::matrix_bits(source, &recovered_list, scheme),
+                bits: matrix_bits(source, &recovered_list, scheme),
                 bytes: file_bytes(&path)?,
-                quality: super::run::evaluate_packed(source, &path)?,
+                quality: evaluate_packed(source, &path)?,
                 parameters: kept_parameters,
             });
             m.insert("file".into(), json!(format!("pruned/{name}.{EXTENSION}")));

@@ -11,8 +11,7 @@
 //!
 //! What a source run is and how it is scored: `source.rs`.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -20,13 +19,15 @@ use burn::tensor::quantization::{QuantLevel, QuantParam, QuantScheme, QuantValue
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use super::pack::{read_packed, write_packed, NamedTensor};
+/// Packing a whole model lives in `model.rs` (shared with `prune.rs`); these
+/// names stay reachable here, where they were first.
+pub use super::model::{evaluate_packed, matrix_bits, pack_model, pack_weights, unpack_model};
+use super::pack::write_packed;
 use super::prune::{run_pruning, PruneConfig, RowInputs};
-use super::schemes::{bits_per_weight, dequantize, quantize, transpose, Scheme};
+use super::schemes::Scheme;
 use super::source::named;
 pub use super::source::{gpt_model_of, open_source, source_kind, Quality, SourceRun};
 use crate::engine::rundir::{read_json, write_json, Status, Summary};
-use crate::engine::safetensors_io::NamedTensors;
 use crate::engine::{self, RunControl};
 use crate::error::UserError;
 use crate::experiment::{ExperimentInfo, TypedExperiment};
@@ -127,79 +128,6 @@ pub fn load_config(
 }
 
 // ---------------------------------------------------------------------------
-// Packing a whole model.
-
-/// Every tensor of `source`: 2-D ones quantized with `scheme` (rows = output
-/// channels), the rest kept in f32.
-pub fn pack_model(source: &dyn SourceRun, scheme: Scheme) -> anyhow::Result<Vec<NamedTensor>> {
-    pack_weights(source, source.weights(), scheme)
-}
-
-/// [`pack_model`] for other weights with the source's names (a pruned model).
-pub fn pack_weights(
-    source: &dyn SourceRun,
-    weights: &[(String, Vec<usize>, Vec<f32>)],
-    scheme: Scheme,
-) -> anyhow::Result<Vec<NamedTensor>> {
-    weights
-        .iter()
-        .map(|(name, shape, values)| {
-            let tensor = match shape.as_slice() {
-                [rows, cols] if source.is_transposed(name) => {
-                    quantize(&transpose(values, *rows, *cols), *cols, *rows, scheme)?
-                }
-                [rows, cols] => quantize(values, *rows, *cols, scheme)?,
-                _ => quantize(values, 1, values.len(), Scheme::Float32)?,
-            };
-            Ok(NamedTensor {
-                name: name.clone(),
-                transposed: shape.len() == 2 && source.is_transposed(name),
-                tensor,
-            })
-        })
-        .collect()
-}
-
-/// The model's tensors back from a packed file (original names, shapes,
-/// layout). Tensors that are not 2-D were stored as one row: the source's
-/// tensor of the same name says how many dimensions they have (a pruned
-/// model's have fewer elements, the same rank).
-pub fn unpack_model(
-    tensors: &[NamedTensor],
-    source: &dyn SourceRun,
-) -> anyhow::Result<NamedTensors> {
-    let shapes: HashMap<&str, &Vec<usize>> = source
-        .weights()
-        .iter()
-        .map(|(n, s, _)| (n.as_str(), s))
-        .collect();
-    let mut out = NamedTensors::new();
-    for t in tensors {
-        let values = dequantize(&t.tensor);
-        let (rows, cols) = (t.tensor.rows, t.tensor.cols);
-        let values = if t.transposed {
-            transpose(&values, rows, cols)
-        } else {
-            values
-        };
-        let shape = match shapes.get(t.name.as_str()) {
-            Some(s) if s.len() != 2 && s.iter().product::<usize>() == rows * cols => (*s).clone(),
-            Some(s) if s.len() == 1 => vec![rows * cols],
-            _ if t.transposed => vec![cols, rows],
-            _ => vec![rows, cols],
-        };
-        out.insert(t.name.clone(), (shape, values));
-    }
-    Ok(out)
-}
-
-/// Quality of the model stored in a `.envq` file (what the table reports).
-pub fn evaluate_packed(source: &dyn SourceRun, path: &Path) -> anyhow::Result<Quality> {
-    let tensors = read_packed(path)?;
-    source.evaluate(&unpack_model(&tensors, source)?)
-}
-
-// ---------------------------------------------------------------------------
 // The run.
 
 fn parameter_count(weights: &[(String, Vec<usize>, Vec<f32>)]) -> usize {
@@ -232,28 +160,6 @@ fn row(source: &dyn SourceRun, input: RowInputs, baseline: f64) -> Map<String, V
     }
     m.insert(source.throughput_field().into(), json!(input.quality.per_s));
     m
-}
-
-/// Nominal bits per weight of the quantized (2-D) tensors of `weights`
-/// (the source's names) under `scheme`.
-pub fn matrix_bits(
-    source: &dyn SourceRun,
-    weights: &[(String, Vec<usize>, Vec<f32>)],
-    scheme: Scheme,
-) -> f64 {
-    let (mut bits, mut weights_count) = (0.0, 0usize);
-    for (name, shape, values) in weights {
-        if let [rows, cols] = shape.as_slice() {
-            let (r, c) = if source.is_transposed(name) {
-                (*cols, *rows)
-            } else {
-                (*rows, *cols)
-            };
-            bits += bits_per_weight(scheme, r, c) * values.len() as f64;
-            weights_count += values.len();
-        }
-    }
-    bits / weights_count.max(1) as f64
 }
 
 /// Validation windows (gpt2) or puzzles (hrm-sudoku) per forward pass when
@@ -469,6 +375,8 @@ pub fn summary_line(summary: &Summary) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
 
     #[test]
@@ -493,14 +401,6 @@ mod tests {
         let err =
             load_config(text, "preset tiny", &["source=/nonexistent/run".into()]).unwrap_err();
         assert!(format!("{err:#}").contains("no such directory"), "{err:#}");
-    }
-
-    #[test]
-    fn transpose_round_trips() {
-        let v: Vec<f32> = (0..6).map(|i| i as f32).collect();
-        let t = transpose(&v, 2, 3);
-        assert_eq!(t, vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
-        assert_eq!(transpose(&t, 3, 2), v);
     }
 
     #[test]

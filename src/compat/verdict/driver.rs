@@ -7,7 +7,7 @@
 use super::super::require::{brands_for_class, Outcome, RequireRule, RuntimeFacts};
 use super::super::version::Version;
 use super::super::KnowledgeBase;
-use super::{gpu_cc, gpu_label, reason, unconfirmed_note, Reason, Status};
+use super::{gpu_cc, gpu_label, reason, unconfirmed_note, Reason, VerdictStatus};
 use crate::host::{Gpu, GpuClass, Host};
 
 /// The driver as the checks need it.
@@ -86,7 +86,7 @@ pub(super) fn driver_predates_gpu(
     }
     Some(reason(
         "driver-predates-gpu",
-        Status::Fail,
+        VerdictStatus::Fail,
         format!(
             "{} predates {}: {} GPUs need driver branch R{} or newer (≥ {min}, the driver of CUDA {first_cuda}, the first CUDA for sm_{}{}); this driver does not know the chip, so nothing runs on it, and no image, wheel or forward-compatibility package can change that{}",
             driver.describe(),
@@ -160,7 +160,7 @@ pub(super) fn check_driver(
         return match &driver.text {
             Some(text) => vec![reason(
                 "driver-too-old",
-                Status::Fail,
+                VerdictStatus::Fail,
                 format!("driver {text} is older than every CUDA release envgen knows (CUDA 11.x needs ≥ 450.80.02); CUDA {target} cannot run"),
                 format!("upgrade the driver to ≥ {}", kb.toolkit_driver_min(&release).map(|v| v.to_string()).unwrap_or_else(|| "a current branch".into())),
             )],
@@ -237,7 +237,7 @@ pub(super) fn check_driver(
         };
         reasons.push(reason(
             "driver-too-old",
-            Status::Fail,
+            VerdictStatus::Fail,
             format!("{have} is too old: {why} (PyTorch reports \"The NVIDIA driver on your system is too old\"); wheels do not ship forward-compat libraries"),
             upgrade.clone(),
         ));
@@ -246,7 +246,7 @@ pub(super) fn check_driver(
     if gpu_needs_newer.is_none() && minor_compat_ok && !fc_class {
         reasons.push(reason(
             "minor-version-compat",
-            Status::Warn,
+            VerdictStatus::Warn,
             format!(
                 "CUDA {target} runs on {have} through minor-version compatibility: a limited feature set, and the driver cannot JIT-compile PTX newer than CUDA {max_cuda}{}",
                 entrypoint_says(kb, packaging, |r| &r.minor_compat_notice)
@@ -264,7 +264,7 @@ pub(super) fn check_driver(
         // "subject to platform and GPU support": listed as UNCONFIRMED).
         reasons.push(reason(
             "driver-too-old",
-            Status::Fail,
+            VerdictStatus::Fail,
             format!(
                 "{} needs a driver of CUDA ≥ {first}; {have} predates it, and the forward-compatibility libraries upgrade only the user-mode driver (UNCONFIRMED reading of the forward-compatibility guide)",
                 gpu_label(gpu)
@@ -276,7 +276,7 @@ pub(super) fn check_driver(
     if fc_class {
         reasons.push(reason(
             "forward-compat-required",
-            Status::Warn,
+            VerdictStatus::Warn,
             format!(
                 "CUDA {target} needs the forward-compatibility libraries (cuda-compat-{}-{}) on {have}; the image ships them and {} supports them{}{}",
                 target.major(), target.minor(), gpu_label(gpu), fc_note,
@@ -331,7 +331,7 @@ pub(super) fn check_driver(
     };
     reasons.push(reason(
         "forward-compat-unsupported",
-        Status::Fail,
+        VerdictStatus::Fail,
         format!(
             "{why}; only forward compatibility could bridge that, and {unavailable} (error {code} {name}: \"{text}\"; the \"select NGC Server Ready RTX SKUs\" exception is not modelled){entrypoint}"
         ),
@@ -343,7 +343,7 @@ pub(super) fn check_driver(
 fn ptx_jit_too_new(have: &str, target: &Version, max_cuda: &Version, upgrade: &str) -> Reason {
     reason(
         "ptx-jit-too-new",
-        Status::Fail,
+        VerdictStatus::Fail,
         format!("the kernels are compiled from CUDA {target} PTX at run time, but {have} can only JIT PTX up to CUDA {max_cuda} (CUDA_ERROR_UNSUPPORTED_PTX_VERSION: \"the provided PTX was compiled with an unsupported toolchain\")"),
         upgrade.to_string(),
     )

@@ -6,7 +6,7 @@ use super::super::KnowledgeBase;
 use super::driver::{check_driver, DriverFacts, Packaging};
 use super::{
     gpu_cc, gpu_label, kernel_match, list_archs, reason, unconfirmed_note, unknown_gpu,
-    KernelMatch, Precision, Reason, Status,
+    HardwarePrecision, KernelMatch, Reason, VerdictStatus,
 };
 use crate::host::Gpu;
 
@@ -19,7 +19,7 @@ pub(super) fn check_wheel(
     let Ok(wheel) = kb.wheel(spec) else {
         return vec![reason(
             "unknown-image",
-            Status::Warn,
+            VerdictStatus::Warn,
             format!("PyTorch wheel {spec} is not in env/pytorch.toml: nothing was checked"),
             "pass a known build such as 2.7.1+cu128 (see env/pytorch.toml)".into(),
         )];
@@ -68,7 +68,7 @@ pub(super) fn check_wheel(
                 };
                 reasons.push(reason(
                     code,
-                    Status::Fail,
+                    VerdictStatus::Fail,
                     format!("torch {} has kernels for {} (PTX: {}); none runs on {}{why}: \"CUDA error: no kernel image is available for execution on the device\"{note}",
                         wheel.spec, list_archs(&wheel.sass), list_archs(&wheel.ptx), gpu_label(gpu)),
                     fixed_by,
@@ -89,7 +89,11 @@ pub(super) fn check_wheel(
     reasons
 }
 
-pub(super) fn check_precision(kb: &KnowledgeBase, gpu: &Gpu, precision: Precision) -> Vec<Reason> {
+pub(super) fn check_precision(
+    kb: &KnowledgeBase,
+    gpu: &Gpu,
+    precision: HardwarePrecision,
+) -> Vec<Reason> {
     let mut reasons: Vec<Reason> = unknown_gpu(gpu).into_iter().collect();
     let Some(cc) = gpu_cc(gpu) else {
         return reasons;
@@ -105,29 +109,29 @@ pub(super) fn check_precision(kb: &KnowledgeBase, gpu: &Gpu, precision: Precisio
     }
     let label = gpu_label(gpu);
     let (code, status, message, fix) = match precision {
-        Precision::Bf16 => (
+        HardwarePrecision::Bf16 => (
             "bf16-unsupported",
-            Status::Fail,
+            VerdictStatus::Fail,
             format!("{label} has no BF16 support: BF16 needs compute capability ≥ {min} (Ampere or newer)"),
             "train in fp16 with loss scaling (or fp32) on this GPU, or use an Ampere+ GPU (A100, A30, L4, H100 …)".to_string(),
         ),
-        Precision::Fp8 => (
+        HardwarePrecision::Fp8 => (
             "fp8-unsupported",
-            Status::Fail,
+            VerdictStatus::Fail,
             format!("{label} has no FP8 tensor cores: FP8 needs compute capability ≥ {min} (Ada L4/L40S/RTX 4090, Hopper H100/H200, Blackwell); Ampere A100/A30 (8.0) have none"),
             "use bf16 on this GPU, or run FP8 on an L4, L40S, H100/H200 or B200".to_string(),
         ),
         // Not contract codes: TF32/FP16 below their threshold still compute
         // (in FP32 / without tensor cores), only slower.
-        Precision::Tf32 => (
+        HardwarePrecision::Tf32 => (
             "tf32-unsupported",
-            Status::Warn,
+            VerdictStatus::Warn,
             format!("{label} has no TF32 tensor cores (compute capability ≥ {min}): matmuls run in full FP32, slower"),
             "expect FP32 speed, or use fp16 with loss scaling on this GPU".to_string(),
         ),
-        Precision::Fp16 => (
+        HardwarePrecision::Fp16 => (
             "fp16-unsupported",
-            Status::Warn,
+            VerdictStatus::Warn,
             format!("{label} has no FP16 tensor cores (compute capability ≥ {min}): FP16 runs without tensor-core speed-ups"),
             "use fp32 on this GPU, or a Volta+ GPU".to_string(),
         ),

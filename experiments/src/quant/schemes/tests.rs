@@ -298,3 +298,11 @@ fn f32_tensors_are_stored_exactly() {
     assert_eq!(dequantize(&t), weights);
     assert_eq!(Scheme::parse("f32").unwrap(), Scheme::Float32);
 }
+
+#[test]
+fn transpose_round_trips() {
+    let v: Vec<f32> = (0..6).map(|i| i as f32).collect();
+    let t = transpose(&v, 2, 3);
+    assert_eq!(t, vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+    assert_eq!(transpose(&t, 3, 2), v);
+}

@@ -1,8 +1,9 @@
-//! `envgen probe EXP --preset P`: find the fastest micro-batch that fits
-//! this machine. Micro-batches are tried upward, each in a real training
-//! run of a few steps (`envgen run … --micro-batch M --stop-after N` in a
-//! child process, so an out-of-memory failure ends that trial, not the
-//! probe); the probe records steady-state steps/s and peak memory per
+//! `envgen tune EXP --preset P` (called `envgen probe` before; `probe`
+//! stays a hidden alias until the next release): find the fastest
+//! micro-batch that fits this machine. Micro-batches are tried upward, each
+//! in a real training run of a few steps (`envgen run … --micro-batch M
+//! --stop-after N` in a child process, so an out-of-memory failure ends that
+//! trial, not the tuner); the tuner records steady-state steps/s and peak memory per
 //! trial, stops at the first out-of-memory, and writes the fastest
 //! micro-batch that fitted into the user's profile file, with the
 //! measurements next to it (`envgen run` reads that file first). The science
@@ -11,7 +12,7 @@
 //!
 //! `--memory-limit` caps each trial's memory (RLIMIT_DATA: heap and private
 //! anonymous mappings) — on the CPU a stand-in for a GPU's memory, and how
-//! the probe is tested.
+//! the tuner is tested.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -21,7 +22,7 @@ use serde_json::{json, Value};
 use super::run::{self, Backend, PrecisionArg};
 use crate::error::{Result, UserError};
 use crate::profiles::{
-    self, Match, Measurement, Precision, Profile, ProfileBackend, Profiles, Trial,
+    self, HardwareProfile, Match, Measurement, Precision, ProfileBackend, Profiles, Trial,
 };
 use crate::runs::gpu_sampler::GpuSampler;
 
@@ -53,7 +54,7 @@ pub struct Args {
     #[arg(long)]
     pub measure_only: bool,
     /// Check the flags, the config, the candidates and the profile as the
-    /// probe would, print the plan and exit: no trial runs, nothing written.
+    /// tuner would, print the plan and exit: no trial runs, nothing written.
     #[arg(long)]
     pub dry_run: bool,
     #[arg(long)]
@@ -130,7 +131,7 @@ pub fn execute(args: Args) -> Result<i32> {
             },
         };
         if !args.json {
-            eprintln!("envgen: probe: {}", describe(&record));
+            eprintln!("envgen: tune: {}", describe(&record));
         }
         trials.push(record);
         if matches!(outcome, Outcome::OutOfMemory) {
@@ -174,7 +175,7 @@ pub fn execute(args: Args) -> Result<i32> {
             )
             .with_fix("set one of them, or use --measure-only")
         })?;
-        let template = probed_profile(gpu, resolved.name(), choice.precision, &device);
+        let template = tuned_profile(gpu, resolved.name(), choice.precision, &device);
         Profiles::record_measurement(&path, &template, &key, measurement.clone())?;
         Some((path, template.name))
     };
@@ -204,7 +205,7 @@ pub fn execute(args: Args) -> Result<i32> {
     Ok(0)
 }
 
-/// `--dry-run`: the trials the probe would run, and with which profile.
+/// `--dry-run`: the trials the tuner would run, and with which profile.
 fn dry_run(
     args: &Args,
     experiment: &str,
@@ -244,7 +245,7 @@ fn dry_run(
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         println!(
-            "dry run: envgen would probe {experiment}/{preset} (config_hash {}) on {} at {}: micro-batches {:?} of global batch {}, {} steps each; nothing was run",
+            "dry run: envgen would tune {experiment}/{preset} (config_hash {}) on {} at {}: micro-batches {:?} of global batch {}, {} steps each; nothing was run",
             doc["config_hash"].as_str().unwrap_or("-"),
             backend.name,
             choice.precision.name(),
@@ -370,7 +371,7 @@ fn trial(
     // 0: the run was shorter than that and completed.
     if !matches!(output.status.code(), Some(0 | 130)) {
         return Err(UserError::environment(format!(
-            "probe trial with micro-batch {micro_batch} failed ({}): {}",
+            "tune trial with micro-batch {micro_batch} failed ({}): {}",
             output.status,
             stderr.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
         ))
@@ -384,7 +385,7 @@ fn trial(
     let run_dir = PathBuf::from(doc["run_dir"].as_str().unwrap_or_default());
     let steps_per_s = steady_steps_per_s(&run_dir.join("metrics.jsonl")).ok_or_else(|| {
         UserError::environment(format!(
-            "probe trial with micro-batch {micro_batch} logged no timed steps in {}",
+            "tune trial with micro-batch {micro_batch} logged no timed steps in {}",
             run_dir.display()
         ))
     })?;
@@ -470,14 +471,15 @@ fn max_gpu_memory_mib(samples: &Path) -> Option<f64> {
         .reduce(f64::max)
 }
 
-/// The profile a probe writes into: this GPU model (compute capability and
-/// memory within 1 GiB), or the CPU.
-fn probed_profile(
+/// The profile the tuner writes into: this GPU model (compute capability and
+/// memory within 1 GiB), or the CPU. Its name keeps the `probed-` prefix
+/// of the files written before the rename, so they are updated, not doubled.
+fn tuned_profile(
     gpu: Option<&crate::host::Gpu>,
     backend: &str,
     precision: Precision,
     device: &str,
-) -> Profile {
+) -> HardwareProfile {
     let slug: String = device
         .to_ascii_lowercase()
         .chars()
@@ -498,7 +500,7 @@ fn probed_profile(
             }
         }
     };
-    Profile {
+    HardwareProfile {
         name: format!("probed-{}", slug.trim_matches('-')),
         matches,
         backend: if backend == "cuda" {
