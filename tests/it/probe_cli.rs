@@ -4,11 +4,9 @@
 //! the user's profile file (under a private HOME here), and `envgen run`
 //! then trains with it — the science config untouched.
 
-mod experiment_common;
-
 use std::path::Path;
 
-use experiment_common::*;
+use crate::common::experiment::*;
 use serde_json::Value;
 
 /// `envgen ARGS` with HOME (hence ~/.config/envgen) in `home`.

@@ -8,11 +8,9 @@
 //! accumulation, f32 statistics and losses; see envgen_kernels::autocast),
 //! so these are numerics checks; they say nothing about GPU speed.
 
-mod experiment_common;
-
 use std::path::Path;
 
-use experiment_common::*;
+use crate::common::experiment::*;
 use serde_json::Value;
 
 /// How far a bf16/fp16 run's final validation loss may lie from the fp32

@@ -46,7 +46,7 @@ pub fn assert_ok(out: &Output, what: &str) {
     );
 }
 
-pub use crate::experiment_common::{json_of, run_dir_of};
+pub use crate::common::experiment::{json_of, run_dir_of};
 
 pub fn read(dir: &Path, file: &str) -> Value {
     let text = std::fs::read_to_string(dir.join(file))

@@ -3,9 +3,7 @@
 //! a short "what runs here" per GPU; `--all` prints the whole catalog table.
 //! Hosts are assumed or FAKE nvidia-smi fixtures (no GPU on this machine).
 
-mod doctor_common;
-
-use doctor_common::{bin_dir, doctor, json_of};
+use crate::common::doctor::{bin_dir, doctor, json_of};
 
 fn text_of(output: &std::process::Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()

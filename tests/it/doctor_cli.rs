@@ -2,9 +2,7 @@
 //! NVIDIA GPU; see tests/fixtures/nvidia-smi/README.md) first on PATH and
 //! NVML skipped, plus the no-GPU path and bad flag values.
 
-mod doctor_common;
-
-use doctor_common::{bin_dir, doctor, json_of, HOSTS};
+use crate::common::doctor::{bin_dir, doctor, json_of, HOSTS};
 
 #[test]
 fn doctor_reads_every_fixture_host_through_nvidia_smi() {
@@ -264,7 +262,7 @@ fn toolkit_cudnn_and_nvrtc_come_from_cuda_path() {
         std::fs::write(root.join("lib64").join(name), b"").unwrap();
     }
     let bin = bin_dir(true);
-    let output = doctor_common::doctor_with_env(
+    let output = crate::common::doctor::doctor_with_env(
         bin.path(),
         Some("rtx-5070-ti-575"),
         None,

@@ -18,9 +18,7 @@ use std::time::{Duration, Instant};
 use envgen::image::lock::{DigestSource, LockEntry, Lockfile};
 use serde_json::Value;
 
-mod docker_base;
-
-use docker_base::{ok, run, text, BASE};
+use crate::common::docker_base::{self, ok, run, text, BASE};
 const ENVGEN: &str = env!("CARGO_BIN_EXE_envgen");
 
 static DAEMON: Mutex<bool> = Mutex::new(false);

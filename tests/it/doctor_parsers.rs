@@ -1,9 +1,7 @@
 //! Each nvidia-smi parser on each recorded-format FAKE fixture, and the
 //! /proc parser; plus property tests: arbitrary input never panics.
 
-mod doctor_common;
-
-use doctor_common::{read_fixture, HOSTS};
+use crate::common::doctor::{read_fixture, HOSTS};
 use envgen::probe::nvidia_smi::{parse_query_csv, parse_table, parse_xml};
 use envgen::probe::proc::parse_driver_version;
 use proptest::prelude::*;

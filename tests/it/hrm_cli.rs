@@ -3,12 +3,10 @@
 //! configs exit 2, and the paper preset's parameter count. Real Burn
 //! training on CPU.
 
-mod experiment_common;
-
 use std::path::Path;
 use std::process::Output;
 
-use experiment_common::*;
+use crate::common::experiment::*;
 
 /// The default preset, end to end: ≥ 0.30 accuracy on the blank cells of
 /// held-out puzzles (chance is 1/9), from ≈ chance at step 0.

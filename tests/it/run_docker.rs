@@ -2,14 +2,11 @@
 //! daemon scripts/test.sh starts. The image is this build's envgen in a
 //! minimal root filesystem (imported through bollard); real training inside.
 
-mod docker_base;
-mod experiment_common;
-mod run_common;
-
 use std::path::Path;
 
+use crate::common::docker_base;
+use crate::common::run::*;
 use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveImageOptionsBuilder};
-use run_common::*;
 
 fn require_docker() {
     assert!(

@@ -2,14 +2,11 @@
 //! `rerun` against the real one-node Slurm cluster that scripts/test.sh
 //! starts (munge + slurmctld + slurmd). Real tiny-gpt2 training in the jobs.
 
-mod docker_base;
-mod experiment_common;
-mod run_common;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use run_common::*;
+use crate::common::run::*;
+use crate::common::{docker_base, experiment};
 use serde_json::Value;
 
 fn require_cluster() {
@@ -347,8 +344,5 @@ fn two_slurm_tasks_train_data_parallel_like_one_native_rank() {
     assert!(script.contains("#SBATCH --ntasks-per-node=2"), "{script}");
     assert!(script.contains("srun --kill-on-bad-exit=1 "), "{script}");
     // Each step logged once: rank 0 alone writes.
-    assert_eq!(
-        experiment_common::logged_steps(&dir),
-        (1..=6).collect::<Vec<_>>()
-    );
+    assert_eq!(experiment::logged_steps(&dir), (1..=6).collect::<Vec<_>>());
 }

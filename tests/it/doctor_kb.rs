@@ -3,9 +3,7 @@
 //! and the `no-gpu` verdict. NVML is skipped and PATH holds no nvidia-smi, so
 //! the real host cannot leak in.
 
-mod doctor_common;
-
-use doctor_common::{bin_dir, doctor, json_of};
+use crate::common::doctor::{bin_dir, doctor, json_of};
 
 #[test]
 fn assumed_a30_on_535_has_the_contract_shape() {

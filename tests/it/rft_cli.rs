@@ -2,11 +2,9 @@
 //! stage resume after an interruption, LoRA fine-tuning, and quantizing the
 //! resulting run. Real Burn training and sampling on CPU.
 
-mod experiment_common;
-
 use std::path::Path;
 
-use experiment_common::*;
+use crate::common::experiment::*;
 use serde_json::Value;
 
 /// `envgen run rft` with `--set` overrides into `out`; asserts it completed.

@@ -3,12 +3,10 @@
 //! `.npy` read alike), exact resume, corrupt shards, and `envgen sample`
 //! without the training data.
 
-mod experiment_common;
-
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use experiment_common::*;
+use crate::common::experiment::*;
 use serde_json::Value;
 
 /// The `tiny` model on GPT-2-tokenized shards: 16 rows of 64 tokens a step.

@@ -6,15 +6,13 @@
 //! with the same logits as envgen. Needs `ENVGEN_TEST_PYTHON` (a python with
 //! torch and transformers; scripts/services/pyref.sh provides it in CI).
 
-mod experiment_common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::common::experiment::*;
 use envgen_experiments::backend::Cpu;
 use envgen_experiments::data::Tokenizer;
 use envgen_experiments::gpt2::{self, hellaswag, hf, Gpt2, ModelConfig};
-use experiment_common::*;
 use serde_json::Value;
 
 /// Builds, saves and runs the reference model; writes reference.json.

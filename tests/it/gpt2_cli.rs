@@ -1,12 +1,10 @@
 //! GPT-2 through the real `envgen` binary: learning, determinism, resume,
 //! SIGINT, config errors, parameter counts. Real Burn training on CPU.
 
-mod experiment_common;
-
 use std::path::Path;
 use std::process::Output;
 
-use experiment_common::*;
+use crate::common::experiment::*;
 use serde_json::Value;
 
 /// A short tiny run: 24 steps, checkpoint every 8 (enough to test mechanics).

@@ -20,12 +20,10 @@
 //! variable — a user's machine — it pulls the pinned digest, which here fails
 //! fast with exit 3 and the fix.
 
-mod docker_base;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use docker_base::{ok, run, text};
+use crate::common::docker_base::{self, ok, run, text};
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 

@@ -3,10 +3,8 @@
 //! recovery, the packed files loading back to the reported numbers, damaged
 //! files, and bad sources. (HRM and RFT sources: `hrm_cli`, `rft_cli`.)
 
-mod experiment_common;
-
+use crate::common::experiment::*;
 use envgen_experiments::quant::run::{evaluate_packed, open_source};
-use experiment_common::*;
 
 #[test]
 fn tiny_gpt2_meets_the_quality_goals_and_files_load_back() {

@@ -13,13 +13,11 @@
 //! val loss 1.92523 (1 rank) vs 1.92480 (2 ranks), 4e-4 apart, while seeds
 //! spread it by 0.03 (tests/precision_cli.rs). Hence 1e-4 at 24 steps.
 
-mod experiment_common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use experiment_common::*;
+use crate::common::experiment::*;
 use serde_json::Value;
 
 const TOLERANCE: f64 = 1e-4;

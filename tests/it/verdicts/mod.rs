@@ -8,7 +8,6 @@ use envgen::host::{Gpu, Host, HostSource};
 use proptest::prelude::*;
 
 // Issue #27's cases at the edges, with the helpers below.
-#[path = "verdicts/edges.rs"]
 mod edges;
 
 fn kb() -> &'static KnowledgeBase {

@@ -1,0 +1,6 @@
+//! Helpers shared by the test modules.
+
+pub mod docker_base;
+pub mod doctor;
+pub mod experiment;
+pub mod run;
