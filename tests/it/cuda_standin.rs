@@ -20,6 +20,7 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::Instant;
 
+use crate::common::turn;
 use serde_json::Value;
 
 /// `nvidia/cu13` of the CUDA wheels: bin/ptxas, include/, lib/libnvrtc.so.13.
@@ -141,6 +142,7 @@ fn toolkit(root: &Path, with_builtins: bool, include: Option<&Path>) -> PathBuf 
 
 #[test]
 fn readiness_names_each_missing_piece_before_any_run_directory() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path();
     let cu13 = cuda_wheels();
@@ -284,6 +286,7 @@ fn json_doc(out: &Output) -> Value {
 
 #[test]
 fn warmup_compiles_the_cuda_host_path_once_and_runs_reuse_it() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path();
     let ptx = home.join("ptx");
@@ -480,6 +483,7 @@ fn assemble_all(modules: &BTreeSet<PathBuf>, arch: &str) -> Vec<String> {
 
 #[test]
 fn every_gpt2_and_hrm_kernel_compiles_and_assembles_for_five_architectures() {
+    let _turn = turn!();
     let _cache = kept_kernels_lock();
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path();
@@ -542,6 +546,7 @@ fn mma_instructions(modules: &BTreeSet<PathBuf>) -> BTreeSet<String> {
 /// (docs/running.md, "Precision"): this test fails the day that changes.
 #[test]
 fn precisions_compile_to_their_tensor_core_instructions() {
+    let _turn = turn!();
     let _cache = kept_kernels_lock();
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path();

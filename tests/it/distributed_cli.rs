@@ -18,6 +18,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::experiment::*;
+use crate::common::turn;
 use serde_json::Value;
 
 const TOLERANCE: f64 = 1e-4;
@@ -52,6 +53,7 @@ fn assert_close(a: &Value, b: &Value, key: &str) {
 
 #[test]
 fn two_ranks_train_the_same_science_as_one() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let one = json_of(&expect_success(output(tiny(tmp.path(), &[]))));
     let two = json_of(&expect_success(output(tiny(tmp.path(), &["--ranks", "2"]))));
@@ -113,6 +115,7 @@ fn two_ranks_train_the_same_science_as_one() {
 /// two again, within the tolerance of a world-size change.
 #[test]
 fn a_two_rank_run_resumes_exactly_and_on_another_world_size() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let whole = json_of(&expect_success(output(tiny(tmp.path(), &["--ranks", "2"]))));
 
@@ -223,6 +226,7 @@ fn only_run_dir(out: &Path) -> PathBuf {
 /// its checkpoints and resumes.
 #[test]
 fn a_killed_rank_fails_the_run_with_a_clear_message() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("runs");
     let mut command = envgen();
@@ -266,6 +270,7 @@ fn a_killed_rank_fails_the_run_with_a_clear_message() {
 /// logged once.
 #[test]
 fn a_stopped_launcher_stops_every_rank_at_one_checkpoint() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("runs");
     let mut child = envgen()
@@ -314,6 +319,7 @@ fn a_stopped_launcher_stops_every_rank_at_one_checkpoint() {
 /// waiting forever: the timeout patch to burn-collective.
 #[test]
 fn a_lost_peer_times_out_instead_of_hanging() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     // A two-rank run directory, stopped after one step.
     let stopped = output(tiny(tmp.path(), &["--ranks", "2", "--stop-after", "1"]));
@@ -378,6 +384,7 @@ fn a_lost_peer_times_out_instead_of_hanging() {
 /// `--ranks` is refused, before anything is written, where it cannot work.
 #[test]
 fn ranks_are_refused_where_they_cannot_work() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("runs");
     let cases: [(&[&str], &str); 3] = [

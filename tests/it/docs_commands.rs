@@ -7,6 +7,7 @@
 //! Also: `--dry-run` itself (no directory made, exit 2 on bad input) and
 //! bench/gpu-check.sh's CHECK_ONLY mode.
 
+use crate::common::turn;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -253,6 +254,7 @@ fn substitute(args: &[String], run_dir: &Path, data_dir: &Path) -> Vec<String> {
 
 #[test]
 fn every_documented_envgen_command_is_valid() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     // RUN_DIR in the docs: a real (completed) tiny gpt2 run.
     let made = envgen()
@@ -411,6 +413,7 @@ fn quantize_run(tmp: &Path, source: &Path) -> PathBuf {
 
 #[test]
 fn the_extraction_finds_commands_inside_quotes_blocks_and_wrapped_spans() {
+    let _turn = turn!();
     let md = "Run `envgen run gpt2 --preset tiny\n--set train.steps=2` or\n\n```sh\nenvgen probe gpt2 \\\n  --backend cpu   # comment\nhyperfine -N 'envgen doctor --json'\nRAYON_NUM_THREADS=1 envgen run gpt2 --json | tee x\n```\n";
     let found: Vec<String> = code_snippets(md)
         .iter()
@@ -430,6 +433,7 @@ fn the_extraction_finds_commands_inside_quotes_blocks_and_wrapped_spans() {
 
 #[test]
 fn dry_run_creates_nothing_and_prints_the_plan() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let out_dir = tmp.path().join("runs");
     let out = envgen()
@@ -478,6 +482,7 @@ fn dry_run_creates_nothing_and_prints_the_plan() {
 
 #[test]
 fn dry_run_refuses_what_the_run_would() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let refused = |args: &[&str], needle: &str| {
         let mut command = envgen();
@@ -538,6 +543,7 @@ fn dry_run_refuses_what_the_run_would() {
 
 #[test]
 fn gpu_check_script_check_only_mode_validates_its_commands() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let out = Command::new("bash")
         .arg(repo().join("bench/gpu-check.sh"))
@@ -572,6 +578,7 @@ fn gpu_check_script_check_only_mode_validates_its_commands() {
 
 #[test]
 fn gpu_check_records_a_runs_median_throughput_and_the_ratio_to_pytorch() {
+    let _turn = turn!();
     let python = std::env::var("ENVGEN_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
     let tmp = tempfile::tempdir().unwrap();
     // A real (CPU) run, logged as the script logs its steps.

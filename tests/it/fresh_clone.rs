@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use crate::common::docker_base::{self, ok, run, text};
+use crate::common::turn;
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 
@@ -169,6 +170,7 @@ fn stdout(output: &Output) -> String {
 
 #[test]
 fn a_fresh_clone_verifies_renders_pinned_and_builds_cpu_without_flags() {
+    let _turn = turn!();
     require_services();
     docker_base::ensure_base_image();
     let head = String::from_utf8(ok(run("git", &["-C", REPO, "rev-parse", "HEAD"])).stdout)

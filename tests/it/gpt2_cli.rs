@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::Output;
 
 use crate::common::experiment::*;
+use crate::common::turn;
 use serde_json::Value;
 
 /// A short tiny run: 24 steps, checkpoint every 8 (enough to test mechanics).
@@ -35,6 +36,7 @@ fn metric_bits(doc: &Value, key: &str) -> u64 {
 
 #[test]
 fn tiny_preset_learns_against_the_entropy_bound() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let out = run_ok(&[
         "run",
@@ -118,6 +120,7 @@ fn tiny_preset_learns_against_the_entropy_bound() {
 
 #[test]
 fn runs_are_bit_identical_and_resume_is_exact() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     // Two runs, on different thread counts: the CPU kernels split work so
     // that no reduction depends on how many threads share it.
@@ -153,6 +156,7 @@ fn runs_are_bit_identical_and_resume_is_exact() {
 /// uninterrupted one does.
 #[test]
 fn dropout_is_active_repeatable_and_resumable() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let dropout = ["--set", "model.dropout=0.1"];
     let plain = json_of(&short_run(tmp.path(), &[]));
@@ -185,6 +189,7 @@ fn dropout_is_active_repeatable_and_resumable() {
 
 #[test]
 fn micro_batch_changes_speed_not_science() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let whole = json_of(&short_run(tmp.path(), &[]));
     let split = json_of(&short_run(tmp.path(), &["--micro-batch", "4"]));
@@ -212,6 +217,7 @@ fn micro_batch_changes_speed_not_science() {
 #[cfg(unix)]
 #[test]
 fn sigint_checkpoints_and_exits_130() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let mut args: Vec<&str> = vec![
         "run",
@@ -268,6 +274,7 @@ fn sigint_checkpoints_and_exits_130() {
 
 #[test]
 fn config_errors_exit_2_naming_the_key() {
+    let _turn = turn!();
     let cases: &[(&[&str], &[&str])] = &[
         (
             &["--set", "train.steps=abc"],
@@ -316,6 +323,7 @@ fn config_errors_exit_2_naming_the_key() {
 
 #[test]
 fn describe_reports_every_presets_parameter_count() {
+    let _turn = turn!();
     // d, layers, block, vocab → V·d + T·d + L·(12d² + 13d) + 2d
     let formula =
         |d: u64, l: u64, t: u64, v: u64| v * d + t * d + l * (12 * d * d + 13 * d) + 2 * d;

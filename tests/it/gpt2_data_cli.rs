@@ -7,6 +7,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::common::experiment::*;
+use crate::common::turn;
 use serde_json::Value;
 
 /// The `tiny` model on GPT-2-tokenized shards: 16 rows of 64 tokens a step.
@@ -154,6 +155,7 @@ fn run_measured(args: &[&str]) -> (std::process::Output, u64) {
 #[cfg(target_os = "linux")]
 #[test]
 fn peak_memory_does_not_grow_with_the_data_set() {
+    let _turn = turn!();
     const MIB: u64 = 1 << 20;
     let tmp = tempfile::tempdir().unwrap();
     let mut peaks = Vec::new();
@@ -234,6 +236,7 @@ fn run_config(config: &Path, out: &Path, extra: &[&str]) -> std::process::Output
 /// exactly where an uninterrupted one does; epochs are logged.
 #[test]
 fn bin_and_npy_shards_train_in_llmc_order_and_resume_exactly() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let (bin, npy) = (tmp.path().join("bin"), tmp.path().join("npy"));
     for dir in [&bin, &npy] {
@@ -373,6 +376,7 @@ fn bin_and_npy_shards_train_in_llmc_order_and_resume_exactly() {
 
 #[test]
 fn truncated_and_corrupt_shards_exit_2_naming_file_and_offset() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
     std::fs::create_dir_all(&dir).unwrap();

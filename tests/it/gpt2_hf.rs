@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::common::experiment::*;
+use crate::common::turn;
 use envgen_experiments::backend::Cpu;
 use envgen_experiments::data::Tokenizer;
 use envgen_experiments::gpt2::{self, hellaswag, hf, Gpt2, ModelConfig};
@@ -204,11 +205,13 @@ fn check_pretrained(mode: &str, tokens: &[u32], steps: usize, rows: &[(Vec<u32>,
 
 #[test]
 fn a_small_transformers_gpt2_loads_with_the_same_logits() {
+    let _turn = turn!();
     check_pretrained("small", &[5, 17, 299, 0, 42, 42, 7, 150, 3, 88], 12, &[]);
 }
 
 #[test]
 fn the_124m_transformers_gpt2_loads_with_the_same_logits() {
+    let _turn = turn!();
     // "Hello, I'm a language model," in GPT-2 BPE.
     let fixture = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -229,6 +232,7 @@ fn the_124m_transformers_gpt2_loads_with_the_same_logits() {
 
 #[test]
 fn exported_runs_load_in_transformers_with_the_same_logits() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let doc = json_of(&run_ok(&[
         "run",

@@ -7,11 +7,13 @@ use std::path::Path;
 use std::process::Output;
 
 use crate::common::experiment::*;
+use crate::common::turn;
 
 /// The default preset, end to end: ≥ 0.30 accuracy on the blank cells of
 /// held-out puzzles (chance is 1/9), from ≈ chance at step 0.
 #[test]
 fn tiny_preset_learns_on_held_out_puzzles() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let out = run_ok(&[
         "run",
@@ -136,6 +138,7 @@ fn short_run(out: &Path, extra: &[&str]) -> Output {
 
 #[test]
 fn stop_then_resume_matches_an_uninterrupted_run() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let whole = short_run(tmp.path(), &[]);
     assert!(
@@ -172,6 +175,7 @@ fn stop_then_resume_matches_an_uninterrupted_run() {
 
 #[test]
 fn bad_configs_exit_2_naming_the_key() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let cases: &[(&[&str], &str)] = &[
         (&["--set", "model.hedas=4"], "hedas"),
@@ -210,6 +214,7 @@ fn bad_configs_exit_2_naming_the_key() {
 
 #[test]
 fn describe_reports_the_paper_parameter_count() {
+    let _turn = turn!();
     let doc = json_of(&run_ok(&[
         "experiments",
         "describe",

@@ -19,6 +19,7 @@ use envgen::image::lock::{DigestSource, LockEntry, Lockfile};
 use serde_json::Value;
 
 use crate::common::docker_base::{self, ok, run, text, BASE};
+use crate::common::turn;
 const ENVGEN: &str = env!("CARGO_BIN_EXE_envgen");
 
 static DAEMON: Mutex<bool> = Mutex::new(false);
@@ -146,6 +147,7 @@ fn locked_cpu_build(tag: &str, extra: &[&str]) -> (tempfile::TempDir, Value) {
 
 #[test]
 fn cpu_image_builds_runs_doctor_as_non_root_and_reproduces_its_envgen_layer() {
+    let _turn = turn!();
     let _daemon = daemon();
     let (containers, built) = locked_cpu_build("envgen-test/cpu:one", &[]);
     let image_id = built["image_id"].as_str().unwrap().to_string();
@@ -305,6 +307,7 @@ fn cpu_image_builds_runs_doctor_as_non_root_and_reproduces_its_envgen_layer() {
 
 #[test]
 fn lock_verify_names_drift_and_gpu_profiles_lock_without_their_bases() {
+    let _turn = turn!();
     let _daemon = daemon();
     let containers = containers_copy();
     let dir = containers.path();
@@ -501,6 +504,7 @@ fn lock_verify_names_drift_and_gpu_profiles_lock_without_their_bases() {
 
 #[test]
 fn push_to_the_loopback_registry_resolves_digests_and_rebuilds_from_a_pinned_base() {
+    let _turn = turn!();
     let _daemon = daemon();
     let registry = registry();
     let base = format!("{registry}/envgen-test/debian:bookworm-slim");
@@ -617,6 +621,7 @@ fn push_to_the_loopback_registry_resolves_digests_and_rebuilds_from_a_pinned_bas
 
 #[test]
 fn exports_a_docker_archive_an_apptainer_definition_and_a_charliecloud_image() {
+    let _turn = turn!();
     let _daemon = daemon();
     let (containers, built) = locked_cpu_build("envgen-test/cpu:export", &[]);
     let dir = containers.path();
@@ -740,6 +745,7 @@ fn assert_nothing_left(log: &str, tag: &str) {
 
 #[test]
 fn a_failing_run_exits_1_with_the_step_output_and_leaves_nothing() {
+    let _turn = turn!();
     let _daemon = daemon();
     let containers = containers_with_step("RUN echo envgen-test-failing-step-output && exit 7");
     let output = envgen_image(
@@ -774,6 +780,7 @@ fn a_failing_run_exits_1_with_the_step_output_and_leaves_nothing() {
 
 #[test]
 fn ctrl_c_stops_the_build_and_tags_nothing() {
+    let _turn = turn!();
     let _daemon = daemon();
     let containers = containers_with_step("RUN echo envgen-test-slow-step && sleep 120");
     let mut child = Command::new(ENVGEN)
@@ -831,6 +838,7 @@ fn ctrl_c_stops_the_build_and_tags_nothing() {
 
 #[test]
 fn an_unreachable_daemon_exits_3_and_says_how_to_fix_it() {
+    let _turn = turn!();
     let containers = containers_copy();
     let output = envgen_image_with(
         containers.path(),
@@ -974,6 +982,7 @@ fn stand_in_base(tag: &str, cuda: &str, env: &[(&str, &str)], apt: &[(&str, &str
 /// the image carries the profile's CUDA rule, its labels and a working envgen.
 #[test]
 fn cuda_and_ngc_recipes_build_on_labelled_stand_in_bases() {
+    let _turn = turn!();
     let _daemon = daemon();
     let profiles = Path::new(env!("CARGO_MANIFEST_DIR")).join("containers");
     let cuda = envgen::image::Containers::locate(Some(&profiles))

@@ -11,6 +11,7 @@
 use std::path::Path;
 
 use crate::common::experiment::*;
+use crate::common::turn;
 use serde_json::Value;
 
 /// How far a bf16/fp16 run's final validation loss may lie from the fp32
@@ -89,6 +90,7 @@ fn assert_loss_scaler_reported(doc: &Value) {
 
 #[test]
 fn gpt2_tiny_in_bf16_and_fp16_learns_like_fp32() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let fp32 = run_at("gpt2", "fp32", tmp.path(), &[]);
     let reference = metric(&fp32, "final_val_loss");
@@ -114,6 +116,7 @@ fn gpt2_tiny_in_bf16_and_fp16_learns_like_fp32() {
 
 #[test]
 fn hrm_tiny_in_bf16_and_fp16_learns_like_fp32() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let fp32 = run_at("hrm-sudoku", "fp32", tmp.path(), &[]);
     let reference = metric(&fp32, "cell_accuracy");
@@ -138,6 +141,7 @@ fn hrm_tiny_in_bf16_and_fp16_learns_like_fp32() {
 
 #[test]
 fn a_bf16_run_resumed_midway_ends_on_the_same_bits() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let short = [
         "--set",
@@ -177,6 +181,7 @@ fn a_bf16_run_resumed_midway_ends_on_the_same_bits() {
 
 #[test]
 fn an_unknown_precision_is_a_usage_error() {
+    let _turn = turn!();
     let out = run(&["run", "gpt2", "--backend", "cpu", "--precision", "fp8"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);

@@ -7,6 +7,7 @@
 use std::path::Path;
 
 use crate::common::experiment::*;
+use crate::common::turn;
 use serde_json::Value;
 
 /// `envgen ARGS` with HOME (hence ~/.config/envgen) in `home`.
@@ -31,6 +32,7 @@ const MEMORY_LIMIT: &str = "192M";
 
 #[test]
 fn probe_stops_at_the_cap_and_run_uses_what_it_wrote() {
+    let _turn = turn!();
     let home = tempfile::tempdir().unwrap();
     let out = in_home(
         home.path(),
@@ -135,6 +137,7 @@ fn probe_stops_at_the_cap_and_run_uses_what_it_wrote() {
 
 #[test]
 fn probe_rejects_micro_batches_that_do_not_divide_the_batch() {
+    let _turn = turn!();
     let home = tempfile::tempdir().unwrap();
     let out = in_home(
         home.path(),

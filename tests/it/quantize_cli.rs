@@ -4,10 +4,12 @@
 //! files, and bad sources. (HRM and RFT sources: `hrm_cli`, `rft_cli`.)
 
 use crate::common::experiment::*;
+use crate::common::turn;
 use envgen_experiments::quant::run::{evaluate_packed, open_source};
 
 #[test]
 fn tiny_gpt2_meets_the_quality_goals_and_files_load_back() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     // The gpt2 tiny preset, shortened: val loss is already well below its
     // initial value after 200 steps.
@@ -180,6 +182,7 @@ fn tiny_gpt2_meets_the_quality_goals_and_files_load_back() {
 
 #[test]
 fn missing_or_unset_sources_exit_2_with_the_fix() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let out = quantize(tmp.path(), &tmp.path().join("no-such-run"), &[]);
     assert_eq!(out.status.code(), Some(2));

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use crate::common::experiment::*;
+use crate::common::turn;
 use serde_json::Value;
 
 /// `envgen run rft` with `--set` overrides into `out`; asserts it completed.
@@ -25,6 +26,7 @@ fn quantize_int8(out: &Path, run_dir: &Path) -> Value {
 
 #[test]
 fn tiny_preset_raises_held_out_accuracy() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let doc = run_rft_to_completion(tmp.path(), &[]);
     let m = &doc["summary"]["metrics"];
@@ -145,6 +147,7 @@ fn rft_args<'a>(out: &'a Path, sets: &[&'a str], extra: &[&'a str]) -> Vec<&'a s
 /// stage is reused and the fine-tuning continues from its checkpoint.
 #[test]
 fn an_interrupted_run_resumes_where_it_stopped() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     // 200 pretraining + 10 (round 1) + 5 (round 2) steps.
     let stopped = run(&rft_args(tmp.path(), SHORT, &["--stop-after", "215"]));
@@ -188,6 +191,7 @@ fn an_interrupted_run_resumes_where_it_stopped() {
 /// model that gets some sampled answers right; 20 fine-tuning steps).
 #[test]
 fn lora_trains_adapters_on_frozen_weights_and_saves_a_plain_gpt() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let doc = run_rft_to_completion(
         tmp.path(),

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use crate::common::docker_base;
 use crate::common::run::*;
+use crate::common::turn;
 use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveImageOptionsBuilder};
 
 fn require_docker() {
@@ -79,6 +80,7 @@ fn image_id(reference: &str) -> String {
 
 #[test]
 fn docker_run_trains_the_same_bits_as_native_and_rerun_reproduces_them() {
+    let _turn = turn!();
     require_docker();
     let image = import_image("same-bits", "same-bits");
     let tmp = tempfile::tempdir().unwrap();
@@ -141,6 +143,7 @@ fn interrupted_without_container(dir: &Path, out: &std::process::Output) {
 
 #[test]
 fn ctrl_c_stops_and_removes_the_container_and_the_run_resumes() {
+    let _turn = turn!();
     require_docker();
     let image = import_image("ctrl-c", "ctrl-c");
     let tmp = tempfile::tempdir().unwrap();
@@ -151,6 +154,7 @@ fn ctrl_c_stops_and_removes_the_container_and_the_run_resumes() {
 
 #[test]
 fn rerun_refuses_when_the_image_is_gone() {
+    let _turn = turn!();
     require_docker();
     let image = import_image("gone", "gone");
     let tmp = tempfile::tempdir().unwrap();
@@ -191,6 +195,7 @@ fn rerun_refuses_when_the_image_is_gone() {
 
 #[test]
 fn without_image_the_cpu_profile_image_is_built_on_demand() {
+    let _turn = turn!();
     require_docker();
     docker_base::ensure_base_image();
     let tmp = tempfile::tempdir().unwrap();
@@ -221,6 +226,7 @@ fn without_image_the_cpu_profile_image_is_built_on_demand() {
 /// Docker daemon, and with neither, runs natively — saying why each time.
 #[test]
 fn auto_falls_back_to_docker_then_native_and_says_why() {
+    let _turn = turn!();
     require_docker();
     let image = import_image("auto", "auto");
     let tmp = tempfile::tempdir().unwrap();
@@ -274,6 +280,7 @@ fn auto_falls_back_to_docker_then_native_and_says_why() {
 /// (mounted read-only at the same path) is hashed into both manifests.
 #[test]
 fn data_files_are_mounted_read_only_and_hashed_into_the_manifest() {
+    let _turn = turn!();
     require_docker();
     use sha2::Digest as _;
     use std::os::unix::fs::PermissionsExt as _;
@@ -325,6 +332,7 @@ fn data_files_are_mounted_read_only_and_hashed_into_the_manifest() {
 /// (exit 130), removes the container, and the run resumes from its checkpoint.
 #[test]
 fn docker_kill_leaves_an_interrupted_resumable_run_and_no_container() {
+    let _turn = turn!();
     require_docker();
     let image = import_image("kill", "kill");
     let tmp = tempfile::tempdir().unwrap();
@@ -345,6 +353,7 @@ fn docker_kill_leaves_an_interrupted_resumable_run_and_no_container() {
 
 #[test]
 fn detach_is_for_slurm_only() {
+    let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let out = short_run(tmp.path(), &["--where", "docker", "--detach"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
@@ -397,6 +406,7 @@ fn assert_same_bits(native: &serde_json::Value, docker: &serde_json::Value) {
 /// 0700 /root, which uid 1000 cannot enter: "Permission denied".)
 #[test]
 fn as_root_under_a_0700_home_the_container_trains_the_same_bits() {
+    let _turn = turn!();
     require_docker();
     assert!(
         is_root(),
@@ -463,6 +473,7 @@ const OTHER_UID: u32 = 4242;
 /// 0700 home, and trains the same bits as that user's native run.
 #[test]
 fn an_unprivileged_user_runs_in_docker_with_the_same_bits() {
+    let _turn = turn!();
     require_docker();
     assert!(
         is_root(),

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::common::run::*;
+use crate::common::turn;
 use crate::common::{docker_base, experiment};
 use serde_json::Value;
 
@@ -18,6 +19,7 @@ fn require_cluster() {
 
 #[test]
 fn auto_picks_slurm_and_the_job_trains_the_same_bits_as_a_native_run() {
+    let _turn = turn!();
     require_cluster();
     let tmp = tempfile::tempdir().unwrap();
     let native = short_run(tmp.path(), &["--where", "native"]);
@@ -104,6 +106,7 @@ fn auto_picks_slurm_and_the_job_trains_the_same_bits_as_a_native_run() {
 
 #[test]
 fn a_two_seed_sweep_runs_as_one_job_array() {
+    let _turn = turn!();
     require_cluster();
     let tmp = tempfile::tempdir().unwrap();
     let out = short_run(
@@ -157,6 +160,7 @@ fn assert_interrupted_and_resumable(dir: &Path) {
 
 #[test]
 fn scancel_through_runs_cancel_leaves_an_interrupted_resumable_run() {
+    let _turn = turn!();
     require_cluster();
     let tmp = tempfile::tempdir().unwrap();
     let args = long_run_args(tmp.path(), &["--where", "slurm", "--detach"]);
@@ -186,6 +190,7 @@ fn scancel_through_runs_cancel_leaves_an_interrupted_resumable_run() {
 
 #[test]
 fn ctrl_c_while_following_cancels_the_job_and_exits_130() {
+    let _turn = turn!();
     require_cluster();
     let tmp = tempfile::tempdir().unwrap();
     let args = long_run_args(tmp.path(), &["--where", "slurm"]);
@@ -196,6 +201,7 @@ fn ctrl_c_while_following_cancels_the_job_and_exits_130() {
 
 #[test]
 fn slurm_job_runs_envgen_inside_charliecloud() {
+    let _turn = turn!();
     require_cluster();
     assert!(
         which_ch_run(),
@@ -253,6 +259,7 @@ fn which_ch_run() -> bool {
 /// private Docker daemon too (scripts/test.sh starts both).
 #[test]
 fn slurm_job_runs_inside_the_exported_cpu_profile_image() {
+    let _turn = turn!();
     require_cluster();
     assert!(
         which_ch_run(),
@@ -307,6 +314,7 @@ fn slurm_job_runs_inside_the_exported_cpu_profile_image() {
 /// tests/distributed_cli.rs (f32 reassociation of the gradient average).
 #[test]
 fn two_slurm_tasks_train_data_parallel_like_one_native_rank() {
+    let _turn = turn!();
     require_cluster();
     let tmp = tempfile::tempdir().unwrap();
     let native = short_run(tmp.path(), &["--where", "native"]);

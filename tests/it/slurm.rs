@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::common::turn;
 use envgen::launch::slurm::{self, JobSpec, Runtime};
 
 fn require_cluster() {
@@ -58,6 +59,7 @@ fn outputs(dir: &Path) -> Vec<String> {
 
 #[test]
 fn runs_envgen_natively_and_collects_its_output() {
+    let _turn = turn!();
     require_cluster();
     let dir = tempfile::tempdir().unwrap();
     let envgen = env!("CARGO_BIN_EXE_envgen");
@@ -76,6 +78,7 @@ fn runs_envgen_natively_and_collects_its_output() {
 
 #[test]
 fn array_tasks_run_with_their_own_arguments() {
+    let _turn = turn!();
     require_cluster();
     let dir = tempfile::tempdir().unwrap();
     let mut spec = job(
@@ -108,6 +111,7 @@ fn array_tasks_run_with_their_own_arguments() {
 
 #[test]
 fn scancel_stops_a_running_job() {
+    let _turn = turn!();
     require_cluster();
     let dir = tempfile::tempdir().unwrap();
     let id = submit(

@@ -4,3 +4,6 @@ pub mod docker_base;
 pub mod doctor;
 pub mod experiment;
 pub mod run;
+pub mod turns;
+
+pub(crate) use turns::turn;
