@@ -20,8 +20,8 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use crate::common::turn;
-use serde_json::Value;
+use crate::common::experiment::manifest_of;
+use crate::common::{expect_success, json_of, turn};
 
 /// `nvidia/cu13` of the CUDA wheels: bin/ptxas, include/, lib/libnvrtc.so.13.
 fn cuda_wheels() -> PathBuf {
@@ -274,16 +274,6 @@ fn ptx_files(dir: &Path) -> BTreeSet<PathBuf> {
         .collect()
 }
 
-fn json_doc(out: &Output) -> Value {
-    assert!(
-        out.status.success(),
-        "envgen failed ({}):\n{}",
-        out.status,
-        text(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("--json output")
-}
-
 #[test]
 fn warmup_compiles_the_cuda_host_path_once_and_runs_reuse_it() {
     let _turn = turn!();
@@ -343,13 +333,9 @@ fn warmup_compiles_the_cuda_host_path_once_and_runs_reuse_it() {
         .output()
         .unwrap();
     let warm_s = started.elapsed().as_secs_f64();
-    let doc = json_doc(&out);
+    let doc = json_of(&expect_success(out));
     assert_eq!(doc["summary"]["status"], "completed", "{doc}");
-    let manifest: Value = serde_json::from_str(
-        &std::fs::read_to_string(Path::new(doc["run_dir"].as_str().unwrap()).join("manifest.json"))
-            .unwrap(),
-    )
-    .unwrap();
+    let manifest = manifest_of(&doc);
     assert_eq!(manifest["profile"]["backend"], "cuda", "{manifest}");
     assert_eq!(manifest["profile"]["precision"], "bf16", "{manifest}");
     assert!(

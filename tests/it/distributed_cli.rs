@@ -17,9 +17,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::experiment::*;
-use crate::common::turn;
 use serde_json::Value;
+
+use crate::common::experiment::*;
+use crate::common::{envgen, expect_success, json_of, read_json, run_dir_of, turn};
 
 const TOLERANCE: f64 = 1e-4;
 
@@ -37,10 +38,6 @@ fn tiny(out: &Path, extra: &[&str]) -> Command {
 
 fn output(mut command: Command) -> Output {
     command.output().expect("spawn envgen")
-}
-
-fn manifest(doc: &Value) -> Value {
-    read_json(&run_dir_of(doc).join("manifest.json"))
 }
 
 fn assert_close(a: &Value, b: &Value, key: &str) {
@@ -68,7 +65,7 @@ fn two_ranks_train_the_same_science_as_one() {
     }
     assert!(metric(&two, "final_val_loss") < 0.9 * metric(&two, "initial_val_loss"));
 
-    let (m1, m2) = (manifest(&one), manifest(&two));
+    let (m1, m2) = (manifest_of(&one), manifest_of(&two));
     assert_eq!(m1["config_hash"], m2["config_hash"], "same science");
     assert_eq!(
         (m1["world_size"].clone(), m2["world_size"].clone()),

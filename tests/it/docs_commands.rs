@@ -7,9 +7,10 @@
 //! Also: `--dry-run` itself (no directory made, exit 2 on bad input) and
 //! bench/gpu-check.sh's CHECK_ONLY mode.
 
-use crate::common::turn;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
+
+use crate::common::{envgen, text, turn};
 
 const DOCS: &[&str] = &[
     "docs/benchmarks.md",
@@ -21,23 +22,8 @@ const DOCS: &[&str] = &[
     "docs/experiments/rft.md",
 ];
 
-fn envgen() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_envgen"));
-    command.env_remove("ENVGEN_RUN_IMAGE");
-    command
-}
-
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn text_of(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 /// A documented command: where it was found, its words after `envgen`,
@@ -265,7 +251,7 @@ fn every_documented_envgen_command_is_valid() {
         .current_dir(tmp.path())
         .output()
         .unwrap();
-    assert!(made.status.success(), "{}", text_of(&made));
+    assert!(made.status.success(), "{}", text(&made));
     let run_dir: PathBuf = std::fs::read_dir(tmp.path().join("runs"))
         .unwrap()
         .next()
@@ -361,7 +347,7 @@ fn every_documented_envgen_command_is_valid() {
                 "{}: envgen {}\n{}",
                 command.place,
                 args.join(" "),
-                text_of(&out)
+                text(&out)
             ));
         }
     }
@@ -402,7 +388,7 @@ fn quantize_run(tmp: &Path, source: &Path) -> PathBuf {
         .current_dir(tmp)
         .output()
         .unwrap();
-    assert!(made.status.success(), "{}", text_of(&made));
+    assert!(made.status.success(), "{}", text(&made));
     std::fs::read_dir(&out)
         .unwrap()
         .next()
@@ -445,7 +431,7 @@ fn dry_run_creates_nothing_and_prints_the_plan() {
         .current_dir(tmp.path())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", text_of(&out));
+    assert!(out.status.success(), "{}", text(&out));
     let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let run = &plan["runs"][0];
     assert_eq!(plan["dry_run"], true);
@@ -471,13 +457,13 @@ fn dry_run_creates_nothing_and_prints_the_plan() {
         .current_dir(tmp.path())
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&human.stdout);
-    assert!(human.status.success(), "{}", text_of(&human));
+    let stdout = String::from_utf8_lossy(&human.stdout);
+    assert!(human.status.success(), "{}", text(&human));
     assert!(
-        text.contains(run["config_hash"].as_str().unwrap()),
-        "{text}"
+        stdout.contains(run["config_hash"].as_str().unwrap()),
+        "{stdout}"
     );
-    assert!(text.contains("nothing was created"), "{text}");
+    assert!(stdout.contains("nothing was created"), "{stdout}");
 }
 
 #[test]
@@ -491,7 +477,7 @@ fn dry_run_refuses_what_the_run_would() {
             command.arg("--out").arg(tmp.path().join("runs"));
         }
         let out = command.current_dir(tmp.path()).output().unwrap();
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text_of(&out));
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(needle), "{args:?}: {err}");
     };
@@ -558,7 +544,7 @@ fn gpu_check_script_check_only_mode_validates_its_commands() {
         .env("OUT", tmp.path().join("out"))
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", text_of(&out));
+    assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     // Every envgen step the script would run was dry-run, and passed.
     for step in [
@@ -589,7 +575,7 @@ fn gpu_check_records_a_runs_median_throughput_and_the_ratio_to_pytorch() {
         .arg(tmp.path().join("runs"))
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}", text_of(&run));
+    assert!(run.status.success(), "{}", text(&run));
     let (out, err) = (tmp.path().join("run.out"), tmp.path().join("run.err"));
     std::fs::write(&out, &run.stdout).unwrap();
     std::fs::write(&err, &run.stderr).unwrap();
@@ -601,7 +587,7 @@ fn gpu_check_records_a_runs_median_throughput_and_the_ratio_to_pytorch() {
         .arg(r#"{"skip_first": 2}"#)
         .output()
         .unwrap();
-    assert!(line.status.success(), "{python}: {}", text_of(&line));
+    assert!(line.status.success(), "{python}: {}", text(&line));
     let rec: serde_json::Value = serde_json::from_slice(&line.stdout).unwrap();
 
     // The median of steps 3..5 from the run's own metrics.jsonl.
@@ -630,7 +616,7 @@ fn gpu_check_records_a_runs_median_throughput_and_the_ratio_to_pytorch() {
         .arg(&results)
         .output()
         .unwrap();
-    assert!(compare.status.success(), "{}", text_of(&compare));
+    assert!(compare.status.success(), "{}", text(&compare));
     let summary: serde_json::Value = serde_json::from_slice(&compare.stdout).unwrap();
     assert_eq!(summary["gpt2_envgen_over_eager"].as_f64().unwrap(), 2.0);
     assert!(summary["hrm_envgen_over_eager"].is_null());

@@ -3,7 +3,9 @@
 //! a short "what runs here" per GPU; `--all` prints the whole catalog table.
 //! Hosts are assumed or FAKE nvidia-smi fixtures (no GPU on this machine).
 
-use crate::common::doctor::{bin_dir, doctor, json_of};
+use crate::common::docker_base::require_docker_host;
+use crate::common::doctor::{bin_dir, doctor, doctor_no_gpu};
+use crate::common::json_of;
 
 fn text_of(output: &std::process::Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
@@ -20,8 +22,7 @@ const A100_FP8: &[&str] = &[
 
 #[test]
 fn a_precision_question_gets_one_verdict_and_nothing_else() {
-    let bin = bin_dir(false);
-    let output = doctor(bin.path(), None, None, A100_FP8);
+    let output = doctor_no_gpu(A100_FP8);
     assert_eq!(output.status.code(), Some(1), "{output:?}");
     let text = text_of(&output);
     let verdict_lines: Vec<&str> = text.lines().filter(|l| l.contains(": fail")).collect();
@@ -40,7 +41,7 @@ fn a_precision_question_gets_one_verdict_and_nothing_else() {
     // JSON: the answer under `verdicts`, the catalog under its own key.
     let mut args = A100_FP8.to_vec();
     args.push("--json");
-    let output = doctor(bin.path(), None, None, &args);
+    let output = doctor_no_gpu(&args);
     assert_eq!(output.status.code(), Some(1), "{output:?}");
     let json = json_of(&output);
     let verdicts = json["verdicts"].as_array().expect("verdicts");
@@ -54,7 +55,7 @@ fn a_precision_question_gets_one_verdict_and_nothing_else() {
     // --all adds the catalog table to the answer.
     let mut args = A100_FP8.to_vec();
     args.push("--all");
-    let text = text_of(&doctor(bin.path(), None, None, &args));
+    let text = text_of(&doctor_no_gpu(&args));
     assert!(
         text.contains("precision:fp8 on GPU 0")
             && text.contains("nvidia/cuda:12.2.2-runtime-ubuntu22.04"),
@@ -64,21 +65,15 @@ fn a_precision_question_gets_one_verdict_and_nothing_else() {
 
 #[test]
 fn an_image_question_shows_that_image_only() {
-    let bin = bin_dir(false);
     let image = "nvidia/cuda:13.0.0-runtime-ubuntu24.04";
-    let output = doctor(
-        bin.path(),
-        None,
-        None,
-        &[
-            "--assume-gpu",
-            "RTX 4090",
-            "--assume-driver",
-            "535.261.03",
-            "--image",
-            image,
-        ],
-    );
+    let output = doctor_no_gpu(&[
+        "--assume-gpu",
+        "RTX 4090",
+        "--assume-driver",
+        "535.261.03",
+        "--image",
+        image,
+    ]);
     assert_eq!(output.status.code(), Some(1), "{output:?}");
     let text = text_of(&output);
     assert!(text.contains(&format!("{image} on GPU 0")), "{text}");
@@ -93,9 +88,8 @@ fn an_image_question_shows_that_image_only() {
 
 #[test]
 fn no_question_gets_what_runs_here_per_gpu() {
-    let bin = bin_dir(false);
     let args = ["--assume-gpu", "A30", "--assume-driver", "535.261.03"];
-    let output = doctor(bin.path(), None, None, &args);
+    let output = doctor_no_gpu(&args);
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     let text = text_of(&output);
     assert!(text.contains("What runs here"), "{text}");
@@ -116,7 +110,7 @@ fn no_question_gets_what_runs_here_per_gpu() {
     // --all: every verdict, ok rows included.
     let mut all = args.to_vec();
     all.push("--all");
-    let text = text_of(&doctor(bin.path(), None, None, &all));
+    let text = text_of(&doctor_no_gpu(&all));
     assert!(text.contains("IMAGE "), "{text}");
     assert!(
         text.lines().filter(|l| l.contains("  ok  ")).count() > 10,
@@ -126,7 +120,7 @@ fn no_question_gets_what_runs_here_per_gpu() {
     // JSON keeps the whole catalog in `verdicts` and adds the summary.
     let mut json_args = args.to_vec();
     json_args.push("--json");
-    let json = json_of(&doctor(bin.path(), None, None, &json_args));
+    let json = json_of(&doctor_no_gpu(&json_args));
     assert!(json["verdicts"].as_array().is_some_and(|v| v.len() > 100));
     let summary = json["summary"].as_array().expect("summary");
     assert_eq!(summary.len(), 1, "{json}");
@@ -142,14 +136,8 @@ fn no_question_gets_what_runs_here_per_gpu() {
 
 #[test]
 fn where_the_catalog_stops_working_is_named_with_the_fix() {
-    let bin = bin_dir(false);
     // A V100 on R580: Volta is gone from NGC ≥ 25.01 and from CUDA 13.
-    let output = doctor(
-        bin.path(),
-        None,
-        None,
-        &["--assume-gpu", "V100-32GB", "--assume-driver", "580.65.06"],
-    );
+    let output = doctor_no_gpu(&["--assume-gpu", "V100-32GB", "--assume-driver", "580.65.06"]);
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     let text = text_of(&output);
     assert!(
@@ -185,10 +173,7 @@ fn identical_gpus_share_one_summary() {
 /// 12.8 image (config only, built `FROM scratch`: nothing can be pulled here).
 #[test]
 fn a_local_docker_image_is_judged_by_its_env() {
-    assert!(
-        std::env::var_os("DOCKER_HOST").is_some(),
-        "this test needs the private Docker daemon: run ./scripts/test.sh (it starts dockerd and exports DOCKER_HOST)"
-    );
+    require_docker_host();
     let context = tempfile::tempdir().unwrap();
     std::fs::write(
         context.path().join("Dockerfile"),
@@ -204,20 +189,15 @@ fn a_local_docker_image_is_judged_by_its_env() {
     assert!(build.status.success(), "{build:?}");
 
     // The env inherits DOCKER_HOST: doctor reaches the same daemon.
-    let bin = bin_dir(false);
     let ask = |driver: &str| {
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_envgen"));
-        command.args([
-            "doctor",
+        doctor_no_gpu(&[
             "--image",
             tag,
             "--assume-gpu",
             "RTX 4090",
             "--assume-driver",
             driver,
-        ]);
-        command.env("PATH", bin.path()).env("ENVGEN_NO_NVML", "1");
-        command.output().expect("run envgen")
+        ])
     };
     let old = ask("535.261.03");
     assert_eq!(old.status.code(), Some(1), "{old:?}");
@@ -298,13 +278,12 @@ fn every_documented_example_prints_what_the_docs_show() {
         "docs/doctor.md has {} examples",
         examples.len()
     );
-    let bin = bin_dir(false);
     let mut drifted = Vec::new();
     for lines in &examples {
         let command = lines[0].trim_start_matches("$ envgen doctor");
         let args = shell_words(command);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let output = doctor(bin.path(), None, None, &args);
+        let output = doctor_no_gpu(&args);
         let mut printed = text_of(&output);
         printed.push_str(&String::from_utf8_lossy(&output.stderr));
         match output.status.code() {

@@ -2,7 +2,8 @@
 //! NVIDIA GPU; see tests/fixtures/nvidia-smi/README.md) first on PATH and
 //! NVML skipped, plus the no-GPU path and bad flag values.
 
-use crate::common::doctor::{bin_dir, doctor, json_of, HOSTS};
+use crate::common::doctor::{bin_dir, doctor, doctor_no_gpu, doctor_with_env, HOSTS};
+use crate::common::json_of;
 
 #[test]
 fn doctor_reads_every_fixture_host_through_nvidia_smi() {
@@ -57,14 +58,13 @@ fn human_output_summarises_the_host() {
 
 #[test]
 fn no_nvidia_smi_and_no_driver_is_a_no_gpu_report_with_exit_0() {
-    let bin = bin_dir(false);
-    let output = doctor(bin.path(), None, None, &["--json"]);
+    let output = doctor_no_gpu(&["--json"]);
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     let json = json_of(&output);
     assert_eq!(json["host"]["source"], "none");
     assert_eq!(json["host"]["gpus"].as_array().map(Vec::len), Some(0));
 
-    let output = doctor(bin.path(), None, None, &[]);
+    let output = doctor_no_gpu(&[]);
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     assert!(
         String::from_utf8_lossy(&output.stdout).contains("no-gpu"),
@@ -123,14 +123,8 @@ fn json_is_one_document_on_stdout() {
 
 #[test]
 fn bad_assume_driver_is_a_usage_error_naming_the_value() {
-    let bin = bin_dir(false);
     for value in ["banana", "12.8", "535.261.03.1"] {
-        let output = doctor(
-            bin.path(),
-            None,
-            None,
-            &["--assume-gpu", "A30", "--assume-driver", value],
-        );
+        let output = doctor_no_gpu(&["--assume-gpu", "A30", "--assume-driver", value]);
         assert_eq!(output.status.code(), Some(2), "{value}: {output:?}");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains(value), "{value}: {stderr}");
@@ -140,14 +134,8 @@ fn bad_assume_driver_is_a_usage_error_naming_the_value() {
 #[test]
 fn a_bare_driver_branch_is_accepted_as_the_docs_say() {
     // docs/doctor.md: "a bare branch counts as its newest release".
-    let bin = bin_dir(false);
     for (branch, cuda) in [("535", "12.2"), ("470", "11.4"), ("580", "13.0")] {
-        let output = doctor(
-            bin.path(),
-            None,
-            None,
-            &["--assume-gpu", "A30", "--assume-driver", branch, "--json"],
-        );
+        let output = doctor_no_gpu(&["--assume-gpu", "A30", "--assume-driver", branch, "--json"]);
         assert_eq!(output.status.code(), Some(0), "{branch}: {output:?}");
         let host = &json_of(&output)["host"];
         assert_eq!(host["driver_version"], branch);
@@ -159,13 +147,7 @@ fn a_bare_driver_branch_is_accepted_as_the_docs_say() {
 fn a_pytorch_release_without_its_cuda_variant_is_a_usage_error() {
     // "2.8.0" names three builds (cu126, cu128, cu129) whose kernels differ:
     // exit 2 with the builds to choose from, not a guessed verdict.
-    let bin = bin_dir(false);
-    let output = doctor(
-        bin.path(),
-        None,
-        None,
-        &["--assume-gpu", "RTX 4090", "--pytorch", "2.8.0"],
-    );
+    let output = doctor_no_gpu(&["--assume-gpu", "RTX 4090", "--pytorch", "2.8.0"]);
     assert_eq!(output.status.code(), Some(2), "{output:?}");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -178,23 +160,17 @@ fn a_pytorch_release_without_its_cuda_variant_is_a_usage_error() {
 
 #[test]
 fn precision_may_be_given_more_than_once() {
-    let bin = bin_dir(false);
-    let output = doctor(
-        bin.path(),
-        None,
-        None,
-        &[
-            "--assume-gpu",
-            "T4",
-            "--assume-driver",
-            "570",
-            "--precision",
-            "fp16",
-            "--precision",
-            "bf16",
-            "--json",
-        ],
-    );
+    let output = doctor_no_gpu(&[
+        "--assume-gpu",
+        "T4",
+        "--assume-driver",
+        "570",
+        "--precision",
+        "fp16",
+        "--precision",
+        "bf16",
+        "--json",
+    ]);
     assert_eq!(output.status.code(), Some(1), "{output:?}");
     let json = json_of(&output);
     let got: Vec<(String, String)> = json["verdicts"]
@@ -210,20 +186,15 @@ fn precision_may_be_given_more_than_once() {
             ("\"precision:bf16\"".to_string(), "\"fail\"".to_string())
         ]
     ); // The same precision twice is one question.
-    let output = doctor(
-        bin.path(),
-        None,
-        None,
-        &[
-            "--assume-gpu",
-            "T4",
-            "--precision",
-            "bf16",
-            "--precision",
-            "bf16",
-            "--json",
-        ],
-    );
+    let output = doctor_no_gpu(&[
+        "--assume-gpu",
+        "T4",
+        "--precision",
+        "bf16",
+        "--precision",
+        "bf16",
+        "--json",
+    ]);
     assert_eq!(
         json_of(&output)["verdicts"].as_array().map(Vec::len),
         Some(1)
@@ -232,8 +203,7 @@ fn precision_may_be_given_more_than_once() {
 
 #[test]
 fn bad_precision_is_a_usage_error_naming_the_value() {
-    let bin = bin_dir(false);
-    let output = doctor(bin.path(), None, None, &["--precision", "fp7"]);
+    let output = doctor_no_gpu(&["--precision", "fp7"]);
     assert_eq!(output.status.code(), Some(2), "{output:?}");
     assert!(
         String::from_utf8_lossy(&output.stderr).contains("fp7"),
@@ -262,7 +232,7 @@ fn toolkit_cudnn_and_nvrtc_come_from_cuda_path() {
         std::fs::write(root.join("lib64").join(name), b"").unwrap();
     }
     let bin = bin_dir(true);
-    let output = crate::common::doctor::doctor_with_env(
+    let output = doctor_with_env(
         bin.path(),
         Some("rtx-5070-ti-575"),
         None,
@@ -280,8 +250,7 @@ fn toolkit_cudnn_and_nvrtc_come_from_cuda_path() {
 fn docker_daemon_is_reported_through_the_engine_api() {
     // scripts/test.sh starts a private dockerd and exports DOCKER_HOST; without
     // it (and with PATH holding no docker CLI) there is no Docker to report.
-    let bin = bin_dir(false);
-    let output = doctor(bin.path(), None, None, &["--json"]);
+    let output = doctor_no_gpu(&["--json"]);
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     let json = json_of(&output);
     let docker = json["host"]["container_runtimes"]

@@ -3,23 +3,18 @@
 //! and the `no-gpu` verdict. NVML is skipped and PATH holds no nvidia-smi, so
 //! the real host cannot leak in.
 
-use crate::common::doctor::{bin_dir, doctor, json_of};
+use crate::common::doctor::doctor_no_gpu;
+use crate::common::json_of;
 
 #[test]
 fn assumed_a30_on_535_has_the_contract_shape() {
-    let bin = bin_dir(false);
-    let output = doctor(
-        bin.path(),
-        None,
-        None,
-        &[
-            "--assume-gpu",
-            "A30",
-            "--assume-driver",
-            "535.261.03",
-            "--json",
-        ],
-    );
+    let output = doctor_no_gpu(&[
+        "--assume-gpu",
+        "A30",
+        "--assume-driver",
+        "535.261.03",
+        "--json",
+    ]);
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     let json = json_of(&output);
     let host = &json["host"];
@@ -49,8 +44,7 @@ fn assumed_a30_on_535_has_the_contract_shape() {
 
 #[test]
 fn no_gpu_host_gets_a_no_gpu_verdict_and_exit_0() {
-    let bin = bin_dir(false);
-    let output = doctor(bin.path(), None, None, &["--json"]);
+    let output = doctor_no_gpu(&["--json"]);
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     let json = json_of(&output);
     let codes: Vec<&str> = json["verdicts"]
@@ -82,7 +76,6 @@ fn codes_with_status(json: &serde_json::Value) -> Vec<(String, String)> {
 
 #[test]
 fn a100_family_answers_the_fp8_question_instead_of_asking_which_a100() {
-    let bin = bin_dir(false);
     let args = [
         "--assume-gpu",
         "A100",
@@ -93,7 +86,7 @@ fn a100_family_answers_the_fp8_question_instead_of_asking_which_a100() {
     ];
     let mut json_args = args.to_vec();
     json_args.push("--json");
-    let output = doctor(bin.path(), None, None, &json_args);
+    let output = doctor_no_gpu(&json_args);
     assert_eq!(output.status.code(), Some(1), "{output:?}");
     let json = json_of(&output);
     let gpu = &json["host"]["gpus"][0];
@@ -105,7 +98,7 @@ fn a100_family_answers_the_fp8_question_instead_of_asking_which_a100() {
         "{json}"
     );
     // The human report shows the family's memory as a range.
-    let output = doctor(bin.path(), None, None, &args);
+    let output = doctor_no_gpu(&args);
     assert_eq!(output.status.code(), Some(1), "{output:?}");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.contains("CC 8.0  40–80 GiB  datacenter"), "{stdout}");
@@ -113,7 +106,6 @@ fn a100_family_answers_the_fp8_question_instead_of_asking_which_a100() {
 
 #[test]
 fn geforce_names_people_type_resolve() {
-    let bin = bin_dir(false);
     for name in [
         "RTX 3080",
         "3080",
@@ -121,18 +113,13 @@ fn geforce_names_people_type_resolve() {
         "4090",
         "5070 Ti",
     ] {
-        let output = doctor(
-            bin.path(),
-            None,
-            None,
-            &[
-                "--assume-gpu",
-                name,
-                "--assume-driver",
-                "570.124.06",
-                "--json",
-            ],
-        );
+        let output = doctor_no_gpu(&[
+            "--assume-gpu",
+            name,
+            "--assume-driver",
+            "570.124.06",
+            "--json",
+        ]);
         assert!(
             matches!(output.status.code(), Some(0 | 1)),
             "{name}: {output:?}"
@@ -144,8 +131,7 @@ fn geforce_names_people_type_resolve() {
 
 #[test]
 fn a_genuinely_ambiguous_name_lists_the_choices_and_exits_2() {
-    let bin = bin_dir(false);
-    let output = doctor(bin.path(), None, None, &["--assume-gpu", "RTX 6000"]);
+    let output = doctor_no_gpu(&["--assume-gpu", "RTX 6000"]);
     assert_eq!(output.status.code(), Some(2), "{output:?}");
     let stderr = String::from_utf8_lossy(&output.stderr);
     for choice in [
@@ -161,21 +147,15 @@ fn a_genuinely_ambiguous_name_lists_the_choices_and_exits_2() {
 fn pascal_maxwell_and_jetson_names_are_known() {
     // Issue #27: "Tesla P100" was "not a GPU envgen knows", while PyTorch
     // cu126 wheels still ship sm_60 kernels.
-    let bin = bin_dir(false);
-    let output = doctor(
-        bin.path(),
-        None,
-        None,
-        &[
-            "--assume-gpu",
-            "Tesla P100",
-            "--assume-driver",
-            "570.124.06",
-            "--pytorch",
-            "2.6.0+cu126",
-            "--json",
-        ],
-    );
+    let output = doctor_no_gpu(&[
+        "--assume-gpu",
+        "Tesla P100",
+        "--assume-driver",
+        "570.124.06",
+        "--pytorch",
+        "2.6.0+cu126",
+        "--json",
+    ]);
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     let json = json_of(&output);
     assert_eq!(json["host"]["gpus"][0]["compute_capability"], "6.0");
@@ -187,7 +167,7 @@ fn pascal_maxwell_and_jetson_names_are_known() {
         "Quadro GP100",
         "Orin (nvgpu)",
     ] {
-        let output = doctor(bin.path(), None, None, &["--assume-gpu", name, "--json"]);
+        let output = doctor_no_gpu(&["--assume-gpu", name, "--json"]);
         assert_eq!(output.status.code(), Some(0), "{name}: {output:?}");
         let gpu = &json_of(&output)["host"]["gpus"][0];
         assert!(gpu["class"].is_string(), "{name}: {gpu}");

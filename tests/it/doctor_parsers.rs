@@ -1,10 +1,11 @@
 //! Each nvidia-smi parser on each recorded-format FAKE fixture, and the
 //! /proc parser; plus property tests: arbitrary input never panics.
 
-use crate::common::doctor::{read_fixture, HOSTS};
 use envgen::probe::nvidia_smi::{parse_query_csv, parse_table, parse_xml};
 use envgen::probe::proc::parse_driver_version;
 use proptest::prelude::*;
+
+use crate::common::doctor::{read_fixture, HOSTS};
 
 #[test]
 fn csv_form_of_every_fixture() {

@@ -23,17 +23,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use crate::common::docker_base::{self, ok, run, text};
-use crate::common::turn;
+use crate::common::docker_base::{self, inspect, ok, run};
+use crate::common::{text, turn};
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
-
-fn require_services() {
-    assert!(
-        std::env::var_os("ENVGEN_TEST_DOCKER").is_some() && std::env::var_os("DOCKER_HOST").is_some(),
-        "this test needs the private Docker daemon: run ./scripts/test.sh (it starts dockerd and exports DOCKER_HOST)"
-    );
-}
 
 /// The target directory this test binary was built in (…/target/debug/deps/fresh_clone-HASH).
 fn target_dir() -> PathBuf {
@@ -147,20 +140,8 @@ fn envgen_in(clone: &Path, binary: &Path, args: &[&str]) -> Output {
 
 /// The diff_id of an image's last layer (the envgen layer).
 fn inspect_last_layer(tag: &str) -> String {
-    let layers: Vec<String> = serde_json::from_slice(
-        &ok(run(
-            "docker",
-            &[
-                "image",
-                "inspect",
-                "--format",
-                "{{json .RootFS.Layers}}",
-                tag,
-            ],
-        ))
-        .stdout,
-    )
-    .unwrap();
+    let layers: Vec<String> =
+        serde_json::from_str(&inspect(tag, "{{json .RootFS.Layers}}")).unwrap();
     layers.last().unwrap().clone()
 }
 
@@ -171,7 +152,7 @@ fn stdout(output: &Output) -> String {
 #[test]
 fn a_fresh_clone_verifies_renders_pinned_and_builds_cpu_without_flags() {
     let _turn = turn!();
-    require_services();
+    docker_base::require_test_daemon();
     docker_base::ensure_base_image();
     let head = String::from_utf8(ok(run("git", &["-C", REPO, "rev-parse", "HEAD"])).stdout)
         .unwrap()
@@ -253,20 +234,8 @@ fn a_fresh_clone_verifies_renders_pinned_and_builds_cpu_without_flags() {
         text(&build)
     );
     let tag = format!("envgen/cpu:{}", env!("CARGO_PKG_VERSION"));
-    let labels: serde_json::Value = serde_json::from_slice(
-        &ok(run(
-            "docker",
-            &[
-                "image",
-                "inspect",
-                "--format",
-                "{{json .Config.Labels}}",
-                &tag,
-            ],
-        ))
-        .stdout,
-    )
-    .unwrap();
+    let labels: serde_json::Value =
+        serde_json::from_str(&inspect(&tag, "{{json .Config.Labels}}")).unwrap();
     assert_eq!(labels["org.opencontainers.image.revision"], head.as_str());
     assert_eq!(labels["io.envgen.profile"], "cpu");
     assert!(

@@ -4,9 +4,10 @@
 use std::path::Path;
 use std::process::Output;
 
-use crate::common::experiment::*;
-use crate::common::turn;
 use serde_json::Value;
+
+use crate::common::experiment::*;
+use crate::common::{envgen, json_of, read_json, run_dir_of, run_ok, turn};
 
 /// A short tiny run: 24 steps, checkpoint every 8 (enough to test mechanics).
 const SHORT: &[&str] = &[
@@ -28,10 +29,6 @@ fn short_run(out: &Path, extra: &[&str]) -> Output {
     args.extend(["--out", out.to_str().unwrap()]);
     args.extend(extra);
     envgen().args(&args).output().expect("spawn envgen")
-}
-
-fn metric_bits(doc: &Value, key: &str) -> u64 {
-    metric(doc, key).to_bits()
 }
 
 #[test]
@@ -133,9 +130,7 @@ fn runs_are_bit_identical_and_resume_is_exact() {
             "{key} differs run to run (2 threads vs 1)"
         );
     }
-    let threads = |doc: &Value| {
-        read_json(&run_dir_of(doc).join("manifest.json"))["profile"]["threads"].clone()
-    };
+    let threads = |doc: &Value| manifest_of(doc)["profile"]["threads"].clone();
     assert_eq!((threads(&a), threads(&b)), (2.into(), 1.into()));
 
     // Interrupted after 12 steps (checkpoint at 8 and at 12), then resumed.
@@ -193,13 +188,7 @@ fn micro_batch_changes_speed_not_science() {
     let tmp = tempfile::tempdir().unwrap();
     let whole = json_of(&short_run(tmp.path(), &[]));
     let split = json_of(&short_run(tmp.path(), &["--micro-batch", "4"]));
-    let manifest = |doc: &Value| -> Value {
-        serde_json::from_str(
-            &std::fs::read_to_string(run_dir_of(doc).join("manifest.json")).unwrap(),
-        )
-        .unwrap()
-    };
-    let (mw, ms) = (manifest(&whole), manifest(&split));
+    let (mw, ms) = (manifest_of(&whole), manifest_of(&split));
     assert_eq!(mw["config_hash"], ms["config_hash"]);
     assert_eq!(ms["profile"]["micro_batch"], 4);
     assert_eq!(ms["profile"]["grad_accum"], 4);

@@ -6,9 +6,10 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::common::experiment::*;
-use crate::common::turn;
 use serde_json::Value;
+
+use crate::common::experiment::*;
+use crate::common::{envgen, expect_success, json_of, run, run_dir_of, run_ok, turn};
 
 /// The `tiny` model on GPT-2-tokenized shards: 16 rows of 64 tokens a step.
 fn shard_config(dir: &Path, source: &str, steps: u64, extra: &str) -> PathBuf {
@@ -59,19 +60,10 @@ fn token(i: u64) -> u16 {
     ((i.wrapping_mul(2_654_435_761) >> 7) % 50_257) as u16
 }
 
-/// An llm.c GPT-2 shard of `count` tokens starting at stream index `from`,
-/// written in 1 MiB pieces (the big test's shards are 256 MiB each).
-fn write_llmc(path: &Path, from: u64, count: u64) {
-    let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
-    let mut header = [0i32; 256];
-    header[0] = 20240520;
-    header[1] = 1;
-    header[2] = count as i32;
-    for v in header {
-        out.write_all(&v.to_le_bytes()).unwrap();
-    }
-    // One 1 MiB block of tokens, repeated: writing 512 MiB token by token
-    // would dominate the test in a debug build.
+/// `count` tokens of the stream from index `from`, as u16 little-endian.
+/// One 1 MiB block of tokens, repeated: writing 512 MiB token by token
+/// would dominate the test in a debug build.
+fn write_tokens(out: &mut impl Write, from: u64, count: u64) {
     let block: Vec<u8> = (0..(1u64 << 19))
         .flat_map(|i| token(from + i).to_le_bytes())
         .collect();
@@ -81,6 +73,20 @@ fn write_llmc(path: &Path, from: u64, count: u64) {
         out.write_all(&block[..n]).unwrap();
         left -= n;
     }
+}
+
+/// An llm.c GPT-2 shard of `count` tokens starting at stream index `from`
+/// (the big test's shards are 256 MiB each).
+fn write_llmc(path: &Path, from: u64, count: u64) {
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut header = [0i32; 256];
+    header[0] = 20240520;
+    header[1] = 1;
+    header[2] = count as i32;
+    for v in header {
+        out.write_all(&v.to_le_bytes()).unwrap();
+    }
+    write_tokens(&mut out, from, count);
     out.flush().unwrap();
 }
 
@@ -91,19 +97,12 @@ fn write_npy(path: &Path, from: u64, count: u64) {
         header.push(' ');
     }
     header.push('\n');
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
-    bytes.extend_from_slice(header.as_bytes());
-    let block: Vec<u8> = (0..(1u64 << 19))
-        .flat_map(|i| token(from + i).to_le_bytes())
-        .collect();
-    let mut left = count as usize * 2;
-    while left > 0 {
-        let n = left.min(block.len());
-        bytes.extend_from_slice(&block[..n]);
-        left -= n;
-    }
-    std::fs::write(path, bytes).unwrap();
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    out.write_all(b"\x93NUMPY\x01\x00").unwrap();
+    out.write_all(&(header.len() as u16).to_le_bytes()).unwrap();
+    out.write_all(header.as_bytes()).unwrap();
+    write_tokens(&mut out, from, count);
+    out.flush().unwrap();
 }
 
 /// Run `envgen ARGS` and return its output with the child's own peak

@@ -9,12 +9,12 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::common::experiment::*;
-use crate::common::turn;
 use envgen_experiments::backend::Cpu;
 use envgen_experiments::data::Tokenizer;
 use envgen_experiments::gpt2::{self, hellaswag, hf, Gpt2, ModelConfig};
 use serde_json::Value;
+
+use crate::common::{json_of, run, run_dir_of, run_ok, turn};
 
 /// Builds, saves and runs the reference model; writes reference.json.
 const REFERENCE: &str = r#"

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Output;
 
 use crate::common::experiment::*;
-use crate::common::turn;
+use crate::common::{envgen, expect_success, json_of, read_json, run_dir_of, run_ok, turn};
 
 /// The default preset, end to end: ≥ 0.30 accuracy on the blank cells of
 /// held-out puzzles (chance is 1/9), from ≈ chance at step 0.

@@ -18,18 +18,15 @@ use std::time::{Duration, Instant};
 use envgen::image::lock::{DigestSource, LockEntry, Lockfile};
 use serde_json::Value;
 
-use crate::common::docker_base::{self, ok, run, text, BASE};
-use crate::common::turn;
+use crate::common::docker_base::{self, docker, inspect, ok, run, stdout, BASE};
+use crate::common::{text, turn};
 const ENVGEN: &str = env!("CARGO_BIN_EXE_envgen");
 
 static DAEMON: Mutex<bool> = Mutex::new(false);
 
 /// Take the daemon for this test; the first caller makes sure the base image exists.
 fn daemon() -> MutexGuard<'static, bool> {
-    assert!(
-        std::env::var_os("ENVGEN_TEST_DOCKER").is_some() && std::env::var_os("DOCKER_HOST").is_some(),
-        "these tests need the private Docker daemon: run ./scripts/test.sh (it starts dockerd with its own data root and socket, and exports DOCKER_HOST)"
-    );
+    docker_base::require_test_daemon();
     let mut guard = DAEMON
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -44,16 +41,6 @@ fn registry() -> String {
     std::env::var("ENVGEN_TEST_REGISTRY").expect(
         "these tests need the loopback registry: run ./scripts/test.sh (it starts docker-registry on 127.0.0.1 and exports ENVGEN_TEST_REGISTRY)",
     )
-}
-
-/// The docker CLI, for the tests' own checks and fixtures (envgen itself
-/// talks to the Engine API through bollard only).
-fn docker(args: &[&str]) -> Output {
-    run("docker", args)
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).trim().to_string()
 }
 
 /// A private copy of the repository's profiles and templates (no lock), so
@@ -103,12 +90,6 @@ fn build_result(output: &Output) -> Value {
         .find(|event| event["event"] == "done")
         .unwrap_or_else(|| panic!("no done event: {}", text(output)));
     done["result"].clone()
-}
-
-fn inspect(image: &str, format: &str) -> String {
-    stdout(&ok(docker(&[
-        "image", "inspect", "--format", format, image,
-    ])))
 }
 
 fn image_exists(image: &str) -> bool {

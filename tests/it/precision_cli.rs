@@ -10,9 +10,10 @@
 
 use std::path::Path;
 
-use crate::common::experiment::*;
-use crate::common::turn;
 use serde_json::Value;
+
+use crate::common::experiment::*;
+use crate::common::{json_of, run, run_dir_of, run_ok, turn};
 
 /// How far a bf16/fp16 run's final validation loss may lie from the fp32
 /// run of the same config and seed, in nats. Measured on the tiny preset
@@ -43,10 +44,6 @@ fn run_at(experiment: &str, precision: &str, out: &Path, extra: &[&str]) -> Valu
     ];
     args.extend(extra);
     json_of(&run_ok(&args))
-}
-
-fn manifest_of(doc: &Value) -> Value {
-    read_json(&run_dir_of(doc).join("manifest.json"))
 }
 
 /// Precision is in the manifest's profile, and the science is untouched.

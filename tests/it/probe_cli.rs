@@ -6,9 +6,10 @@
 
 use std::path::Path;
 
-use crate::common::experiment::*;
-use crate::common::turn;
 use serde_json::Value;
+
+use crate::common::experiment::*;
+use crate::common::{envgen, expect_success, json_of, turn};
 
 /// `envgen ARGS` with HOME (hence ~/.config/envgen) in `home`.
 fn in_home(home: &Path, args: &[&str]) -> std::process::Output {
@@ -126,11 +127,11 @@ fn probe_stops_at_the_cap_and_run_uses_what_it_wrote() {
             ],
         )))
     };
-    let probed = read_json(&run_dir_of(&run(home.path())).join("manifest.json"));
+    let probed = manifest_of(&run(home.path()));
     assert_eq!(probed["profile"]["name"], "probed-cpu");
     assert_eq!(probed["profile"]["micro_batch"], chosen["micro_batch"]);
     let elsewhere = tempfile::tempdir().unwrap();
-    let plain = read_json(&run_dir_of(&run(elsewhere.path())).join("manifest.json"));
+    let plain = manifest_of(&run(elsewhere.path()));
     assert_eq!(plain["profile"]["name"], "cpu");
     assert_eq!(probed["config_hash"], plain["config_hash"]);
 }

@@ -3,9 +3,10 @@
 //! recovery, the packed files loading back to the reported numbers, damaged
 //! files, and bad sources. (HRM and RFT sources: `hrm_cli`, `rft_cli`.)
 
-use crate::common::experiment::*;
-use crate::common::turn;
 use envgen_experiments::quant::run::{evaluate_packed, open_source};
+
+use crate::common::experiment::*;
+use crate::common::{expect_success, json_of, run, run_dir_of, run_ok, turn};
 
 #[test]
 fn tiny_gpt2_meets_the_quality_goals_and_files_load_back() {

@@ -4,9 +4,10 @@
 
 use std::path::Path;
 
-use crate::common::experiment::*;
-use crate::common::turn;
 use serde_json::Value;
+
+use crate::common::experiment::*;
+use crate::common::{expect_success, json_of, read_json, run, run_dir_of, turn};
 
 /// `envgen run rft` with `--set` overrides into `out`; asserts it completed.
 fn run_rft_to_completion(out: &Path, sets: &[&str]) -> Value {

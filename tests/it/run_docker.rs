@@ -4,17 +4,12 @@
 
 use std::path::Path;
 
-use crate::common::docker_base;
-use crate::common::run::*;
-use crate::common::turn;
 use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveImageOptionsBuilder};
 
-fn require_docker() {
-    assert!(
-        std::env::var_os("DOCKER_HOST").is_some(),
-        "these tests need the private Docker daemon: run ./scripts/test.sh (it starts dockerd and exports DOCKER_HOST)"
-    );
-}
+use crate::common::docker_base::{self, require_docker_host};
+use crate::common::experiment::metric_bits;
+use crate::common::run::*;
+use crate::common::{envgen, json_of, run_dir_of, turn};
 
 fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
     tokio::runtime::Builder::new_current_thread()
@@ -81,7 +76,7 @@ fn image_id(reference: &str) -> String {
 #[test]
 fn docker_run_trains_the_same_bits_as_native_and_rerun_reproduces_them() {
     let _turn = turn!();
-    require_docker();
+    require_docker_host();
     let image = import_image("same-bits", "same-bits");
     let tmp = tempfile::tempdir().unwrap();
     let native = short_run(tmp.path(), &["--where", "native"]);
@@ -93,8 +88,8 @@ fn docker_run_trains_the_same_bits_as_native_and_rerun_reproduces_them() {
     let dir = run_dir_of(&docker);
     for key in ["final_train_loss", "final_val_loss"] {
         assert_eq!(
-            loss_bits(&native["summary"], key),
-            loss_bits(&docker["summary"], key),
+            metric_bits(&native, key),
+            metric_bits(&docker, key),
             "{key}: the container must train exactly as the native run"
         );
     }
@@ -125,8 +120,8 @@ fn docker_run_trains_the_same_bits_as_native_and_rerun_reproduces_them() {
     assert_eq!(rerun_manifest["image"]["id"], manifest["image"]["id"]);
     assert_eq!(rerun_manifest["config_hash"], manifest["config_hash"]);
     assert_eq!(
-        loss_bits(&rerun["summary"], "final_val_loss"),
-        loss_bits(&docker["summary"], "final_val_loss")
+        metric_bits(&rerun, "final_val_loss"),
+        metric_bits(&docker, "final_val_loss")
     );
 }
 
@@ -144,7 +139,7 @@ fn interrupted_without_container(dir: &Path, out: &std::process::Output) {
 #[test]
 fn ctrl_c_stops_and_removes_the_container_and_the_run_resumes() {
     let _turn = turn!();
-    require_docker();
+    require_docker_host();
     let image = import_image("ctrl-c", "ctrl-c");
     let tmp = tempfile::tempdir().unwrap();
     let args = long_run_args(tmp.path(), &["--where", "docker", "--image", &image]);
@@ -155,7 +150,7 @@ fn ctrl_c_stops_and_removes_the_container_and_the_run_resumes() {
 #[test]
 fn rerun_refuses_when_the_image_is_gone() {
     let _turn = turn!();
-    require_docker();
+    require_docker_host();
     let image = import_image("gone", "gone");
     let tmp = tempfile::tempdir().unwrap();
     let out = short_run(
@@ -196,7 +191,7 @@ fn rerun_refuses_when_the_image_is_gone() {
 #[test]
 fn without_image_the_cpu_profile_image_is_built_on_demand() {
     let _turn = turn!();
-    require_docker();
+    require_docker_host();
     docker_base::ensure_base_image();
     let tmp = tempfile::tempdir().unwrap();
     let out = short_run(tmp.path(), &["--where", "docker", "--set", "train.steps=2"]);
@@ -227,7 +222,7 @@ fn without_image_the_cpu_profile_image_is_built_on_demand() {
 #[test]
 fn auto_falls_back_to_docker_then_native_and_says_why() {
     let _turn = turn!();
-    require_docker();
+    require_docker_host();
     let image = import_image("auto", "auto");
     let tmp = tempfile::tempdir().unwrap();
     let auto_run = |docker_host: &str| {
@@ -281,7 +276,7 @@ fn auto_falls_back_to_docker_then_native_and_says_why() {
 #[test]
 fn data_files_are_mounted_read_only_and_hashed_into_the_manifest() {
     let _turn = turn!();
-    require_docker();
+    require_docker_host();
     use sha2::Digest as _;
     use std::os::unix::fs::PermissionsExt as _;
     let image = import_image("data", "data");
@@ -314,7 +309,7 @@ fn data_files_are_mounted_read_only_and_hashed_into_the_manifest() {
         let out = short_run(tmp.path(), &extra);
         assert_ok(&out, &format!("{place:?} run on a text file"));
         let doc = json_of(&out);
-        losses.push(loss_bits(&doc["summary"], "final_train_loss"));
+        losses.push(metric_bits(&doc, "final_train_loss"));
         manifests.push(read(&run_dir_of(&doc), "manifest.json"));
     }
     for manifest in &manifests {
@@ -333,7 +328,7 @@ fn data_files_are_mounted_read_only_and_hashed_into_the_manifest() {
 #[test]
 fn docker_kill_leaves_an_interrupted_resumable_run_and_no_container() {
     let _turn = turn!();
-    require_docker();
+    require_docker_host();
     let image = import_image("kill", "kill");
     let tmp = tempfile::tempdir().unwrap();
     let args = long_run_args(tmp.path(), &["--where", "docker", "--image", &image]);
@@ -392,8 +387,8 @@ fn corpus_in(dir: &Path) -> std::path::PathBuf {
 fn assert_same_bits(native: &serde_json::Value, docker: &serde_json::Value) {
     for key in ["final_train_loss", "final_val_loss"] {
         assert_eq!(
-            loss_bits(&native["summary"], key),
-            loss_bits(&docker["summary"], key),
+            metric_bits(&native, key),
+            metric_bits(&docker, key),
             "{key}: the container must train exactly as the native run"
         );
     }
@@ -407,7 +402,7 @@ fn assert_same_bits(native: &serde_json::Value, docker: &serde_json::Value) {
 #[test]
 fn as_root_under_a_0700_home_the_container_trains_the_same_bits() {
     let _turn = turn!();
-    require_docker();
+    require_docker_host();
     assert!(
         is_root(),
         "this test is about envgen running as root (the suite runs as root)"
@@ -474,7 +469,7 @@ const OTHER_UID: u32 = 4242;
 #[test]
 fn an_unprivileged_user_runs_in_docker_with_the_same_bits() {
     let _turn = turn!();
-    require_docker();
+    require_docker_host();
     assert!(
         is_root(),
         "the test switches to an unprivileged uid with setpriv (the suite runs as root)"

@@ -5,22 +5,17 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::common::run::*;
-use crate::common::turn;
-use crate::common::{docker_base, experiment};
 use serde_json::Value;
 
-fn require_cluster() {
-    assert!(
-        std::env::var_os("ENVGEN_TEST_SLURM").is_some() && std::env::var_os("SLURM_CONF").is_some(),
-        "these tests need the private Slurm cluster: run ./scripts/test.sh (it starts munge, slurmctld and slurmd)"
-    );
-}
+use crate::common::docker_base::{self, require_docker_host};
+use crate::common::experiment::{logged_steps, metric_bits};
+use crate::common::run::*;
+use crate::common::{envgen, json_of, require_slurm_cluster, run_dir_of, turn};
 
 #[test]
 fn auto_picks_slurm_and_the_job_trains_the_same_bits_as_a_native_run() {
     let _turn = turn!();
-    require_cluster();
+    require_slurm_cluster();
     let tmp = tempfile::tempdir().unwrap();
     let native = short_run(tmp.path(), &["--where", "native"]);
     assert_ok(&native, "native run");
@@ -38,8 +33,8 @@ fn auto_picks_slurm_and_the_job_trains_the_same_bits_as_a_native_run() {
     assert_eq!(slurm["summary"]["status"], "completed");
     for key in ["final_train_loss", "final_val_loss"] {
         assert_eq!(
-            loss_bits(&native["summary"], key),
-            loss_bits(&slurm["summary"], key),
+            metric_bits(&native, key),
+            metric_bits(&slurm, key),
             "{key}: the Slurm job must train exactly as the native run"
         );
     }
@@ -99,15 +94,15 @@ fn auto_picks_slurm_and_the_job_trains_the_same_bits_as_a_native_run() {
     assert_eq!(rerun_manifest["where"], "slurm");
     assert_eq!(rerun_manifest["config_hash"], manifest["config_hash"]);
     assert_eq!(
-        loss_bits(&rerun["summary"], "final_val_loss"),
-        loss_bits(&slurm["summary"], "final_val_loss")
+        metric_bits(&rerun, "final_val_loss"),
+        metric_bits(&slurm, "final_val_loss")
     );
 }
 
 #[test]
 fn a_two_seed_sweep_runs_as_one_job_array() {
     let _turn = turn!();
-    require_cluster();
+    require_slurm_cluster();
     let tmp = tempfile::tempdir().unwrap();
     let out = short_run(
         tmp.path(),
@@ -135,8 +130,8 @@ fn a_two_seed_sweep_runs_as_one_job_array() {
     }
     assert_ne!(manifests[0]["config_hash"], manifests[1]["config_hash"]);
     assert_ne!(
-        loss_bits(&runs[0]["summary"], "final_train_loss"),
-        loss_bits(&runs[1]["summary"], "final_train_loss"),
+        metric_bits(&runs[0], "final_train_loss"),
+        metric_bits(&runs[1], "final_train_loss"),
         "different seeds must train differently"
     );
 }
@@ -161,7 +156,7 @@ fn assert_interrupted_and_resumable(dir: &Path) {
 #[test]
 fn scancel_through_runs_cancel_leaves_an_interrupted_resumable_run() {
     let _turn = turn!();
-    require_cluster();
+    require_slurm_cluster();
     let tmp = tempfile::tempdir().unwrap();
     let args = long_run_args(tmp.path(), &["--where", "slurm", "--detach"]);
     let submitted = envgen().args(&args).output().unwrap();
@@ -191,7 +186,7 @@ fn scancel_through_runs_cancel_leaves_an_interrupted_resumable_run() {
 #[test]
 fn ctrl_c_while_following_cancels_the_job_and_exits_130() {
     let _turn = turn!();
-    require_cluster();
+    require_slurm_cluster();
     let tmp = tempfile::tempdir().unwrap();
     let args = long_run_args(tmp.path(), &["--where", "slurm"]);
     let (dir, out) = interrupt_after_two_steps(&args, tmp.path());
@@ -202,7 +197,7 @@ fn ctrl_c_while_following_cancels_the_job_and_exits_130() {
 #[test]
 fn slurm_job_runs_envgen_inside_charliecloud() {
     let _turn = turn!();
-    require_cluster();
+    require_slurm_cluster();
     assert!(
         which_ch_run(),
         "ch-run not found: scripts/test.sh installs charliecloud"
@@ -225,8 +220,8 @@ fn slurm_job_runs_envgen_inside_charliecloud() {
         .unwrap()
         .starts_with("sha256:"));
     assert_eq!(
-        loss_bits(&doc["summary"], "final_val_loss"),
-        loss_bits(&json_of(&native)["summary"], "final_val_loss")
+        metric_bits(&doc, "final_val_loss"),
+        metric_bits(&json_of(&native), "final_val_loss")
     );
 }
 
@@ -260,15 +255,12 @@ fn which_ch_run() -> bool {
 #[test]
 fn slurm_job_runs_inside_the_exported_cpu_profile_image() {
     let _turn = turn!();
-    require_cluster();
+    require_slurm_cluster();
     assert!(
         which_ch_run(),
         "ch-run not found: scripts/services/slurm.sh installs it"
     );
-    assert!(
-        std::env::var_os("DOCKER_HOST").is_some(),
-        "this test also needs the private Docker daemon: run ./scripts/test.sh"
-    );
+    require_docker_host();
     docker_base::ensure_base_image();
     let binary = Path::new(env!("CARGO_BIN_EXE_envgen"));
     tokio::runtime::Builder::new_current_thread()
@@ -315,7 +307,7 @@ fn slurm_job_runs_inside_the_exported_cpu_profile_image() {
 #[test]
 fn two_slurm_tasks_train_data_parallel_like_one_native_rank() {
     let _turn = turn!();
-    require_cluster();
+    require_slurm_cluster();
     let tmp = tempfile::tempdir().unwrap();
     let native = short_run(tmp.path(), &["--where", "native"]);
     assert_ok(&native, "native run");
@@ -352,5 +344,5 @@ fn two_slurm_tasks_train_data_parallel_like_one_native_rank() {
     assert!(script.contains("#SBATCH --ntasks-per-node=2"), "{script}");
     assert!(script.contains("srun --kill-on-bad-exit=1 "), "{script}");
     // Each step logged once: rank 0 alone writes.
-    assert_eq!(experiment::logged_steps(&dir), (1..=6).collect::<Vec<_>>());
+    assert_eq!(logged_steps(&dir), (1..=6).collect::<Vec<_>>());
 }

@@ -6,15 +6,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::common::turn;
 use envgen::launch::slurm::{self, JobSpec, Runtime};
 
-fn require_cluster() {
-    assert!(
-        std::env::var_os("ENVGEN_TEST_SLURM").is_some() && std::env::var_os("SLURM_CONF").is_some(),
-        "these tests need the private Slurm cluster: run ./scripts/test.sh (it starts munge, slurmctld and slurmd)"
-    );
-}
+use crate::common::{require_slurm_cluster, turn};
 
 fn job(dir: &Path, name: &str, command: &[&str]) -> JobSpec {
     JobSpec {
@@ -60,7 +54,7 @@ fn outputs(dir: &Path) -> Vec<String> {
 #[test]
 fn runs_envgen_natively_and_collects_its_output() {
     let _turn = turn!();
-    require_cluster();
+    require_slurm_cluster();
     let dir = tempfile::tempdir().unwrap();
     let envgen = env!("CARGO_BIN_EXE_envgen");
     let id = submit(
@@ -79,7 +73,7 @@ fn runs_envgen_natively_and_collects_its_output() {
 #[test]
 fn array_tasks_run_with_their_own_arguments() {
     let _turn = turn!();
-    require_cluster();
+    require_slurm_cluster();
     let dir = tempfile::tempdir().unwrap();
     let mut spec = job(
         dir.path(),
@@ -112,7 +106,7 @@ fn array_tasks_run_with_their_own_arguments() {
 #[test]
 fn scancel_stops_a_running_job() {
     let _turn = turn!();
-    require_cluster();
+    require_slurm_cluster();
     let dir = tempfile::tempdir().unwrap();
     let id = submit(
         dir.path(),

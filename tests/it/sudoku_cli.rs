@@ -1,16 +1,11 @@
 //! `envgen sudoku …` end to end: exit codes, outputs, files.
 
-use std::process::{Command, Output};
+use std::process::Output;
+
+use crate::common::run;
 
 const EASY: &str =
     "53..7....6..195....98....6.8...6...34..8.3..17...2...6.6....28....419..5....8..79";
-
-fn envgen(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_envgen"))
-        .args(args)
-        .output()
-        .expect("run envgen")
-}
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -18,7 +13,7 @@ fn stderr(out: &Output) -> String {
 
 #[test]
 fn solve_prints_solution_and_rating_as_json() {
-    let out = envgen(&["sudoku", "solve", EASY, "--json"]);
+    let out = run(&["sudoku", "solve", EASY, "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let first = &doc["puzzles"][0];
@@ -29,7 +24,7 @@ fn solve_prints_solution_and_rating_as_json() {
 
 #[test]
 fn malformed_puzzles_exit_2_naming_the_problem() {
-    let short = envgen(&["sudoku", "solve", "123"]);
+    let short = run(&["sudoku", "solve", "123"]);
     assert_eq!(short.status.code(), Some(2));
     assert!(
         stderr(&short).contains("puzzle 1") && stderr(&short).contains("81"),
@@ -38,7 +33,7 @@ fn malformed_puzzles_exit_2_naming_the_problem() {
     );
 
     let bad_char = EASY.replacen('.', "x", 1);
-    let out = envgen(&["sudoku", "solve", EASY, &bad_char]);
+    let out = run(&["sudoku", "solve", EASY, &bad_char]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains("puzzle 2") && stderr(&out).contains("'x'"),
@@ -47,7 +42,7 @@ fn malformed_puzzles_exit_2_naming_the_problem() {
     );
 
     let clash = format!("11{}", ".".repeat(79));
-    let out = envgen(&["sudoku", "solve", &clash]);
+    let out = run(&["sudoku", "solve", &clash]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("given twice"), "{}", stderr(&out));
 }
@@ -55,11 +50,11 @@ fn malformed_puzzles_exit_2_naming_the_problem() {
 #[test]
 fn unsolvable_and_multiple_are_reported_with_exit_1() {
     let unsolvable = format!("12345678.{}9{}", ".".repeat(8), ".".repeat(63));
-    let out = envgen(&["sudoku", "solve", &unsolvable]);
+    let out = run(&["sudoku", "solve", &unsolvable]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stdout).contains("no solution"));
 
-    let out = envgen(&["sudoku", "solve", &".".repeat(81)]);
+    let out = run(&["sudoku", "solve", &".".repeat(81)]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stdout).contains("multiple solutions"));
 }
@@ -69,7 +64,7 @@ fn generate_then_solve_file_then_build_dataset() {
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("easy.csv");
     let csv_s = csv.to_str().unwrap();
-    let out = envgen(&[
+    let out = run(&[
         "sudoku", "generate", "--count", "4", "--seed", "3", "--out", csv_s,
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -77,13 +72,13 @@ fn generate_then_solve_file_then_build_dataset() {
     assert!(text.starts_with("source,q,a,rating\n"));
     assert_eq!(text.lines().count(), 5);
 
-    let out = envgen(&["sudoku", "solve", "--file", csv_s, "--json"]);
+    let out = run(&["sudoku", "solve", "--file", csv_s, "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["puzzles"].as_array().unwrap().len(), 4);
 
     let ds = dir.path().join("ds");
-    let out = envgen(&[
+    let out = run(&[
         "sudoku",
         "build-dataset",
         "--train",
@@ -119,7 +114,7 @@ fn generate_then_solve_file_then_build_dataset() {
             .replacen("rating\n", "rating\nsrc,abc,def,1\n", 1),
     )
     .unwrap();
-    let out = envgen(&[
+    let out = run(&[
         "sudoku",
         "build-dataset",
         "--train",

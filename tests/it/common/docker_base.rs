@@ -1,13 +1,33 @@
-//! The base image the Docker tests build on: nothing can be pulled here,
-//! so `debian:bookworm-slim` is a `debootstrap --variant=minbase bookworm`
-//! root filesystem imported into the test daemon (the tarball is cached
-//! under $ENVGEN_TEST_STATE). Shared by tests/images.rs and tests/run_docker.rs.
-#![allow(dead_code)]
+//! What the Docker tests share: the checks that the test daemon is there,
+//! the docker CLI, and the base image they build on. Nothing can be pulled
+//! here, so `debian:bookworm-slim` is a `debootstrap --variant=minbase
+//! bookworm` root filesystem imported into the test daemon (the tarball is
+//! cached under $ENVGEN_TEST_STATE).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use super::text;
+
 pub const BASE: &str = "debian:bookworm-slim";
+
+/// The private daemon scripts/test.sh starts (ENVGEN_TEST_DOCKER says so)
+/// and DOCKER_HOST naming it: these tests never skip, they fail and say
+/// how to start it.
+pub fn require_test_daemon() {
+    assert!(
+        std::env::var_os("ENVGEN_TEST_DOCKER").is_some() && std::env::var_os("DOCKER_HOST").is_some(),
+        "these tests need the private Docker daemon: run ./scripts/test.sh (it starts dockerd with its own data root and socket, and exports DOCKER_HOST)"
+    );
+}
+
+/// A Docker daemon named by DOCKER_HOST (scripts/test.sh exports its own).
+pub fn require_docker_host() {
+    assert!(
+        std::env::var_os("DOCKER_HOST").is_some(),
+        "these tests need the private Docker daemon: run ./scripts/test.sh (it starts dockerd and exports DOCKER_HOST)"
+    );
+}
 
 pub fn state_dir() -> PathBuf {
     let dir = std::env::var_os("ENVGEN_TEST_STATE")
@@ -24,13 +44,22 @@ pub fn run(program: &str, args: &[&str]) -> Output {
         .unwrap_or_else(|err| panic!("{program} {args:?}: {err}"))
 }
 
-pub fn text(output: &Output) -> String {
-    format!(
-        "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
+/// The docker CLI, for the tests' own checks and fixtures (envgen itself
+/// talks to the Engine API through bollard only).
+pub fn docker(args: &[&str]) -> Output {
+    run("docker", args)
+}
+
+/// stdout, trimmed.
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
+/// `docker image inspect --format FORMAT IMAGE`, which must succeed.
+pub fn inspect(image: &str, format: &str) -> String {
+    stdout(&ok(docker(&[
+        "image", "inspect", "--format", format, image,
+    ])))
 }
 
 pub fn ok(output: Output) -> Output {
@@ -41,7 +70,7 @@ pub fn ok(output: Output) -> Output {
 /// `debian:bookworm-slim` in the test daemon: a minbase debootstrap of
 /// Debian 12, imported (glibc 2.36, like the real slim image).
 pub fn ensure_base_image() {
-    if run("docker", &["image", "inspect", BASE]).status.success() {
+    if docker(&["image", "inspect", BASE]).status.success() {
         return;
     }
     let tarball = state_dir().join("bookworm-minbase.tar");

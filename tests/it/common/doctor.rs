@@ -1,8 +1,6 @@
 //! Shared by the doctor tests: the FAKE nvidia-smi fixtures and what each
 //! one must be read as (see tests/fixtures/nvidia-smi/README.md).
 
-#![allow(dead_code)]
-
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -132,6 +130,13 @@ pub fn doctor(
     doctor_with_env(bin, fixture, proc_file, &[], args)
 }
 
+/// [`doctor`] on a host without GPU: no nvidia-smi on PATH, no /proc driver
+/// file (assumed hosts, the no-GPU path, usage errors).
+pub fn doctor_no_gpu(args: &[&str]) -> Output {
+    let bin = bin_dir(false);
+    doctor(bin.path(), None, None, args)
+}
+
 /// [`doctor`] with extra environment variables (set after the defaults).
 pub fn doctor_with_env(
     bin: &Path,
@@ -140,7 +145,7 @@ pub fn doctor_with_env(
     envs: &[(&str, &Path)],
     args: &[&str],
 ) -> Output {
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_envgen"));
+    let mut command = super::envgen();
     command
         .arg("doctor")
         .args(args)
@@ -157,14 +162,4 @@ pub fn doctor_with_env(
     }
     command.envs(envs.iter().copied());
     command.output().expect("run envgen")
-}
-
-pub fn json_of(output: &Output) -> serde_json::Value {
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
-        panic!(
-            "stdout is not one JSON document ({err}):\n{}\nstderr:\n{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        )
-    })
 }

@@ -1,64 +1,29 @@
 //! Shared by the experiment tests (`gpt2_cli`, `hrm_cli`, `rft_cli`,
-//! `quantize_cli`): the real binary, its JSON output, run directories, and
-//! the "a resumed run ends where an uninterrupted one does" check.
-#![allow(dead_code)]
+//! `quantize_cli`, …): metrics and manifests of runs, the "a resumed run
+//! ends where an uninterrupted one does" check, quantize runs.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
-pub fn envgen() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_envgen"))
-}
-
-/// `envgen ARGS`, whatever its exit status.
-pub fn run(args: &[&str]) -> Output {
-    envgen().args(args).output().expect("spawn envgen")
-}
-
-/// `envgen ARGS`, which must succeed.
-pub fn run_ok(args: &[&str]) -> Output {
-    expect_success(run(args))
-}
-
-/// The output of an `envgen` that must have succeeded.
-pub fn expect_success(out: Output) -> Output {
-    assert!(
-        out.status.success(),
-        "envgen failed: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// stdout as the one JSON document `--json` promises.
-pub fn json_of(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not one JSON document ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
-
-pub fn run_dir_of(doc: &Value) -> PathBuf {
-    PathBuf::from(doc["run_dir"].as_str().expect("run_dir"))
-}
-
-pub fn read_json(path: &Path) -> Value {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
-}
+use super::{json_of, read_json, run, run_dir_of, run_ok};
 
 /// `summary.metrics[key]` of an `envgen run --json` document.
 pub fn metric(doc: &Value, key: &str) -> f64 {
     doc["summary"]["metrics"][key]
         .as_f64()
         .unwrap_or_else(|| panic!("{key} in {doc}"))
+}
+
+/// The bits of [`metric`]: runs are compared bit for bit, not approximately.
+pub fn metric_bits(doc: &Value, key: &str) -> u64 {
+    metric(doc, key).to_bits()
+}
+
+/// The manifest.json of an `envgen run --json` document's run.
+pub fn manifest_of(doc: &Value) -> Value {
+    read_json(&run_dir_of(doc).join("manifest.json"))
 }
 
 /// `envgen run EXPERIMENT --backend cpu --json --resume DIR`, which must

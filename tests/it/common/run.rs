@@ -1,6 +1,5 @@
-//! Shared by the `envgen run --where …` tests: the real binary, short gpt2
-//! runs, reading run directories, and a minimal container root filesystem.
-#![allow(dead_code)]
+//! Shared by the `envgen run --where …` tests: short gpt2 runs, reading run
+//! directories, stopping runs midway, and a minimal container root filesystem.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -8,11 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-pub fn envgen() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_envgen"));
-    command.env_remove("ENVGEN_RUN_IMAGE");
-    command
-}
+use super::{envgen, json_of, read_json};
 
 /// A very short tiny-gpt2 run: 6 steps, checkpoint and eval every 2.
 pub const SHORT: &[&str] = &[
@@ -46,20 +41,9 @@ pub fn assert_ok(out: &Output, what: &str) {
     );
 }
 
-pub use crate::common::experiment::{json_of, run_dir_of};
-
+/// The JSON file `file` of the run directory `dir`.
 pub fn read(dir: &Path, file: &str) -> Value {
-    let text = std::fs::read_to_string(dir.join(file))
-        .unwrap_or_else(|e| panic!("{}/{file}: {e}", dir.display()));
-    serde_json::from_str(&text).unwrap()
-}
-
-/// The bits of a final metric: runs are compared bit for bit, not approximately.
-pub fn loss_bits(summary: &Value, key: &str) -> u64 {
-    summary["metrics"][key]
-        .as_f64()
-        .unwrap_or_else(|| panic!("{key} in {summary}"))
-        .to_bits()
+    read_json(&dir.join(file))
 }
 
 /// Wait until the run has logged a training step at or past `step`.

@@ -5,27 +5,18 @@
 //! Facts: env/cuda.toml (`[[architecture]]`, Table 3) and env/images.toml
 //! (`[ngc_runtime]`), each row with its source.
 
-use super::{catalog, host, kb};
 use envgen::compat::version::Version;
-use envgen::compat::{evaluate, CheckRequest, ImageFacts, Precision, Status};
+use envgen::compat::{evaluate, CheckRequest, ImageFacts, Precision, Status, Verdict};
 use envgen::host::{Gpu, GpuClass, Host, HostSource};
 
-fn verdict(host: &Host, request: CheckRequest) -> envgen::compat::Verdict {
-    let mut verdicts = evaluate(kb(), host, &request);
-    assert_eq!(verdicts.len(), 1, "{verdicts:#?}");
-    verdicts.remove(0)
-}
+use super::{catalog, expect, host, kb, local_image, only_verdict};
 
-fn image_verdict(gpu: &str, driver: &str, reference: &str) -> envgen::compat::Verdict {
-    verdict(
+/// The verdict on the catalog image `reference`.
+fn image_verdict(gpu: &str, driver: &str, reference: &str) -> Verdict {
+    only_verdict(
         &host(gpu, driver),
         CheckRequest::only_images(vec![catalog(reference)]),
     )
-}
-
-#[track_caller]
-fn expect(v: &envgen::compat::Verdict, status: Status, codes: &[&str]) {
-    assert_eq!((v.status, v.codes()), (status, codes.to_vec()), "{v:#?}");
 }
 
 const NGC_12_8: &str = "nvcr.io/nvidia/pytorch:25.01-py3";
@@ -120,7 +111,7 @@ fn r470_runs_a_cu118_wheel_by_minor_version_compat() {
     // wheel runs by minor-version compatibility (≥ 450.80.02, Table 2).
     let host = host("RTX A6000", "470.256.02");
     assert_eq!(host.cuda_driver_version.as_deref(), Some("11.4"));
-    let v = verdict(
+    let v = only_verdict(
         &host,
         CheckRequest {
             pytorch: Some("2.6.0+cu118".into()),
@@ -165,7 +156,7 @@ fn a_probed_jetson_orin_is_known_and_not_failed() {
     };
     kb().enrich(&mut host);
     assert_eq!(host.gpus[0].class, Some(GpuClass::Embedded));
-    let v = verdict(&host, CheckRequest::only_images(vec![catalog(NGC_12_8)]));
+    let v = only_verdict(&host, CheckRequest::only_images(vec![catalog(NGC_12_8)]));
     assert!(!v.codes().contains(&"unknown-gpu"), "{v:#?}");
     assert_ne!(v.status, Status::Fail, "{v:#?}");
 }
@@ -298,14 +289,12 @@ fn a_local_image_that_sets_its_own_rule_is_still_gated_by_the_runtime() {
     // What tests/doctor_answer.rs's Docker test builds: env only, CUDA 12.8.1 and
     // NVIDIA_REQUIRE_CUDA=cuda>=12.8. Not an NGC image: the runtime refuses it
     // on R535 (CUDA 12.2), and R570 runs it.
-    let image = ImageFacts {
-        reference: "envgen-test/fake-cuda:12.8".into(),
-        cuda: Some("12.8.1".into()),
-        require_cuda: Some("cuda>=12.8".into()),
-        origin: "docker".into(),
-        ..ImageFacts::default()
-    };
-    let v = verdict(
+    let image = local_image(
+        "envgen-test/fake-cuda:12.8",
+        Some("12.8.1"),
+        Some("cuda>=12.8"),
+    );
+    let v = only_verdict(
         &host("RTX 4090", "535.261.03"),
         CheckRequest::only_images(vec![image.clone()]),
     );
@@ -316,7 +305,7 @@ fn a_local_image_that_sets_its_own_rule_is_still_gated_by_the_runtime() {
             .contains("unsatisfied condition: cuda>=12.8"),
         "{v:#?}"
     );
-    let v = verdict(
+    let v = only_verdict(
         &host("RTX 4090", "570.172.08"),
         CheckRequest::only_images(vec![image]),
     );

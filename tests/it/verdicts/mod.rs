@@ -43,10 +43,28 @@ fn built(
     }
 }
 
-fn one(host: &Host, request: CheckRequest) -> Verdict {
+/// An image only the local Docker daemon has, known by its env
+/// (`CUDA_VERSION`, `NVIDIA_REQUIRE_CUDA`, either may be missing).
+fn local_image(reference: &str, cuda: Option<&str>, require_cuda: Option<&str>) -> ImageFacts {
+    ImageFacts {
+        reference: reference.into(),
+        cuda: cuda.map(Into::into),
+        require_cuda: require_cuda.map(Into::into),
+        origin: "docker".into(),
+        ..ImageFacts::default()
+    }
+}
+
+/// The one verdict `request` gets on `host`.
+fn only_verdict(host: &Host, request: CheckRequest) -> Verdict {
     let verdicts = evaluate(kb(), host, &request);
     assert_eq!(verdicts.len(), 1, "{verdicts:#?}");
-    let verdict = verdicts.into_iter().next().unwrap();
+    verdicts.into_iter().next().unwrap()
+}
+
+/// [`only_verdict`], each of whose reasons says what and how to fix it.
+fn one(host: &Host, request: CheckRequest) -> Verdict {
+    let verdict = only_verdict(host, request);
     for r in &verdict.reasons {
         assert!(!r.message.is_empty() && !r.fix.is_empty(), "{r:?}");
     }
@@ -562,11 +580,7 @@ fn tf32_and_fp16() {
 
 #[test]
 fn unknown_image_is_a_warning() {
-    let image = ImageFacts {
-        reference: "ghcr.io/someone/thing:1".into(),
-        origin: "docker".into(),
-        ..ImageFacts::default()
-    };
+    let image = local_image("ghcr.io/someone/thing:1", None, None);
     let v = image_verdict("A30", "570.124.06", image);
     expect(&v, Status::Warn, &["unknown-image"]);
 }
@@ -711,13 +725,7 @@ fn exact_cuda_12_8_1_rule_admits_tesla_but_not_geforce_on_r535() {
 
 #[test]
 fn unreadable_require_cuda_is_reported_not_a_panic() {
-    let image = ImageFacts {
-        reference: "local/broken:1".into(),
-        cuda: Some("12.4.1".into()),
-        require_cuda: Some("cuda>>12 brand=".into()),
-        origin: "docker".into(),
-        ..ImageFacts::default()
-    };
+    let image = local_image("local/broken:1", Some("12.4.1"), Some("cuda>>12 brand="));
     let v = image_verdict("A30", "570.124.06", image);
     expect(&v, Status::Warn, &["unknown-image"]);
 }
