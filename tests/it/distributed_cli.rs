@@ -1,7 +1,7 @@
 //! Data-parallel training through the real binary on the CPU: `envgen run
 //! --ranks 2` on this machine, two processes averaging gradients through
 //! Burn's collective all-reduce (vendored with the fixes in
-//! vendor/PATCHES.md). The Slurm twin is in tests/run_slurm.rs.
+//! vendor/PATCHES.md). The Slurm twin is in tests/it/run_slurm.rs.
 //!
 //! Tolerance of "the same loss as one rank": two ranks sum the gradient of
 //! each half of the batch, then average the halves; one rank sums the whole
@@ -11,7 +11,7 @@
 //! 0 are the same bits on both. Measured on tiny gpt2 (2026-11-25): after 24
 //! steps the losses agree to ~1e-6; after the whole preset (300 steps) final
 //! val loss 1.92523 (1 rank) vs 1.92480 (2 ranks), 4e-4 apart, while seeds
-//! spread it by 0.03 (tests/precision_cli.rs). Hence 1e-4 at 24 steps.
+//! spread it by 0.03 (tests/it/precision_cli.rs). Hence 1e-4 at 24 steps.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

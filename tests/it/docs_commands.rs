@@ -198,17 +198,17 @@ fn skip_reason(command: &DocCommand) -> Option<&'static str> {
         return Some("EXP / P / N stand for any experiment, preset or number");
     }
     if args.iter().any(|w| w == "--launched") {
-        return Some("--launched is the launchers' entry point: it needs the run directory and rendezvous a launcher prepares (tests/distributed_cli.rs, tests/run_slurm.rs)");
+        return Some("--launched is the launchers' entry point: it needs the run directory and rendezvous a launcher prepares (tests/it/distributed_cli.rs, tests/it/run_slurm.rs)");
     }
     match (sub(0), sub(1)) {
-        ("image", _) => Some("builds or exports container images with Docker (tests/images.rs)"),
-        ("rerun", _) => Some("trains a new run (tests/gpt2_cli.rs covers rerun)"),
+        ("image", _) => Some("builds or exports container images with Docker (tests/it/images.rs)"),
+        ("rerun", _) => Some("trains a new run (tests/it/gpt2_cli.rs covers rerun)"),
         ("runs", "report") => {
             Some("writes a report directory (tests/runs_report in the runs tests)")
         }
         ("runs", "cancel") => Some("calls scancel on a Slurm job"),
-        ("sudoku", _) => Some("solves or generates hundreds of puzzles (tests/sudoku_cli.rs)"),
-        ("sample", _) => Some("samples from a trained model (tests/gpt2_cli.rs)"),
+        ("sudoku", _) => Some("solves or generates hundreds of puzzles (tests/it/sudoku_cli.rs)"),
+        ("sample", _) => Some("samples from a trained model (tests/it/gpt2_cli.rs)"),
         ("warmup", _) => Some("compiles every CUDA kernel of a run (a GPU or the stand-in driver)"),
         _ => None,
     }

@@ -16,7 +16,7 @@
 //! No registry is reachable here, so `debian:bookworm-slim@sha256:…` (the
 //! committed pin) cannot be pulled: the build runs with
 //! `ENVGEN_BASE_STAND_IN=debian:bookworm-slim`, the test daemon's debootstrap
-//! stand-in (tests/docker_base), and must say so and label it; without that
+//! stand-in (tests/it/common/docker_base.rs), and must say so and label it; without that
 //! variable — a user's machine — it pulls the pinned digest, which here fails
 //! fast with exit 3 and the fix.
 
@@ -28,7 +28,7 @@ use crate::common::{text, turn};
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 
-/// The target directory this test binary was built in (…/target/debug/deps/fresh_clone-HASH).
+/// The target directory this test binary was built in (…/target/debug/deps/it-HASH).
 fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     exe.ancestors()

@@ -3,7 +3,11 @@
 //! once more). Run an area with `cargo test --test it doctor_cli::`, one
 //! test with `cargo test --test it gpt2_cli::sigint_checkpoints_and_exits_130`.
 //!
-//! Helpers shared by several areas live in [`common`].
+//! Helpers shared by several areas live in [`common`]. The areas that train,
+//! build images or use Docker or Slurm take turns ([`common::turns`]): each
+//! runs beside itself only, as when it was a binary of its own.
+//! `cargo test --test it doctor_` would also pick `images::…_runs_doctor_…`:
+//! name an area with its `::`.
 
 mod common;
 

@@ -303,7 +303,7 @@ fn slurm_job_runs_inside_the_exported_cpu_profile_image() {
 /// `--where slurm --ranks 2`: one job, two srun tasks on the one node,
 /// training data-parallel through the collective; the same science as a
 /// native one-rank run, the loss within the tolerance of
-/// tests/distributed_cli.rs (f32 reassociation of the gradient average).
+/// tests/it/distributed_cli.rs (f32 reassociation of the gradient average).
 #[test]
 fn two_slurm_tasks_train_data_parallel_like_one_native_rank() {
     let _turn = turn!();
