@@ -30,7 +30,7 @@
 # CHECK_ONLY=1 (or --dry-run): `bash -n` of this script, a syntax check of the Python
 # it runs, and every envgen command it would run with `--dry-run` (doctor: for
 # real), printing `ok NAME` or `FAILED NAME`; exit 1 if any failed. The test
-# tests/docs_commands.rs runs this mode.
+# tests/it/docs_commands.rs runs this mode.
 #
 # Knobs (env): ONLY GPT2_MB=16 GPT2_GB=128 GPT2_STEPS=6 HRM_MB=384 HRM_STEPS=8
 #   PT_STEPS=6 PT_WARMUP=2 SKIP_FIRST=2 (envgen steps left out of medians: compile

@@ -79,7 +79,7 @@ pub fn linear_layer<B: Backend, const D: usize>(
 /// The leading dims of `x` are flattened first, so the products (and the
 /// weight gradient xᵀ·dy) are plain 2-D matmuls: Burn 0.21's CubeCL matmul
 /// computes some batched products with a transposed left operand wrongly
-/// (found by tests/cubecl_lavapipe.rs: [8, 64, 82]ᵀ-view · [8, 82, 512] on
+/// (found by experiments/tests/cubecl_lavapipe.rs: [8, 64, 82]ᵀ-view · [8, 82, 512] on
 /// wgpu is off by O(10); 2-D products of the same sizes are right), and on
 /// the CPU one 2-D product is also faster than a batch of small ones.
 pub fn linear<B: Backend, const D: usize>(

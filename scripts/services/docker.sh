@@ -11,7 +11,7 @@
 # can run envgen as an unprivileged user in that group. No registry is
 # reachable here, so the pinned `debian:bookworm-slim@sha256:…` cannot be
 # pulled: ENVGEN_BASE_STAND_IN lets envgen build on the test's local stand-in
-# tagged `debian:bookworm-slim` (tests/docker_base), loudly and with a label;
+# tagged `debian:bookworm-slim` (tests/it/common/docker_base.rs), loudly and with a label;
 # a user's machine without it pulls the pinned digest.
 
 # The socket and exec root (containerd's sockets) live under a short /tmp

@@ -30,10 +30,6 @@ use std::collections::HashMap;
 pub use catalog::{normalize_reference, ImageFacts};
 pub use gpus::GpuSpec;
 pub use verdict::{evaluate, CheckRequest, HardwarePrecision, Reason, Verdict, VerdictStatus};
-/// Old names of [`VerdictStatus`] and [`HardwarePrecision`], for `tests/`
-/// until it moves to the new ones (see `verdict::Status`).
-#[doc(hidden)]
-pub use verdict::{Precision, Status};
 pub use wheels::WheelFacts;
 
 use crate::error::{Result, UserError};

@@ -6,7 +6,7 @@
 //! each alternative is conditions separated by commas, AND-ed; a condition is
 //! `property operator value` with properties `cuda`, `driver`, `arch` (versions)
 //! and `brand` (a name), operators `= != < <= > >=`. No crate parses this DSL,
-//! so it is written here (small, and fuzzed by proptest in tests/verdicts.rs).
+//! so it is written here (small, and fuzzed by proptest in tests/it/verdicts/).
 
 use std::fmt;
 

@@ -40,12 +40,6 @@ pub enum HardwarePrecision {
     Fp8,
 }
 
-/// The names of [`VerdictStatus`] and [`HardwarePrecision`] before issue #20,
-/// kept only for code that is being rewritten elsewhere (`src/launch`,
-/// `tests/`): remove once it uses the new names.
-#[doc(hidden)]
-pub use self::{HardwarePrecision as Precision, VerdictStatus as Status};
-
 impl HardwarePrecision {
     /// The feature name in `env/precision.toml`.
     pub fn name(self) -> &'static str {

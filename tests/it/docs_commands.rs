@@ -1,0 +1,624 @@
+//! Every `envgen …` command the docs print is valid: each one is taken out
+//! of docs/benchmarks.md, bench/README.md, docs/running.md and
+//! docs/experiments/*.md (fenced blocks and inline code), then
+//! `run`/`probe` commands run with `--dry-run` (the run's own validation,
+//! nothing trained) and cheap read-only commands run as written. Commands
+//! that cannot run here are listed with the reason, in `skip_reason`.
+//! Also: `--dry-run` itself (no directory made, exit 2 on bad input) and
+//! bench/gpu-check.sh's CHECK_ONLY mode.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::common::{envgen, text, turn};
+
+const DOCS: &[&str] = &[
+    "docs/benchmarks.md",
+    "bench/README.md",
+    "docs/running.md",
+    "docs/experiments/gpt2.md",
+    "docs/experiments/hrm.md",
+    "docs/experiments/quantize.md",
+    "docs/experiments/rft.md",
+];
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A documented command: where it was found, its words after `envgen`,
+/// and whether it sits in running prose (an inline code span).
+#[derive(Debug, Clone)]
+struct DocCommand {
+    place: String,
+    args: Vec<String>,
+    inline: bool,
+}
+
+/// Code from a Markdown file: each line of a fenced block (with `\`
+/// continuations joined) and each inline code span (which may wrap lines),
+/// with its line number and whether it is inline.
+fn code_snippets(markdown: &str) -> Vec<(usize, String, bool)> {
+    let mut out = Vec::new();
+    let mut in_fence = false;
+    let mut pending = String::new();
+    let mut prose = String::new();
+    let mut prose_start = 0;
+    let flush_prose = |prose: &mut String, start: usize, out: &mut Vec<(usize, String, bool)>| {
+        let mut parts = prose.split('`');
+        parts.next();
+        // Odd pieces are inside backticks (single-backtick spans).
+        while let Some(code) = parts.next() {
+            out.push((start, code.replace('\n', " "), true));
+            parts.next();
+        }
+        prose.clear();
+    };
+    for (index, line) in markdown.lines().enumerate() {
+        let number = index + 1;
+        if line.trim_start().starts_with("```") {
+            flush_prose(&mut prose, prose_start, &mut out);
+            in_fence = !in_fence;
+            continue;
+        }
+        if in_fence {
+            let line = line.trim_end();
+            match line.strip_suffix('\\') {
+                Some(head) => {
+                    pending.push_str(head);
+                    pending.push(' ');
+                }
+                None => {
+                    pending.push_str(line);
+                    out.push((number, std::mem::take(&mut pending), false));
+                }
+            }
+            continue;
+        }
+        if line.trim().is_empty() {
+            flush_prose(&mut prose, prose_start, &mut out);
+            continue;
+        }
+        if prose.is_empty() {
+            prose_start = number;
+        }
+        prose.push_str(line);
+        prose.push('\n');
+    }
+    flush_prose(&mut prose, prose_start, &mut out);
+    out
+}
+
+/// Shell-like words: spaces split, quotes group (and are removed).
+fn words(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut word = String::new();
+    let mut quote: Option<char> = None;
+    let mut any = false;
+    for c in text.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => word.push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                any = true;
+            }
+            (None, c) if c.is_whitespace() => {
+                if any || !word.is_empty() {
+                    out.push(std::mem::take(&mut word));
+                }
+                any = false;
+            }
+            (None, c) => word.push(c),
+        }
+    }
+    if any || !word.is_empty() {
+        out.push(word);
+    }
+    out
+}
+
+fn is_envgen(word: &str) -> bool {
+    word == "envgen" || word.ends_with("/envgen")
+}
+
+/// The envgen argument list of a snippet (after `envgen`, before a shell
+/// operator or comment), looking inside quoted words (hyperfine '…').
+fn envgen_args(snippet: &str) -> Option<Vec<String>> {
+    let all = words(snippet);
+    if let Some(at) = all.iter().position(|w| is_envgen(w)) {
+        let first = all.get(at + 1)?;
+        // Prose such as "envgen creates …" is no command.
+        if !SUBCOMMANDS.contains(&first.as_str()) {
+            return None;
+        }
+        let args = all[at + 1..]
+            .iter()
+            .take_while(|w| !matches!(w.as_str(), "|" | "&&" | ";" | ">" | "2>&1" | "#" | "→"))
+            .take_while(|w| !w.starts_with('#'))
+            .cloned()
+            .collect();
+        return Some(args);
+    }
+    all.iter()
+        .find(|w| w.contains(' ') && w.contains("envgen "))
+        .and_then(|inner| envgen_args(inner))
+}
+
+const SUBCOMMANDS: &[&str] = &[
+    "run",
+    "tune",
+    "probe",
+    "doctor",
+    "runs",
+    "rerun",
+    "image",
+    "experiments",
+    "sudoku",
+    "sample",
+    "warmup",
+];
+
+fn documented_commands() -> Vec<DocCommand> {
+    let mut out = Vec::new();
+    for doc in DOCS {
+        let path = repo().join(doc);
+        let markdown =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        for (line, snippet, inline) in code_snippets(&markdown) {
+            if let Some(args) = envgen_args(&snippet) {
+                out.push(DocCommand {
+                    place: format!("{doc}:{line}"),
+                    args,
+                    inline,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Why a documented command is not run here, or None when it is.
+fn skip_reason(command: &DocCommand) -> Option<&'static str> {
+    let args = &command.args;
+    let joined = args.join(" ");
+    let sub = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
+    if command.inline && args.len() <= 2 && !args.iter().any(|w| w.starts_with('-')) {
+        return Some("a command named in prose, without arguments: nothing to check");
+    }
+    if joined.contains('…') || joined.contains("...") {
+        return Some("elided in the docs (…): a sketch, not a command");
+    }
+    if args.iter().any(|w| {
+        (w.contains('|') && !w.starts_with('-'))
+            || (w.contains('{') && w.contains(',') && !w.contains('='))
+    }) {
+        return Some("alternatives written as a|b or {a,b}: one of several commands");
+    }
+    if args.iter().any(|w| w == "EXP" || w == "P" || w == "N") {
+        return Some("EXP / P / N stand for any experiment, preset or number");
+    }
+    if args.iter().any(|w| w == "--launched") {
+        return Some("--launched is the launchers' entry point: it needs the run directory and rendezvous a launcher prepares (tests/it/distributed_cli.rs, tests/it/run_slurm.rs)");
+    }
+    match (sub(0), sub(1)) {
+        ("image", _) => Some("builds or exports container images with Docker (tests/it/images.rs)"),
+        ("rerun", _) => Some("trains a new run (tests/it/gpt2_cli.rs covers rerun)"),
+        ("runs", "report") => {
+            Some("writes a report directory (tests/runs_report in the runs tests)")
+        }
+        ("runs", "cancel") => Some("calls scancel on a Slurm job"),
+        ("sudoku", _) => Some("solves or generates hundreds of puzzles (tests/it/sudoku_cli.rs)"),
+        ("sample", _) => Some("samples from a trained model (tests/it/gpt2_cli.rs)"),
+        ("warmup", _) => Some("compiles every CUDA kernel of a run (a GPU or the stand-in driver)"),
+        _ => None,
+    }
+}
+
+/// Placeholders the docs use, replaced by real values made here.
+fn substitute(args: &[String], run_dir: &Path, data_dir: &Path) -> Vec<String> {
+    let run = run_dir.to_str().unwrap();
+    let data = data_dir.to_str().unwrap();
+    args.iter()
+        .map(|w| {
+            let whole = match w.as_str() {
+                "RUN_DIR" | "DIR" | "RUN" | "RUN_A" | "RUN_B" => Some(run.to_string()),
+                "$MB" => Some("16".into()),
+                "$T" | "$R" => Some("2".into()),
+                "$d" => Some("bf16".into()),
+                _ => None,
+            };
+            whole.unwrap_or_else(|| {
+                w.replace("=RUN_DIR", &format!("={run}"))
+                    .replace("=DATA_DIR", &format!("={data}"))
+                    .replace("data.dir=DIR", &format!("data.dir={data}"))
+                    .replace("$USER", "user")
+                    .replace("$MB", "16")
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn every_documented_envgen_command_is_valid() {
+    let _turn = turn!();
+    let tmp = tempfile::tempdir().unwrap();
+    // RUN_DIR in the docs: a real (completed) tiny gpt2 run.
+    let made = envgen()
+        .args(["run", "gpt2", "--backend", "cpu", "--json"])
+        .args(["--set", "train.steps=2", "--set", "train.eval_every=2"])
+        .arg("--out")
+        .arg(tmp.path().join("runs"))
+        .current_dir(tmp.path())
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", text(&made));
+    let run_dir: PathBuf = std::fs::read_dir(tmp.path().join("runs"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+
+    // DATA_DIR (llm.c shards): a dry run checks that it exists; the
+    // shards themselves are read by the run.
+    let data_dir = tmp.path().join("fineweb10B");
+    std::fs::create_dir(&data_dir).unwrap();
+    // The 10B-token recipe of docs/experiments/gpt2.md: the user's shard
+    // folder, HellaSwag file and config file, made as the page says (the
+    // preset with [data] source/path set and an [eval] table appended).
+    std::fs::create_dir(tmp.path().join("edu_fineweb10B")).unwrap();
+    let hellaswag = tmp.path().join("data/hellaswag/hellaswag_val.jsonl");
+    std::fs::create_dir_all(hellaswag.parent().unwrap()).unwrap();
+    std::fs::copy(
+        repo().join("tests/fixtures/hellaswag/hellaswag_val_sample.jsonl"),
+        &hellaswag,
+    )
+    .unwrap();
+    let preset =
+        std::fs::read_to_string(repo().join("experiments/presets/gpt2/gpt2-124m.toml")).unwrap();
+    let mut config: toml::Table = toml::from_str(&preset).unwrap();
+    let data = config["data"].as_table_mut().unwrap();
+    data.insert("source".into(), "npy".into());
+    data.insert("path".into(), "edu_fineweb10B".into());
+    let mut fineweb = toml::to_string(&config).unwrap();
+    fineweb.push_str("\n[eval]\nhellaswag = \"data/hellaswag/hellaswag_val.jsonl\"\n");
+    std::fs::write(tmp.path().join("gpt2-124m-fineweb.toml"), fineweb).unwrap();
+    // train.csv / test.csv ("your copy of Sudoku-Extreme", docs/experiments/
+    // hrm.md): a dry run checks that they exist; the run reads them.
+    for csv in ["train.csv", "test.csv"] {
+        std::fs::write(tmp.path().join(csv), "source,q,a,rating\n").unwrap();
+    }
+
+    let commands = documented_commands();
+    // The GPU commands that did not run (issue 28) must be among those checked.
+    for must in [
+        "run gpt2 --preset gpt2-124m",
+        "run hrm-sudoku --preset sudoku-extreme-1k",
+        "tune gpt2 --preset gpt2-124m",
+    ] {
+        assert!(
+            commands
+                .iter()
+                .any(|c| c.args.join(" ").starts_with(must) && skip_reason(c).is_none()),
+            "no checked command starts with `envgen {must}`; found:\n{commands:#?}"
+        );
+    }
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    let mut skipped = Vec::new();
+    for command in &commands {
+        if let Some(reason) = skip_reason(command) {
+            skipped.push(format!(
+                "{}: envgen {} ({reason})",
+                command.place,
+                command.args.join(" ")
+            ));
+            continue;
+        }
+        // `--resume RUN_DIR` needs a run of that very experiment.
+        let resumed = command
+            .args
+            .windows(2)
+            .any(|w| w[0] == "--resume" && w[1] == "RUN_DIR");
+        let own_run = match command.args.get(1).map(String::as_str) {
+            Some("quantize") if resumed => quantize_run(tmp.path(), &run_dir),
+            _ => run_dir.clone(),
+        };
+        let mut args = substitute(&command.args, &own_run, &data_dir);
+        let dry = matches!(args[0].as_str(), "run" | "tune" | "probe");
+        if dry && !args.iter().any(|a| a == "--dry-run") {
+            args.push("--dry-run".into());
+        }
+        let out = envgen()
+            .args(&args)
+            .current_dir(tmp.path())
+            .env("ENVGEN_CONFIG_DIR", tmp.path().join("config"))
+            .output()
+            .unwrap();
+        ran += 1;
+        // doctor answers "no" with exit 1 (e.g. fp8 on an A100): an answer,
+        // not a bad command. Everything else must succeed.
+        let ok = match args[0].as_str() {
+            "doctor" => matches!(out.status.code(), Some(0 | 1)),
+            _ => out.status.success(),
+        };
+        if !ok {
+            failures.push(format!(
+                "{}: envgen {}\n{}",
+                command.place,
+                args.join(" "),
+                text(&out)
+            ));
+        }
+    }
+    eprintln!(
+        "checked {ran} documented commands; skipped {}:\n{}",
+        skipped.len(),
+        skipped.join("\n")
+    );
+    assert!(
+        ran >= 20,
+        "only {ran} commands checked: is the extraction broken?"
+    );
+    assert!(
+        failures.is_empty(),
+        "{} documented command(s) fail:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+    assert_eq!(
+        tmp.path().join("runs").read_dir().unwrap().count(),
+        1,
+        "a --dry-run made a run directory"
+    );
+}
+
+/// A finished `quantize` run (one scheme) of the tiny gpt2 run `source`.
+fn quantize_run(tmp: &Path, source: &Path) -> PathBuf {
+    let out = tmp.join("quantize-runs");
+    if let Some(done) = std::fs::read_dir(&out).ok().and_then(|mut d| d.next()) {
+        return done.unwrap().path();
+    }
+    let made = envgen()
+        .args(["run", "quantize", "--backend", "cpu", "--json"])
+        .arg("--set")
+        .arg(format!("source={}", source.display()))
+        .args(["--set", "schemes=[\"int8\"]", "--out"])
+        .arg(&out)
+        .current_dir(tmp)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", text(&made));
+    std::fs::read_dir(&out)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path()
+}
+
+#[test]
+fn the_extraction_finds_commands_inside_quotes_blocks_and_wrapped_spans() {
+    let _turn = turn!();
+    let md = "Run `envgen run gpt2 --preset tiny\n--set train.steps=2` or\n\n```sh\nenvgen probe gpt2 \\\n  --backend cpu   # comment\nhyperfine -N 'envgen doctor --json'\nRAYON_NUM_THREADS=1 envgen run gpt2 --json | tee x\n```\n";
+    let found: Vec<String> = code_snippets(md)
+        .iter()
+        .filter_map(|(_, s, _)| envgen_args(s))
+        .map(|a| a.join(" "))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            "run gpt2 --preset tiny --set train.steps=2",
+            "probe gpt2 --backend cpu",
+            "doctor --json",
+            "run gpt2 --json",
+        ]
+    );
+}
+
+#[test]
+fn dry_run_creates_nothing_and_prints_the_plan() {
+    let _turn = turn!();
+    let tmp = tempfile::tempdir().unwrap();
+    let out_dir = tmp.path().join("runs");
+    let out = envgen()
+        .args(["run", "gpt2", "--preset", "gpt2-124m", "--backend", "cpu"])
+        .args(["--precision", "bf16", "--micro-batch", "8"])
+        .args(["--set", "data.source=generated", "--set", "train.steps=6"])
+        .args(["--dry-run", "--json", "--out"])
+        .arg(&out_dir)
+        .current_dir(tmp.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let run = &plan["runs"][0];
+    assert_eq!(plan["dry_run"], true);
+    assert_eq!(run["preset"], "gpt2-124m");
+    assert_eq!(run["global_batch"], 512);
+    assert_eq!(run["parameters"], 124_475_904);
+    assert_eq!(run["profile"]["micro_batch"], 8);
+    assert_eq!(run["profile"]["grad_accum"], 64);
+    assert_eq!(run["profile"]["precision"], "bf16");
+    assert!(run["config_hash"].as_str().unwrap().starts_with("sha256:"));
+    assert!(!out_dir.exists(), "a dry run made {}", out_dir.display());
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        0,
+        "a dry run wrote into the working directory"
+    );
+
+    // The same config hash as the run it describes would record.
+    let human = envgen()
+        .args(["run", "gpt2", "--preset", "gpt2-124m", "--backend", "cpu"])
+        .args(["--set", "data.source=generated", "--set", "train.steps=6"])
+        .arg("--dry-run")
+        .current_dir(tmp.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&human.stdout);
+    assert!(human.status.success(), "{}", text(&human));
+    assert!(
+        stdout.contains(run["config_hash"].as_str().unwrap()),
+        "{stdout}"
+    );
+    assert!(stdout.contains("nothing was created"), "{stdout}");
+}
+
+#[test]
+fn dry_run_refuses_what_the_run_would() {
+    let _turn = turn!();
+    let tmp = tempfile::tempdir().unwrap();
+    let refused = |args: &[&str], needle: &str| {
+        let mut command = envgen();
+        command.args(args).arg("--dry-run");
+        if args[0] == "run" {
+            command.arg("--out").arg(tmp.path().join("runs"));
+        }
+        let out = command.current_dir(tmp.path()).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    };
+    refused(
+        &["run", "gpt2", "--set", "train.nope=1"],
+        "unknown field `nope`",
+    );
+    refused(&["run", "gpt2", "--set", "train.steps=many"], "train.steps");
+    refused(&["run", "gpt2", "--preset", "huge"], "no preset `huge`");
+    refused(
+        &["run", "gpt2", "--preset", "gpt2-124m", "--backend", "cpu"],
+        "[data].path is missing",
+    );
+    refused(
+        &[
+            "run",
+            "gpt2",
+            "--backend",
+            "cpu",
+            "--set",
+            "data.source=text",
+            "--set",
+            "data.path=/nonexistent/input.txt",
+        ],
+        "data.path = /nonexistent/input.txt does not exist",
+    );
+    refused(
+        &["run", "gpt2", "--backend", "cpu", "--micro-batch", "7"],
+        "",
+    );
+    refused(
+        &["run", "gpt2", "--profile", "no-such-profile"],
+        "no-such-profile",
+    );
+    refused(
+        &["run", "hrm-sudoku", "--set", "train.steps=20"],
+        "unknown field `steps`",
+    );
+    refused(
+        &["probe", "gpt2", "--preset", "gpt2-124m", "--backend", "cpu"],
+        "[data].path is missing",
+    );
+    refused(
+        &["probe", "gpt2", "--backend", "cpu", "--micro-batches", "3"],
+        "does not divide",
+    );
+    assert!(!tmp.path().join("runs").exists());
+}
+
+#[test]
+fn gpu_check_script_check_only_mode_validates_its_commands() {
+    let _turn = turn!();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new("bash")
+        .arg(repo().join("bench/gpu-check.sh"))
+        .current_dir(repo())
+        .env("CHECK_ONLY", "1")
+        .env("ENVGEN", env!("CARGO_BIN_EXE_envgen"))
+        // The syntax check of the script's Python needs a python (no torch).
+        .env(
+            "PY",
+            std::env::var("ENVGEN_TEST_PYTHON").unwrap_or_else(|_| "python3".into()),
+        )
+        .env("OUT", tmp.path().join("out"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // Every envgen step the script would run was dry-run, and passed.
+    for step in [
+        "envgen_doctor",
+        "envgen_cuda_tiny",
+        "envgen_gpt2_124m",
+        "envgen_hrm_sudoku_extreme_1k",
+        "envgen_probe_gpt2_124m",
+    ] {
+        assert!(
+            stdout.contains(&format!("ok {step}")),
+            "{step} not checked:\n{stdout}"
+        );
+    }
+    assert!(!stdout.contains("FAILED"), "{stdout}");
+}
+
+#[test]
+fn gpu_check_records_a_runs_median_throughput_and_the_ratio_to_pytorch() {
+    let _turn = turn!();
+    let python = std::env::var("ENVGEN_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let tmp = tempfile::tempdir().unwrap();
+    // A real (CPU) run, logged as the script logs its steps.
+    let run = envgen()
+        .args(["run", "gpt2", "--backend", "cpu", "--json"])
+        .args(["--set", "train.steps=5", "--set", "train.eval_every=100"])
+        .arg("--out")
+        .arg(tmp.path().join("runs"))
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", text(&run));
+    let (out, err) = (tmp.path().join("run.out"), tmp.path().join("run.err"));
+    std::fs::write(&out, &run.stdout).unwrap();
+    std::fs::write(&err, &run.stderr).unwrap();
+    let record = repo().join("bench/gpu_check/record.py");
+    let line = Command::new(&python)
+        .arg(&record)
+        .args(["envgen", "envgen_gpt2_124m", "0", "1500"])
+        .args([&out, &err])
+        .arg(r#"{"skip_first": 2}"#)
+        .output()
+        .unwrap();
+    assert!(line.status.success(), "{python}: {}", text(&line));
+    let rec: serde_json::Value = serde_json::from_slice(&line.stdout).unwrap();
+
+    // The median of steps 3..5 from the run's own metrics.jsonl.
+    let run_dir = PathBuf::from(rec["run_dir"].as_str().unwrap());
+    let metrics = std::fs::read_to_string(run_dir.join("metrics.jsonl")).unwrap();
+    let mut timed: Vec<f64> = metrics
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["step"].as_u64().unwrap_or(0) >= 3)
+        .filter_map(|r| r["tokens_per_s"].as_f64())
+        .collect();
+    timed.sort_by(f64::total_cmp);
+    assert_eq!(timed.len(), 3, "{metrics}");
+    assert_eq!(rec["steps_done"], 5);
+    assert_eq!(rec["timed_steps"], 3);
+    assert_eq!(rec["median_tokens_per_s"].as_f64().unwrap(), timed[1]);
+    assert_eq!(rec["wall_s"], 1.5);
+
+    // The last line: envgen over the PyTorch twin.
+    let results = tmp.path().join("results.jsonl");
+    let torch = serde_json::json!({"name": "torch_gpt2_124m_eager", "kind": "torch", "result": {"tokens_per_s": timed[1] / 2.0}});
+    std::fs::write(&results, format!("{rec}\n{torch}\n")).unwrap();
+    let compare = Command::new(&python)
+        .arg(&record)
+        .arg("compare")
+        .arg(&results)
+        .output()
+        .unwrap();
+    assert!(compare.status.success(), "{}", text(&compare));
+    let summary: serde_json::Value = serde_json::from_slice(&compare.stdout).unwrap();
+    assert_eq!(summary["gpt2_envgen_over_eager"].as_f64().unwrap(), 2.0);
+    assert!(summary["hrm_envgen_over_eager"].is_null());
+}

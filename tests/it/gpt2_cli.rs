@@ -1,0 +1,342 @@
+//! GPT-2 through the real `envgen` binary: learning, determinism, resume,
+//! SIGINT, config errors, parameter counts. Real Burn training on CPU.
+
+use std::path::Path;
+use std::process::Output;
+
+use serde_json::Value;
+
+use crate::common::experiment::*;
+use crate::common::{envgen, json_of, read_json, run_dir_of, run_ok, turn};
+
+/// A short tiny run: 24 steps, checkpoint every 8 (enough to test mechanics).
+const SHORT: &[&str] = &[
+    "run",
+    "gpt2",
+    "--backend",
+    "cpu",
+    "--json",
+    "--set",
+    "train.steps=24",
+    "--set",
+    "train.checkpoint_every=8",
+    "--set",
+    "train.eval_every=8",
+];
+
+fn short_run(out: &Path, extra: &[&str]) -> Output {
+    let mut args: Vec<&str> = SHORT.to_vec();
+    args.extend(["--out", out.to_str().unwrap()]);
+    args.extend(extra);
+    envgen().args(&args).output().expect("spawn envgen")
+}
+
+#[test]
+fn tiny_preset_learns_against_the_entropy_bound() {
+    let _turn = turn!();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = run_ok(&[
+        "run",
+        "gpt2",
+        "--backend",
+        "cpu",
+        "--json",
+        "--out",
+        tmp.path().to_str().unwrap(),
+    ]);
+    let doc = json_of(&out);
+    let m = &doc["summary"]["metrics"];
+    assert_eq!(doc["summary"]["status"], "completed");
+    let initial = m["initial_val_loss"].as_f64().unwrap();
+    let final_val = m["final_val_loss"].as_f64().unwrap();
+    let bound = m["entropy_bound_nats_per_token"].as_f64().unwrap();
+    eprintln!("tiny: initial {initial:.4} final {final_val:.4} entropy bound {bound:.4}");
+    assert!(
+        final_val <= 0.6 * initial,
+        "val loss {final_val} > 0.6 × {initial}"
+    );
+    assert!(
+        final_val >= bound - 0.05,
+        "val loss {final_val} below the entropy bound {bound}"
+    );
+
+    let dir = run_dir_of(&doc);
+    for file in [
+        "config.toml",
+        "manifest.json",
+        "metrics.jsonl",
+        "summary.json",
+        "model.safetensors",
+        "checkpoints/latest",
+    ] {
+        assert!(
+            dir.join(file).exists(),
+            "{file} missing in {}",
+            dir.display()
+        );
+    }
+    let manifest = read_json(&dir.join("manifest.json"));
+    assert_eq!(manifest["experiment"], "gpt2");
+    assert_eq!(manifest["preset"], "tiny");
+    assert_eq!(manifest["profile"]["backend"], "cpu");
+    assert!(manifest["config_hash"]
+        .as_str()
+        .unwrap()
+        .starts_with("sha256:"));
+    assert!(manifest["finished_at"].is_string());
+    let lines = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap();
+    // No loss spike: the warmup is long enough that no step's gradient
+    // norm exceeds 10 (20 warmup steps to lr 3e-3 gave 101 at step 20).
+    for line in lines.lines() {
+        let record: Value = serde_json::from_str(line).unwrap();
+        if let Some(norm) = record["grad_norm"].as_f64() {
+            assert!(norm <= 10.0, "grad-norm spike: {record}");
+        }
+    }
+    let last: Value = serde_json::from_str(lines.lines().last().unwrap()).unwrap();
+    assert_eq!(last["step"], 300);
+    assert!(last["tokens_per_s"].as_f64().unwrap() > 0.0 && last["val_loss"].is_number());
+
+    let show = json_of(&run_ok(&["runs", "show", dir.to_str().unwrap(), "--json"]));
+    assert_eq!(show["status"], "completed");
+    assert_eq!(show["config_hash"], manifest["config_hash"]);
+
+    let text = run_ok(&[
+        "sample",
+        dir.to_str().unwrap(),
+        "--prompt",
+        "the ",
+        "--tokens",
+        "40",
+        "--seed",
+        "1",
+    ]);
+    let text = String::from_utf8_lossy(&text.stdout).to_string();
+    assert!(text.starts_with("the ") && text.len() > 30, "{text:?}");
+}
+
+#[test]
+fn runs_are_bit_identical_and_resume_is_exact() {
+    let _turn = turn!();
+    let tmp = tempfile::tempdir().unwrap();
+    // Two runs, on different thread counts: the CPU kernels split work so
+    // that no reduction depends on how many threads share it.
+    let a = json_of(&short_run(tmp.path(), &["--threads", "2"]));
+    let b = json_of(&short_run(tmp.path(), &["--threads", "1"]));
+    for key in ["final_train_loss", "final_val_loss"] {
+        assert_eq!(
+            metric_bits(&a, key),
+            metric_bits(&b, key),
+            "{key} differs run to run (2 threads vs 1)"
+        );
+    }
+    let threads = |doc: &Value| manifest_of(doc)["profile"]["threads"].clone();
+    assert_eq!((threads(&a), threads(&b)), (2.into(), 1.into()));
+
+    // Interrupted after 12 steps (checkpoint at 8 and at 12), then resumed.
+    let stopped = short_run(tmp.path(), &["--stop-after", "12"]);
+    let dir = stopped_after(&stopped, 12);
+    let resumed = resume("gpt2", &dir);
+    assert_resumed_identically(
+        &a,
+        &resumed,
+        &dir,
+        &["final_train_loss", "final_val_loss", "initial_val_loss"],
+        24,
+    );
+}
+
+/// Dropout draws its masks from (seed, step, row): it changes the result,
+/// yet two runs agree bit for bit and a resumed run ends where an
+/// uninterrupted one does.
+#[test]
+fn dropout_is_active_repeatable_and_resumable() {
+    let _turn = turn!();
+    let tmp = tempfile::tempdir().unwrap();
+    let dropout = ["--set", "model.dropout=0.1"];
+    let plain = json_of(&short_run(tmp.path(), &[]));
+    let a = json_of(&short_run(tmp.path(), &dropout));
+    let b = json_of(&short_run(tmp.path(), &dropout));
+    assert_ne!(
+        metric_bits(&plain, "final_train_loss"),
+        metric_bits(&a, "final_train_loss"),
+        "dropout 0.1 changed nothing"
+    );
+    assert_eq!(
+        metric_bits(&a, "final_train_loss"),
+        metric_bits(&b, "final_train_loss"),
+        "dropout runs differ run to run"
+    );
+    let mut stop = dropout.to_vec();
+    stop.extend(["--stop-after", "12"]);
+    let stopped = short_run(tmp.path(), &stop);
+    assert_eq!(stopped.status.code(), Some(130));
+    let dir = run_dir_of(&json_of(&stopped));
+    let resumed = resume("gpt2", &dir);
+    for key in ["final_train_loss", "final_val_loss"] {
+        assert_eq!(
+            metric_bits(&a, key),
+            metric_bits(&resumed, key),
+            "{key} differs after resume"
+        );
+    }
+}
+
+#[test]
+fn micro_batch_changes_speed_not_science() {
+    let _turn = turn!();
+    let tmp = tempfile::tempdir().unwrap();
+    let whole = json_of(&short_run(tmp.path(), &[]));
+    let split = json_of(&short_run(tmp.path(), &["--micro-batch", "4"]));
+    let (mw, ms) = (manifest_of(&whole), manifest_of(&split));
+    assert_eq!(mw["config_hash"], ms["config_hash"]);
+    assert_eq!(ms["profile"]["micro_batch"], 4);
+    assert_eq!(ms["profile"]["grad_accum"], 4);
+    let (lw, ls) = (
+        whole["summary"]["metrics"]["final_val_loss"]
+            .as_f64()
+            .unwrap(),
+        split["summary"]["metrics"]["final_val_loss"]
+            .as_f64()
+            .unwrap(),
+    );
+    assert!((lw - ls).abs() < 1e-3 * lw, "{lw} vs {ls}");
+}
+
+#[cfg(unix)]
+#[test]
+fn sigint_checkpoints_and_exits_130() {
+    let _turn = turn!();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut args: Vec<&str> = vec![
+        "run",
+        "gpt2",
+        "--backend",
+        "cpu",
+        "--json",
+        "--set",
+        "train.steps=2000",
+    ];
+    args.extend(["--out", tmp.path().to_str().unwrap()]);
+    let child = envgen()
+        .args(&args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until training is under way (a few metric lines), then SIGINT.
+    let started = std::time::Instant::now();
+    loop {
+        let lines = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path().join("metrics.jsonl")).ok())
+            .map(|t| t.lines().count())
+            .max()
+            .unwrap_or(0);
+        if lines >= 4 {
+            break;
+        }
+        assert!(started.elapsed().as_secs() < 120, "training did not start");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = json_of(&out);
+    assert_eq!(doc["summary"]["status"], "interrupted");
+    let done = doc["summary"]["steps_done"].as_u64().unwrap();
+    assert!(done > 0 && done < 2000);
+    let dir = run_dir_of(&doc);
+    let latest = std::fs::read_to_string(dir.join("checkpoints/latest")).unwrap();
+    assert_eq!(latest.trim(), format!("step-{done:08}"));
+}
+
+#[test]
+fn config_errors_exit_2_naming_the_key() {
+    let _turn = turn!();
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["--set", "train.steps=abc"],
+            &["train.steps", "abc", "integer"],
+        ),
+        (&["--set", "optim.lr=fast"], &["optim.lr", "fast", "float"]),
+        (&["--set", "train.nope=1"], &["nope"]),
+        (&["--set", "modle.n_layer=2"], &["modle"]),
+        (&["--preset", "huge"], &["huge"]),
+        (&["--set", "train.steps"], &["KEY=VALUE"]),
+        (&["--set", "model.dropout=1.5"], &["model.dropout", "1.5"]),
+        (&["--set", "model.n_head=5"], &["model.n_head", "multiple"]),
+    ];
+    for (extra, needles) in cases {
+        let mut args = vec![
+            "run",
+            "gpt2",
+            "--backend",
+            "cpu",
+            "--out",
+            "/nonexistent-never-created",
+        ];
+        args.extend(*extra);
+        let out = envgen().args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        for needle in *needles {
+            assert!(err.contains(needle), "{extra:?}: `{needle}` not in {err}");
+        }
+    }
+    // A sweep is a Slurm job array: asked of a native run, a usage error.
+    let out = envgen()
+        .args([
+            "run",
+            "gpt2",
+            "--where",
+            "native",
+            "--sweep",
+            "train.seed=1,2",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--where slurm"));
+}
+
+#[test]
+fn describe_reports_every_presets_parameter_count() {
+    let _turn = turn!();
+    // d, layers, block, vocab → V·d + T·d + L·(12d² + 13d) + 2d
+    let formula =
+        |d: u64, l: u64, t: u64, v: u64| v * d + t * d + l * (12 * d * d + 13 * d) + 2 * d;
+    let expected = [
+        ("tiny", formula(64, 2, 64, 256)),
+        ("bench-cpu", 3_257_856),
+        ("shakespeare-char", formula(384, 6, 256, 65)),
+        ("gpt2-124m", 124_475_904),
+    ];
+    for (preset, want) in expected {
+        let doc = json_of(&run_ok(&[
+            "experiments",
+            "describe",
+            "gpt2",
+            "--preset",
+            preset,
+            "--json",
+        ]));
+        assert_eq!(doc["parameters"].as_u64(), Some(want), "{preset}");
+        assert_eq!(doc["experiment"], "gpt2");
+        assert_eq!(doc["preset"], preset);
+        assert!(doc["config_hash"].as_str().unwrap().starts_with("sha256:"));
+        assert!(doc["config"]["model"]["n_layer"].is_u64());
+    }
+    let list = json_of(&run_ok(&["experiments", "list", "--json"]));
+    assert_eq!(list["experiments"][0]["name"], "gpt2");
+}

@@ -1,0 +1,36 @@
+//! envgen's integration tests: one test binary, one module per area (each
+//! was its own binary before, linking envgen, the experiments and Burn
+//! once more). Run an area with `cargo test --test it doctor_cli::`, one
+//! test with `cargo test --test it gpt2_cli::sigint_checkpoints_and_exits_130`.
+//!
+//! Helpers shared by several areas live in [`common`]. The areas that train,
+//! build images or use Docker or Slurm take turns ([`common::turns`]): each
+//! runs beside itself only, as when it was a binary of its own.
+//! `cargo test --test it doctor_` would also pick `images::…_runs_doctor_…`:
+//! name an area with its `::`.
+
+mod common;
+
+mod cuda_standin;
+mod distributed_cli;
+mod docs_commands;
+mod doctor_answer;
+mod doctor_cli;
+mod doctor_kb;
+mod doctor_parsers;
+mod fresh_clone;
+mod gpt2_cli;
+mod gpt2_data_cli;
+mod gpt2_hf;
+mod hrm_cli;
+mod images;
+mod layering;
+mod precision_cli;
+mod probe_cli;
+mod quantize_cli;
+mod rft_cli;
+mod run_docker;
+mod run_slurm;
+mod slurm;
+mod sudoku_cli;
+mod verdicts;

@@ -1,0 +1,348 @@
+//! `envgen run --where slurm|auto`, `--sweep`, `runs cancel`, Ctrl-C and
+//! `rerun` against the real one-node Slurm cluster that scripts/test.sh
+//! starts (munge + slurmctld + slurmd). Real tiny-gpt2 training in the jobs.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::common::docker_base::{self, require_docker_host};
+use crate::common::experiment::{logged_steps, metric_bits};
+use crate::common::run::*;
+use crate::common::{envgen, json_of, require_slurm_cluster, run_dir_of, turn};
+
+#[test]
+fn auto_picks_slurm_and_the_job_trains_the_same_bits_as_a_native_run() {
+    let _turn = turn!();
+    require_slurm_cluster();
+    let tmp = tempfile::tempdir().unwrap();
+    let native = short_run(tmp.path(), &["--where", "native"]);
+    assert_ok(&native, "native run");
+    let native = json_of(&native);
+
+    let slurm = short_run(tmp.path(), &["--where", "auto"]);
+    assert_ok(&slurm, "--where auto (Slurm) run");
+    let stderr = String::from_utf8_lossy(&slurm.stderr);
+    assert!(
+        stderr.contains("--where auto: slurm (sbatch found and the cluster answers"),
+        "{stderr}"
+    );
+    let slurm = json_of(&slurm);
+    let dir = run_dir_of(&slurm);
+    assert_eq!(slurm["summary"]["status"], "completed");
+    for key in ["final_train_loss", "final_val_loss"] {
+        assert_eq!(
+            metric_bits(&native, key),
+            metric_bits(&slurm, key),
+            "{key}: the Slurm job must train exactly as the native run"
+        );
+    }
+    let manifest = read(&dir, "manifest.json");
+    let native_manifest = read(&run_dir_of(&native), "manifest.json");
+    assert_eq!(manifest["config_hash"], native_manifest["config_hash"]);
+    assert_eq!(manifest["where"], "slurm");
+    assert!(manifest["where_reason"].as_str().unwrap().contains("sinfo"));
+    assert_eq!(manifest["slurm"]["state"], "COMPLETED");
+    let job = manifest["slurm"]["job"].as_str().unwrap();
+    assert!(job.chars().all(|c| c.is_ascii_digit()), "{job}");
+    // The job's output was collected into the run directory, and the job
+    // side recorded the host it ran on.
+    let output = std::fs::read_to_string(dir.join("slurm.out")).unwrap();
+    assert!(output.contains("run directory"), "{output}");
+    assert!(dir.join("job.sbatch").is_file());
+    assert!(manifest["host"].is_object());
+
+    let show = envgen()
+        .args(["runs", "show", "--json", dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_ok(&show, "runs show");
+    let show = json_of(&show);
+    assert_eq!(show["slurm_job"]["job"], job);
+    assert_eq!(show["slurm_job"]["state"], "COMPLETED");
+    assert_eq!(show["status"], "completed");
+
+    // `runs compare` of the two machines' manifests: same science, and it
+    // names what differs (where).
+    let compare = envgen()
+        .args([
+            "runs",
+            "compare",
+            "--json",
+            run_dir_of(&native).to_str().unwrap(),
+            dir.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_ok(&compare, "runs compare");
+    let compare = json_of(&compare);
+    assert_eq!(compare["same_config"], true, "{compare}");
+    let differs = |field: &str| {
+        compare["differences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["field"] == field)
+    };
+    assert!(differs("where"), "{compare}");
+    assert!(!differs("profile.micro_batch"), "{compare}");
+
+    // rerun: same where, same config, the same loss bits.
+    let rerun = rerun_json(tmp.path(), &dir);
+    let rerun_manifest = read(&run_dir_of(&rerun), "manifest.json");
+    assert_eq!(rerun_manifest["where"], "slurm");
+    assert_eq!(rerun_manifest["config_hash"], manifest["config_hash"]);
+    assert_eq!(
+        metric_bits(&rerun, "final_val_loss"),
+        metric_bits(&slurm, "final_val_loss")
+    );
+}
+
+#[test]
+fn a_two_seed_sweep_runs_as_one_job_array() {
+    let _turn = turn!();
+    require_slurm_cluster();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = short_run(
+        tmp.path(),
+        &["--where", "slurm", "--sweep", "train.seed=1,2"],
+    );
+    assert_ok(&out, "sweep");
+    let doc = json_of(&out);
+    let runs = doc["runs"].as_array().expect("one entry per sweep value");
+    assert_eq!(runs.len(), 2);
+    let manifests: Vec<Value> = runs
+        .iter()
+        .map(|r| read(Path::new(r["run_dir"].as_str().unwrap()), "manifest.json"))
+        .collect();
+    let job_id = manifests[0]["slurm"]["job_id"].as_str().unwrap();
+    for (i, (run, manifest)) in runs.iter().zip(&manifests).enumerate() {
+        assert_eq!(run["summary"]["status"], "completed", "{run}");
+        assert_eq!(manifest["slurm"]["job_id"], job_id, "one job array");
+        assert_eq!(manifest["slurm"]["job"], format!("{job_id}_{i}"));
+        assert_eq!(manifest["sweep"]["value"], (i + 1).to_string());
+        let config = std::fs::read_to_string(
+            Path::new(run["run_dir"].as_str().unwrap()).join("config.toml"),
+        )
+        .unwrap();
+        assert!(config.contains(&format!("seed = {}", i + 1)), "{config}");
+    }
+    assert_ne!(manifests[0]["config_hash"], manifests[1]["config_hash"]);
+    assert_ne!(
+        metric_bits(&runs[0], "final_train_loss"),
+        metric_bits(&runs[1], "final_train_loss"),
+        "different seeds must train differently"
+    );
+}
+
+fn only_run_dir(out: &Path) -> PathBuf {
+    let dirs: Vec<PathBuf> = std::fs::read_dir(out)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("manifest.json").is_file())
+        .collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    dirs[0].clone()
+}
+
+fn assert_interrupted_and_resumable(dir: &Path) {
+    assert_interrupted_then_resume(dir, 400);
+    let manifest = read(dir, "manifest.json");
+    assert_eq!(manifest["slurm"]["state"], "CANCELLED");
+}
+
+#[test]
+fn scancel_through_runs_cancel_leaves_an_interrupted_resumable_run() {
+    let _turn = turn!();
+    require_slurm_cluster();
+    let tmp = tempfile::tempdir().unwrap();
+    let args = long_run_args(tmp.path(), &["--where", "slurm", "--detach"]);
+    let submitted = envgen().args(&args).output().unwrap();
+    assert_ok(&submitted, "detached submission");
+    let doc = json_of(&submitted);
+    assert!(doc["job_id"].as_str().is_some(), "{doc}");
+    let dir = only_run_dir(tmp.path());
+    wait_for_step(&dir, 2, Duration::from_secs(120));
+
+    let show = json_of(
+        &envgen()
+            .args(["runs", "show", "--json", dir.to_str().unwrap()])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(show["status"], "running");
+    assert_eq!(show["slurm_job"]["state"], "RUNNING");
+
+    let cancel = envgen()
+        .args(["runs", "cancel", dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_ok(&cancel, "runs cancel");
+    assert_interrupted_and_resumable(&dir);
+}
+
+#[test]
+fn ctrl_c_while_following_cancels_the_job_and_exits_130() {
+    let _turn = turn!();
+    require_slurm_cluster();
+    let tmp = tempfile::tempdir().unwrap();
+    let args = long_run_args(tmp.path(), &["--where", "slurm"]);
+    let (dir, out) = interrupt_after_two_steps(&args, tmp.path());
+    assert_exit_130(&out);
+    assert_interrupted_and_resumable(&dir);
+}
+
+#[test]
+fn slurm_job_runs_envgen_inside_charliecloud() {
+    let _turn = turn!();
+    require_slurm_cluster();
+    assert!(
+        which_ch_run(),
+        "ch-run not found: scripts/test.sh installs charliecloud"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let images = tempfile::tempdir().unwrap();
+    let image = images.path().join("envgen-cpu");
+    minimal_rootfs(&image);
+    let native = short_run(tmp.path(), &["--where", "native"]);
+    assert_ok(&native, "native run");
+    let out = charliecloud_run(tmp.path(), &image);
+    let doc = json_of(&out);
+    let dir = run_dir_of(&doc);
+    let script = std::fs::read_to_string(dir.join("job.sbatch")).unwrap();
+    assert!(script.contains("srun ch-run -b "), "{script}");
+    let manifest = read(&dir, "manifest.json");
+    assert_eq!(manifest["image"]["runtime"], "charliecloud");
+    assert!(manifest["image"]["digest"]
+        .as_str()
+        .unwrap()
+        .starts_with("sha256:"));
+    assert_eq!(
+        metric_bits(&doc, "final_val_loss"),
+        metric_bits(&json_of(&native), "final_val_loss")
+    );
+}
+
+/// A short run as a Slurm job inside the charliecloud image directory `image`.
+fn charliecloud_run(out: &Path, image: &Path) -> std::process::Output {
+    let image = image.to_str().unwrap();
+    let flags = [
+        "--where",
+        "slurm",
+        "--container",
+        "charliecloud",
+        "--image",
+        image,
+    ];
+    let run = short_run(out, &flags);
+    assert_ok(&run, "charliecloud run");
+    run
+}
+
+fn which_ch_run() -> bool {
+    std::process::Command::new("ch-run")
+        .arg("--version")
+        .env("USER", "envgen")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// The real `cpu` profile image (built on demand from this binary, exported
+/// for charliecloud with `envgen image export`) in a Slurm job. Needs the
+/// private Docker daemon too (scripts/test.sh starts both).
+#[test]
+fn slurm_job_runs_inside_the_exported_cpu_profile_image() {
+    let _turn = turn!();
+    require_slurm_cluster();
+    assert!(
+        which_ch_run(),
+        "ch-run not found: scripts/services/slurm.sh installs it"
+    );
+    require_docker_host();
+    docker_base::ensure_base_image();
+    let binary = Path::new(env!("CARGO_BIN_EXE_envgen"));
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let containers = envgen::image::Containers::locate(None).unwrap();
+            envgen::image::build::ensure_built(&containers, "cpu", Some(binary))
+                .await
+                .unwrap();
+        });
+    let images = tempfile::tempdir().unwrap();
+    let image = images.path().join("envgen-cpu");
+    let export = envgen()
+        .args(["image", "export", "cpu", "--format", "charliecloud", "-o"])
+        .arg(&image)
+        .output()
+        .unwrap();
+    assert_ok(&export, "image export cpu --format charliecloud");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = charliecloud_run(tmp.path(), &image);
+    let doc = json_of(&out);
+    assert_eq!(doc["summary"]["status"], "completed");
+    // The job side probed inside the container: no ch-run there (this
+    // host has it: the test asserted so above).
+    let manifest = read(&run_dir_of(&doc), "manifest.json");
+    let host = &manifest["host"];
+    assert!(host["os"].as_str().is_some(), "{host}");
+    let runtimes = host["container_runtimes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        runtimes.iter().all(|r| r["name"] != "charliecloud"),
+        "{host}"
+    );
+}
+
+/// `--where slurm --ranks 2`: one job, two srun tasks on the one node,
+/// training data-parallel through the collective; the same science as a
+/// native one-rank run, the loss within the tolerance of
+/// tests/it/distributed_cli.rs (f32 reassociation of the gradient average).
+#[test]
+fn two_slurm_tasks_train_data_parallel_like_one_native_rank() {
+    let _turn = turn!();
+    require_slurm_cluster();
+    let tmp = tempfile::tempdir().unwrap();
+    let native = short_run(tmp.path(), &["--where", "native"]);
+    assert_ok(&native, "native run");
+    let native = json_of(&native);
+    let slurm = short_run(tmp.path(), &["--where", "slurm", "--ranks", "2"]);
+    assert_ok(&slurm, "--where slurm --ranks 2");
+    let slurm = json_of(&slurm);
+    assert_eq!(slurm["summary"]["status"], "completed");
+    for key in ["final_train_loss", "final_val_loss"] {
+        let (a, b) = (
+            native["summary"]["metrics"][key].as_f64().unwrap(),
+            slurm["summary"]["metrics"][key].as_f64().unwrap(),
+        );
+        assert!(
+            (a - b).abs() <= 1e-4,
+            "{key}: native {a}, 2 Slurm tasks {b}"
+        );
+    }
+    let dir = run_dir_of(&slurm);
+    let manifest = read(&dir, "manifest.json");
+    assert_eq!(manifest["world_size"], 2);
+    assert_eq!(manifest["distributed"]["ranks_per_node"], 2);
+    assert_eq!(manifest["distributed"]["reduction"], "collective");
+    assert_eq!(
+        manifest["distributed"]["nodes"].as_array().unwrap().len(),
+        1
+    );
+    assert_eq!(manifest["slurm"]["state"], "COMPLETED");
+    assert_eq!(
+        manifest["config_hash"],
+        read(&run_dir_of(&native), "manifest.json")["config_hash"]
+    );
+    let script = std::fs::read_to_string(dir.join("job.sbatch")).unwrap();
+    assert!(script.contains("#SBATCH --ntasks-per-node=2"), "{script}");
+    assert!(script.contains("srun --kill-on-bad-exit=1 "), "{script}");
+    // Each step logged once: rank 0 alone writes.
+    assert_eq!(logged_steps(&dir), (1..=6).collect::<Vec<_>>());
+}

@@ -1,0 +1,898 @@
+//! Verdict table: host × image / PyTorch wheel / precision → expected status
+//! and reason codes. Each case cites the fact (recorded with its source in env/*.toml) that makes the expectation true.
+
+use envgen::compat::{
+    evaluate, CheckRequest, HardwarePrecision, ImageFacts, KnowledgeBase, Verdict, VerdictStatus,
+};
+use envgen::host::{Gpu, Host, HostSource};
+use proptest::prelude::*;
+
+// Issue #27's cases at the edges, with the helpers below.
+mod edges;
+
+fn kb() -> &'static KnowledgeBase {
+    KnowledgeBase::embedded()
+}
+
+fn host(gpu: &str, driver: &str) -> Host {
+    kb().assumed_host(&[gpu.to_string()], Some(driver))
+        .expect("assumed host")
+}
+
+fn catalog(reference: &str) -> ImageFacts {
+    kb().image(reference)
+        .unwrap_or_else(|| panic!("{reference} not in the catalog"))
+}
+
+/// A hand-described image (as a profile or a local Docker image would be).
+fn built(
+    reference: &str,
+    cuda: &str,
+    sass: &[&str],
+    ptx: &[&str],
+    compiles_at_runtime: bool,
+) -> ImageFacts {
+    ImageFacts {
+        reference: reference.into(),
+        cuda: Some(cuda.into()),
+        sass: sass.iter().map(|s| s.to_string()).collect(),
+        ptx: ptx.iter().map(|s| s.to_string()).collect(),
+        compiles_at_runtime,
+        origin: "profile".into(),
+        ..ImageFacts::default()
+    }
+}
+
+/// An image only the local Docker daemon has, known by its env
+/// (`CUDA_VERSION`, `NVIDIA_REQUIRE_CUDA`, either may be missing).
+fn local_image(reference: &str, cuda: Option<&str>, require_cuda: Option<&str>) -> ImageFacts {
+    ImageFacts {
+        reference: reference.into(),
+        cuda: cuda.map(Into::into),
+        require_cuda: require_cuda.map(Into::into),
+        origin: "docker".into(),
+        ..ImageFacts::default()
+    }
+}
+
+/// The one verdict `request` gets on `host`.
+fn only_verdict(host: &Host, request: CheckRequest) -> Verdict {
+    let verdicts = evaluate(kb(), host, &request);
+    assert_eq!(verdicts.len(), 1, "{verdicts:#?}");
+    verdicts.into_iter().next().unwrap()
+}
+
+/// [`only_verdict`], each of whose reasons says what and how to fix it.
+fn one(host: &Host, request: CheckRequest) -> Verdict {
+    let verdict = only_verdict(host, request);
+    for r in &verdict.reasons {
+        assert!(!r.message.is_empty() && !r.fix.is_empty(), "{r:?}");
+    }
+    verdict
+}
+
+fn image_verdict(gpu: &str, driver: &str, image: ImageFacts) -> Verdict {
+    one(&host(gpu, driver), CheckRequest::only_images(vec![image]))
+}
+
+fn wheel_verdict(gpu: &str, driver: &str, wheel: &str) -> Verdict {
+    one(
+        &host(gpu, driver),
+        CheckRequest {
+            pytorch: Some(wheel.into()),
+            ..CheckRequest::default()
+        },
+    )
+}
+
+fn precision_verdict(gpu: &str, precision: HardwarePrecision) -> Verdict {
+    one(
+        &host(gpu, "570.124.06"),
+        CheckRequest {
+            precisions: vec![precision],
+            ..CheckRequest::default()
+        },
+    )
+}
+
+#[track_caller]
+fn expect(verdict: &Verdict, status: VerdictStatus, codes: &[&str]) {
+    assert_eq!(verdict.codes(), codes, "{verdict:#?}");
+    assert_eq!(verdict.status, status, "{verdict:#?}");
+}
+
+const CUDA_12_8: &str = "nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04";
+const CUDA_13_0: &str = "nvidia/cuda:13.0.0-runtime-ubuntu24.04";
+
+// --- driver × image: minor-version and forward compatibility -------------
+
+#[test]
+fn a30_on_r535_runs_cuda_12_8_through_forward_compat() {
+    // 535.261.03 supports CUDA 12.2 (Table 3); A30 is data-center, where the
+    // cuda-compat package is supported (forward-compatibility doc), and the
+    // 12.x NVIDIA_REQUIRE_CUDA admits brand=tesla on R535.
+    let v = image_verdict("A30", "535.261.03", catalog(CUDA_12_8));
+    expect(&v, VerdictStatus::Warn, &["forward-compat-required"]);
+}
+
+#[test]
+fn rtx_5070_ti_on_r535_predates_blackwell() {
+    // sm_120 first appears in CUDA 12.8, whose driver is 570.26 (Table 3):
+    // R535 cannot drive the GPU at all, whatever the image.
+    let v = image_verdict("RTX 5070 Ti", "535.261.03", catalog(CUDA_12_8));
+    expect(&v, VerdictStatus::Fail, &["driver-predates-gpu"]);
+    assert!(v.reasons[0].fix.contains("R570"), "{v:#?}");
+    assert!(v.reasons[0].fix.contains("570.26"), "{v:#?}");
+    assert!(v.reasons[0].message.contains("535.261.03"), "{v:#?}");
+}
+
+#[test]
+fn a_gpu_newer_than_its_driver_fails_every_subject() {
+    // Issue #27: an RTX 50-series card on R550 or R560 with a CUDA 12.4 / 12.6
+    // image was "ok": the image's CUDA is within the driver's, but the driver
+    // predates Blackwell. The gate comes first for images, wheels and precisions.
+    for driver in ["550.54.15", "560.35.03", "550"] {
+        for image in [
+            "nvidia/cuda:12.4.1-runtime-ubuntu22.04",
+            "nvidia/cuda:12.6.3-runtime-ubuntu24.04",
+            "nvcr.io/nvidia/pytorch:24.10-py3",
+        ] {
+            let v = image_verdict("RTX 5090", driver, catalog(image));
+            expect(&v, VerdictStatus::Fail, &["driver-predates-gpu"]);
+        }
+        let v = wheel_verdict("RTX 5080", driver, "2.7.1+cu128");
+        expect(&v, VerdictStatus::Fail, &["driver-predates-gpu"]);
+        let v = one(
+            &host("RTX 5070 Ti", driver),
+            CheckRequest {
+                precisions: vec![HardwarePrecision::Bf16],
+                ..CheckRequest::default()
+            },
+        );
+        expect(&v, VerdictStatus::Fail, &["driver-predates-gpu"]);
+    }
+    // Hopper and Ada need R520: R515 (CUDA 11.7) predates them; R520 does not.
+    let v = image_verdict("H100", "515.65.01", catalog(CUDA_12_8));
+    expect(&v, VerdictStatus::Fail, &["driver-predates-gpu"]);
+    let v = image_verdict("L4", "520.61.05", catalog(CUDA_12_8));
+    assert!(!v.codes().contains(&"driver-predates-gpu"), "{v:#?}");
+}
+
+#[test]
+fn consumer_gpu_on_r535_runs_cuda_12_4_by_minor_version_compat() {
+    // CUDA 12.x runs on any driver ≥ 525.60.13 (Table 2) with a limited
+    // feature set; 12.4.1 images admit brand=geforce on R535.
+    let v = image_verdict(
+        "RTX 4090",
+        "535.261.03",
+        catalog("nvidia/cuda:12.4.1-runtime-ubuntu22.04"),
+    );
+    expect(&v, VerdictStatus::Warn, &["minor-version-compat"]);
+}
+
+#[test]
+fn consumer_gpu_on_r560_is_refused_by_the_cuda_12_8_gate() {
+    // R560 = CUDA 12.6 < 12.8, and R560 is not among the branches the image's
+    // NVIDIA_REQUIRE_CUDA lists: the runtime refuses "cuda>=12.8".
+    let v = image_verdict("RTX 4090", "560.35.03", catalog(CUDA_12_8));
+    expect(&v, VerdictStatus::Fail, &["driver-too-old"]);
+    assert!(
+        v.reasons[0]
+            .message
+            .contains("unsatisfied condition: cuda>=12.8"),
+        "{v:#?}"
+    );
+}
+
+#[test]
+fn a30_on_r550_runs_cuda_13_through_forward_compat() {
+    // The 13.0 base env admits tesla on R550 (compat.md §1c).
+    let v = image_verdict("A30", "550.54.15", catalog(CUDA_13_0));
+    expect(&v, VerdictStatus::Warn, &["forward-compat-required"]);
+}
+
+#[test]
+fn a30_on_r560_is_refused_by_the_cuda_13_gate() {
+    // R560 is not in the CUDA 13 image's forward-compat branch list.
+    let v = image_verdict("A30", "560.35.03", catalog(CUDA_13_0));
+    expect(&v, VerdictStatus::Fail, &["driver-too-old"]);
+}
+
+#[test]
+fn geforce_on_r570_cannot_run_cuda_13() {
+    // CUDA 13 needs ≥ 580 (no minor-version compat across majors); GeForce
+    // has no forward compat, and the 13.0 rule lists no geforce brand.
+    let v = image_verdict("RTX 4090", "570.124.06", catalog(CUDA_13_0));
+    expect(&v, VerdictStatus::Fail, &["forward-compat-unsupported"]);
+    assert!(
+        v.reasons[0].message.contains("unsatisfied condition"),
+        "{v:#?}"
+    );
+}
+
+#[test]
+fn forward_compat_does_not_teach_an_old_driver_a_new_gpu() {
+    // B200 (sm_100) first appears with CUDA 12.8 / R570; cuda-compat only
+    // replaces user-mode libraries, so R535 can't drive it at all.
+    let v = image_verdict("B200", "535.261.03", catalog(CUDA_12_8));
+    expect(&v, VerdictStatus::Fail, &["driver-predates-gpu"]);
+    // Known only by its CUDA (no driver version), the driver is judged by the
+    // architecture's first CUDA: 12.2 < 12.8.
+    let mut host = host("B200", "535.261.03");
+    host.driver_version = None;
+    let v = one(&host, CheckRequest::only_images(vec![catalog(CUDA_12_8)]));
+    expect(&v, VerdictStatus::Fail, &["driver-predates-gpu"]);
+}
+
+#[test]
+fn workstation_gpu_has_no_forward_compat() {
+    // Forward compat: data-center and Jetson only; RTX A6000 is workstation.
+    let v = image_verdict("RTX A6000", "535.261.03", catalog(CUDA_13_0));
+    expect(&v, VerdictStatus::Fail, &["forward-compat-unsupported"]);
+}
+
+#[test]
+fn jetson_orin_may_use_forward_compat() {
+    // Jetson boards are in the forward-compat list.
+    let v = image_verdict("Jetson Orin", "535.261.03", catalog(CUDA_12_8));
+    expect(&v, VerdictStatus::Warn, &["forward-compat-required"]);
+}
+
+#[test]
+fn gpu_described_by_sm_only_gets_no_forward_compat() {
+    // Class unknown → forward compat assumed unavailable (the safe answer).
+    let v = image_verdict("sm_89", "535.261.03", catalog(CUDA_13_0));
+    expect(&v, VerdictStatus::Fail, &["forward-compat-unsupported"]);
+}
+
+#[test]
+fn r470_is_a_cuda_11_4_driver_and_tesla_can_still_forward() {
+    // R470 is ≥ CUDA 11.4's 470.42.01 and < 11.5's 495.29.05 (Table 3): a
+    // CUDA 11.4 driver; the 12.x image lists brand=tesla on R470.
+    let v = image_verdict("A30", "470.256.02", catalog(CUDA_12_8));
+    expect(&v, VerdictStatus::Warn, &["forward-compat-required"]);
+    assert!(v.reasons[0].message.contains("(CUDA 11.4)"), "{v:#?}");
+}
+
+#[test]
+fn driver_older_than_cuda_11_runs_nothing() {
+    // CUDA 11.x needs ≥ 450.80.02 even with minor-version compat (Table 2).
+    let v = image_verdict(
+        "V100-32GB",
+        "418.226.00",
+        built("lab/x:1", "12.4.1", &["sm_70"], &[], false),
+    );
+    expect(&v, VerdictStatus::Fail, &["driver-too-old"]);
+    // The same driver predates Ampere (R455 for sm_86): that is said first.
+    let v = image_verdict(
+        "RTX 3090",
+        "418.226.00",
+        built("lab/x:1", "12.4.1", &["sm_86"], &[], false),
+    );
+    expect(&v, VerdictStatus::Fail, &["driver-predates-gpu"]);
+}
+
+#[test]
+fn new_enough_driver_is_ok() {
+    // 570.124.06 is exactly CUDA 12.8 U1's toolkit driver (Table 3).
+    let v = image_verdict("RTX 5070 Ti", "570.124.06", catalog(CUDA_12_8));
+    expect(&v, VerdictStatus::Ok, &[]);
+}
+
+// --- architecture ---------------------------------------------------------
+
+#[test]
+fn cuda_13_dropped_volta() {
+    // CUDA 13.0 supports Turing through Blackwell only (sm_50–sm_72 removed).
+    let v = image_verdict("Tesla V100-SXM2-32GB", "580.95.05", catalog(CUDA_13_0));
+    expect(&v, VerdictStatus::Fail, &["arch-dropped"]);
+}
+
+#[test]
+fn ngc_25_01_needs_turing() {
+    // NGC images from 25.01 on require compute capability ≥ 7.5 (Triton 25.01 notes).
+    let v = image_verdict(
+        "V100-32GB",
+        "570.124.06",
+        catalog("nvcr.io/nvidia/pytorch:25.01-py3"),
+    );
+    expect(&v, VerdictStatus::Fail, &["arch-dropped"]);
+}
+
+#[test]
+fn ngc_24_10_still_runs_on_volta() {
+    // 24.10: CUDA 12.6.2, min CC 6.0 (Triton 24.10 notes); R570 ≥ CUDA 12.6.
+    let v = image_verdict(
+        "V100-32GB",
+        "570.124.06",
+        catalog("nvcr.io/nvidia/pytorch:24.10-py3"),
+    );
+    expect(&v, VerdictStatus::Ok, &[]);
+}
+
+#[test]
+fn ngc_24_10_predates_blackwell_consumer() {
+    // sm_120 needs CUDA ≥ 12.8; 24.10 is built with CUDA 12.6.
+    let v = image_verdict(
+        "RTX 5090",
+        "570.124.06",
+        catalog("nvcr.io/nvidia/pytorch:24.10-py3"),
+    );
+    expect(&v, VerdictStatus::Fail, &["no-kernel-image"]);
+}
+
+#[test]
+fn ngc_25_08_on_a30_r535_uses_forward_compat() {
+    // 25.08 = CUDA 13.0.0 (Triton 25.08); A30 data-center on R535 LTSB.
+    let v = image_verdict(
+        "A30",
+        "535.261.03",
+        catalog("nvcr.io/nvidia/pytorch:25.08-py3"),
+    );
+    expect(&v, VerdictStatus::Warn, &["forward-compat-required"]);
+    assert!(v.reasons[0].message.contains("UNCONFIRMED"), "{v:#?}");
+}
+
+#[test]
+fn same_major_cubin_runs_on_a_newer_minor() {
+    // Blackwell compatibility guide: cubin X.y runs on X.z, z ≥ y — so sm_86
+    // kernels run on the RTX 4090 (8.9).
+    let v = image_verdict(
+        "RTX 4090",
+        "550.54.15",
+        built("lab/sm86:1", "12.4.1", &["sm_86"], &[], false),
+    );
+    expect(&v, VerdictStatus::Ok, &[]);
+}
+
+#[test]
+fn cubins_never_cross_majors() {
+    // sm_90 cubins do not run on sm_100 (B200); no PTX to JIT.
+    let v = image_verdict(
+        "B200",
+        "570.124.06",
+        built("lab/sm90:1", "12.4.1", &["sm_90"], &[], false),
+    );
+    expect(&v, VerdictStatus::Fail, &["no-kernel-image"]);
+}
+
+#[test]
+fn arch_specific_cubin_runs_only_on_that_arch() {
+    // sm_90a = exactly 9.0 (compat.md §2).
+    let v = image_verdict(
+        "H100",
+        "570.124.06",
+        built("lab/sm90a:1", "12.4.1", &["sm_90a"], &[], false),
+    );
+    expect(&v, VerdictStatus::Ok, &[]);
+    let v = image_verdict(
+        "RTX 4090",
+        "570.124.06",
+        built("lab/sm80a:1", "12.4.1", &["sm_80a"], &[], false),
+    );
+    expect(&v, VerdictStatus::Fail, &["no-kernel-image"]);
+}
+
+#[test]
+fn ptx_jits_forward_when_the_driver_is_new_enough() {
+    // compute_80 PTX JIT-compiles on 8.9; R550 = CUDA 12.4 ≥ the image's 12.4.
+    let v = image_verdict(
+        "RTX 4090",
+        "550.54.15",
+        built("lab/ptx80:1", "12.4.1", &[], &["compute_80"], false),
+    );
+    expect(&v, VerdictStatus::Ok, &[]);
+}
+
+#[test]
+fn ptx_newer_than_the_driver_cannot_jit() {
+    // Minor-version compat can't JIT newer PTX (CUDA_ERROR_UNSUPPORTED_PTX_VERSION).
+    let v = image_verdict(
+        "RTX 4090",
+        "535.261.03",
+        built("lab/ptx80:1", "12.4.1", &[], &["compute_80"], false),
+    );
+    expect(
+        &v,
+        VerdictStatus::Fail,
+        &["minor-version-compat", "ptx-jit-too-new"],
+    );
+}
+
+#[test]
+fn nvrtc_of_cuda_12_6_does_not_know_sm_120() {
+    // Burn compiles kernels at run time with the image's NVRTC; sm_120 first in 12.8.
+    let v = image_verdict(
+        "RTX 5070 Ti",
+        "570.124.06",
+        built("envgen/burn:cu126", "12.6.3", &[], &[], true),
+    );
+    expect(&v, VerdictStatus::Fail, &["no-kernel-image"]);
+    assert!(v.reasons[0].message.contains("NVRTC"), "{v:#?}");
+}
+
+#[test]
+fn runtime_compilation_under_minor_version_compat_fails() {
+    // NVRTC of CUDA 12.8 emits 12.8 PTX; R560 (12.6) can't JIT it.
+    let v = image_verdict(
+        "RTX 4090",
+        "560.35.03",
+        built("envgen/burn:cu128", "12.8.1", &[], &[], true),
+    );
+    expect(
+        &v,
+        VerdictStatus::Fail,
+        &["minor-version-compat", "ptx-jit-too-new"],
+    );
+}
+
+// --- PyTorch wheels ---------------------------------------------------------
+
+#[test]
+fn torch_2_6_cu124_has_no_blackwell_kernels() {
+    // 2.6.0 cu124/cu126: sm_50 … sm_90, no PTX (pytorch#144071).
+    let v = wheel_verdict("RTX 5070 Ti", "570.124.06", "2.6.0+cu124");
+    expect(&v, VerdictStatus::Fail, &["no-kernel-image"]);
+    assert!(v.reasons[0].fix.contains("cu128"), "{v:#?}");
+}
+
+#[test]
+fn torch_2_7_cu128_runs_on_rtx_5070_ti_with_r570() {
+    // 2.7.0+cu128: sm_75 … sm_120 (+PTX) (cog measurement); R570 = CUDA 12.8.
+    let v = wheel_verdict("5070 Ti", "570.124.06", "2.7.0+cu128");
+    expect(&v, VerdictStatus::Ok, &[]);
+}
+
+#[test]
+fn torch_2_7_cu128_on_rtx_5070_ti_needs_r570() {
+    // The wheel has sm_120 kernels, but a 12.6 driver can't drive sm_120.
+    let v = wheel_verdict("RTX 5070 Ti", "560.35.03", "2.7.1+cu128");
+    expect(&v, VerdictStatus::Fail, &["driver-predates-gpu"]);
+}
+
+#[test]
+fn torch_2_6_cu124_runs_on_h100() {
+    // sm_90 SASS in the wheel; R570 supports CUDA 12.8 ≥ 12.4.
+    let v = wheel_verdict("H100", "570.124.06", "2.6.0+cu124");
+    expect(&v, VerdictStatus::Ok, &[]);
+}
+
+#[test]
+fn torch_2_6_cu126_has_no_sm_100() {
+    // sm_90 cubins don't run on B200 (10.0); no PTX in the wheel.
+    let v = wheel_verdict("B200", "570.124.06", "2.6.0+cu126");
+    expect(&v, VerdictStatus::Fail, &["no-kernel-image"]);
+}
+
+#[test]
+fn rtx_4090_runs_a_wheel_built_up_to_sm_86() {
+    // 1.13.1+cu117 stops at sm_86 (cog); 8.6 cubins run on 8.9.
+    let v = wheel_verdict("RTX 4090", "550.54.15", "1.13.1+cu117");
+    expect(&v, VerdictStatus::Ok, &[]);
+}
+
+#[test]
+fn torch_2_7_cu128_dropped_volta_but_2_8_cu128_has_it() {
+    // 2.7.x cu128 has no sm_70 (vs-playground PR #59); 2.8.0 cu128 re-added it
+    // (build_cuda.sh@00c7a380, pytorch#157517).
+    expect(
+        &wheel_verdict("V100-32GB", "570.124.06", "2.7.0+cu128"),
+        VerdictStatus::Fail,
+        &["no-kernel-image"],
+    );
+    expect(
+        &wheel_verdict("V100-32GB", "570.124.06", "2.8.0+cu128"),
+        VerdictStatus::Ok,
+        &[],
+    );
+}
+
+#[test]
+fn cuda_13_wheels_have_no_volta() {
+    // cu130 wheels start at sm_75; CUDA 13 dropped sm_70.
+    let v = wheel_verdict("V100-32GB", "580.95.05", "2.9.0+cu130");
+    expect(&v, VerdictStatus::Fail, &["arch-dropped"]);
+}
+
+#[test]
+fn cu128_wheel_on_r535_runs_by_minor_version_compat() {
+    // cu12x wheels need ≥ 525.60.13 (minor-version compat); wheels ship no
+    // cuda-compat, so even data-center GPUs get minor-version compat.
+    let v = wheel_verdict("A30", "535.261.03", "2.7.0+cu128");
+    expect(&v, VerdictStatus::Warn, &["minor-version-compat"]);
+}
+
+#[test]
+fn cu130_wheel_on_r570_driver_too_old() {
+    // cu13x needs ≥ 580; no minor-version compat across majors.
+    let v = wheel_verdict("A30", "570.124.06", "2.9.0+cu130");
+    expect(&v, VerdictStatus::Fail, &["driver-too-old"]);
+}
+
+// --- precision ----------------------------------------------------------------
+
+#[test]
+fn bf16_needs_ampere() {
+    // BF16 needs CC ≥ 8.0 (Transformer Engine support matrix).
+    expect(
+        &precision_verdict("V100-32GB", HardwarePrecision::Bf16),
+        VerdictStatus::Fail,
+        &["bf16-unsupported"],
+    );
+    expect(
+        &precision_verdict("T4", HardwarePrecision::Bf16),
+        VerdictStatus::Fail,
+        &["bf16-unsupported"],
+    );
+    expect(
+        &precision_verdict("A30", HardwarePrecision::Bf16),
+        VerdictStatus::Ok,
+        &[],
+    );
+}
+
+#[test]
+fn fp8_needs_ada_or_hopper() {
+    // FP8 = No on 8.0 (TE); Yes on 8.9 (per-tensor) and 9.0.
+    let v = precision_verdict("A100-80GB", HardwarePrecision::Fp8);
+    expect(&v, VerdictStatus::Fail, &["fp8-unsupported"]);
+    assert!(v.reasons[0].message.contains("8.9"), "{v:#?}");
+    expect(
+        &precision_verdict("L4", HardwarePrecision::Fp8),
+        VerdictStatus::Ok,
+        &[],
+    );
+    expect(
+        &precision_verdict("H100", HardwarePrecision::Fp8),
+        VerdictStatus::Ok,
+        &[],
+    );
+}
+
+#[test]
+fn verdicts_on_unconfirmed_gpu_facts_say_so() {
+    // RTX A4500 = 8.6 is not on NVIDIA's list (compat.md §2): the BF16 verdict
+    // is ok, the FP8 failure names the unconfirmed fact.
+    expect(
+        &precision_verdict("RTX A4500", HardwarePrecision::Bf16),
+        VerdictStatus::Ok,
+        &[],
+    );
+    let v = precision_verdict("RTX A4500", HardwarePrecision::Fp8);
+    expect(&v, VerdictStatus::Fail, &["fp8-unsupported"]);
+    assert!(
+        v.reasons[0]
+            .message
+            .contains("UNCONFIRMED: compute_capability"),
+        "{v:#?}"
+    );
+}
+
+#[test]
+fn tf32_and_fp16() {
+    // TF32 ≥ 8.0 (TRT8 matrix): V100 computes in FP32 instead (warn only).
+    expect(
+        &precision_verdict("V100-16GB", HardwarePrecision::Tf32),
+        VerdictStatus::Warn,
+        &["tf32-unsupported"],
+    );
+    expect(
+        &precision_verdict("A100-40GB", HardwarePrecision::Tf32),
+        VerdictStatus::Ok,
+        &[],
+    );
+    expect(
+        &precision_verdict("V100-16GB", HardwarePrecision::Fp16),
+        VerdictStatus::Ok,
+        &[],
+    );
+}
+
+// --- unknowns, no GPU, multi-GPU, the whole catalog -----------------------------
+
+#[test]
+fn unknown_image_is_a_warning() {
+    let image = local_image("ghcr.io/someone/thing:1", None, None);
+    let v = image_verdict("A30", "570.124.06", image);
+    expect(&v, VerdictStatus::Warn, &["unknown-image"]);
+}
+
+#[test]
+fn catalog_row_with_unconfirmed_cuda_says_so() {
+    // NGC 25.07's CUDA is not published in any stored source; it is bounded
+    // by 25.06 (12.9.1) and 25.08 (13.0.0), so the driver is checked as 12.9
+    // and the verdict says what it rests on. A30 on R535 (= CUDA 12.2): a
+    // data-center GPU runs CUDA 12.9 through forward compat.
+    let image = catalog("nvcr.io/nvidia/pytorch:25.07-py3");
+    assert_eq!(image.cuda.as_deref(), Some("12.9"));
+    let v = image_verdict("A30", "535.261.03", image.clone());
+    expect(&v, VerdictStatus::Warn, &["forward-compat-required"]);
+    assert!(
+        v.reasons[0]
+            .message
+            .contains("UNCONFIRMED data: cuda (bounded"),
+        "{v:#?}"
+    );
+    let v = image_verdict("A30", "575.57.08", image);
+    expect(&v, VerdictStatus::Ok, &[]);
+}
+
+#[test]
+fn second_hand_ngc_cuda_is_checked_and_says_so() {
+    // 24.09's CUDA 12.6.1 is second-hand (a transcription of its notes,
+    // runtimes report 12.6): the driver is checked, and the reason says the
+    // CUDA it rests on is UNCONFIRMED. R535 = CUDA 12.2; A30 is data-center.
+    let v = image_verdict(
+        "A30",
+        "535.261.03",
+        catalog("nvcr.io/nvidia/pytorch:24.09-py3"),
+    );
+    expect(&v, VerdictStatus::Warn, &["forward-compat-required"]);
+    assert!(
+        v.reasons[0]
+            .message
+            .contains("UNCONFIRMED data: cuda (second-hand"),
+        "{v:#?}"
+    );
+}
+
+#[test]
+fn ngc_24_02_driver_is_now_checked() {
+    // Triton 24.02 notes: "based on CUDA 12.3.2". R535 is CUDA 12.2 (Table 3),
+    // so an A30 (data-center) runs it through forward compat; on R570 it is fine.
+    let image = catalog("nvcr.io/nvidia/pytorch:24.02-py3");
+    assert_eq!(image.cuda.as_deref(), Some("12.3.2"));
+    let v = image_verdict("A30", "535.261.03", image.clone());
+    expect(&v, VerdictStatus::Warn, &["forward-compat-required"]);
+    let v = image_verdict("A30", "570.124.06", image);
+    expect(&v, VerdictStatus::Ok, &[]);
+}
+
+#[test]
+fn ngc_25_02_needs_turing_as_published() {
+    // Triton 25.02: "supports CUDA compute capability 7.5 and later" — the
+    // floor was marked UNCONFIRMED before; now the message carries no caveat.
+    let v = image_verdict(
+        "V100-32GB",
+        "570.124.06",
+        catalog("nvcr.io/nvidia/pytorch:25.02-py3"),
+    );
+    expect(&v, VerdictStatus::Fail, &["arch-dropped"]);
+    assert!(!v.reasons[0].message.contains("UNCONFIRMED"), "{v:#?}");
+}
+
+#[test]
+fn no_sourced_ngc_release_is_an_unknown_image_on_h100_r580() {
+    // Every NGC PyTorch release whose CUDA is published (Triton / PyTorch
+    // release notes of that month) or known second-hand gets a real verdict;
+    // 25.07, which no stored source covers, is bounded by its neighbours
+    // (docs/doctor.md, UNCONFIRMED facts): no release is unknown-image.
+    let host = host("H100", "580.65.06");
+    let ngc: Vec<ImageFacts> = kb()
+        .images()
+        .iter()
+        .filter(|i| i.reference.starts_with("nvcr.io/nvidia/pytorch:"))
+        .cloned()
+        .collect();
+    assert_eq!(ngc.len(), 24);
+    let verdicts = evaluate(kb(), &host, &CheckRequest::only_images(ngc));
+    let unknown: Vec<&str> = verdicts
+        .iter()
+        .filter(|v| v.codes().contains(&"unknown-image"))
+        .map(|v| v.image.as_str())
+        .collect();
+    assert!(unknown.is_empty(), "{unknown:?}");
+    // R580 = CUDA 13.0 covers every release up to 25.11; 25.12 (CUDA 13.1)
+    // runs by minor-version compatibility (NGC images set cuda>=9.0, so no
+    // runtime refusal): none fails.
+    for v in &verdicts {
+        assert_ne!(v.status, VerdictStatus::Fail, "{v:#?}");
+    }
+}
+
+#[test]
+fn exact_cuda_12_9_1_rule_refuses_geforce_on_r545() {
+    // The verbatim NVIDIA_REQUIRE_CUDA of 12.9.1 images lists no geforce brand
+    // (env/images.toml [[require_cuda_exact]]): an RTX 4090 on R545 (CUDA 12.3)
+    // is refused by the runtime. 12.9.0 has no exact string of its own and
+    // borrows its minor's (the rule only says cuda>=12.9): refused alike. 12.4.1
+    // (no exact string in its minor) keeps the generated rule, which lists
+    // brand=geforce for R535: minor-version compat there.
+    let v = image_verdict(
+        "RTX 4090",
+        "545.29.06",
+        catalog("nvidia/cuda:12.9.1-runtime-ubuntu24.04"),
+    );
+    expect(&v, VerdictStatus::Fail, &["driver-too-old"]);
+    assert!(v.reasons[0].message.contains("cuda>=12.9"), "{v:#?}");
+    let v = image_verdict(
+        "RTX 4090",
+        "545.29.06",
+        catalog("nvidia/cuda:12.9.0-runtime-ubuntu24.04"),
+    );
+    expect(&v, VerdictStatus::Fail, &["driver-too-old"]);
+    assert!(
+        v.reasons[0]
+            .message
+            .contains("the 12.9.1 tags' rule, same minor"),
+        "{v:#?}"
+    );
+}
+
+#[test]
+fn exact_cuda_12_8_1_rule_admits_tesla_but_not_geforce_on_r535() {
+    // Verbatim 12.8.1 NVIDIA_REQUIRE_CUDA: brand=tesla,driver>=535,driver<536 is
+    // an alternative, brand=geforce is not. R535 = CUDA 12.2 (Table 3).
+    let v = image_verdict("A30", "535.261.03", catalog(CUDA_12_8));
+    expect(&v, VerdictStatus::Warn, &["forward-compat-required"]);
+    let v = image_verdict("RTX 4090", "535.261.03", catalog(CUDA_12_8));
+    expect(&v, VerdictStatus::Fail, &["driver-too-old"]);
+    assert!(
+        v.reasons[0]
+            .message
+            .contains("unsatisfied condition: cuda>=12.8"),
+        "{v:#?}"
+    );
+}
+
+#[test]
+fn unreadable_require_cuda_is_reported_not_a_panic() {
+    let image = local_image("local/broken:1", Some("12.4.1"), Some("cuda>>12 brand="));
+    let v = image_verdict("A30", "570.124.06", image);
+    expect(&v, VerdictStatus::Warn, &["unknown-image"]);
+}
+
+#[test]
+fn unknown_probed_gpu_is_kept_with_a_warning() {
+    let mut host = Host {
+        driver_version: Some("570.124.06".into()),
+        gpus: vec![Gpu {
+            index: 0,
+            name: "NVIDIA Imaginary X9".into(),
+            ..Gpu::default()
+        }],
+        source: HostSource::NvidiaSmi,
+        ..Host::default()
+    };
+    kb().enrich(&mut host);
+    assert_eq!(host.cuda_driver_version.as_deref(), Some("12.8"));
+    let v = one(&host, CheckRequest::only_images(vec![catalog(CUDA_12_8)]));
+    expect(&v, VerdictStatus::Warn, &["unknown-gpu"]);
+}
+
+#[test]
+fn probed_gpu_names_are_enriched() {
+    let mut host = Host {
+        driver_version: Some("535.261.03".into()),
+        gpus: vec![Gpu {
+            index: 0,
+            name: "NVIDIA A30".into(),
+            ..Gpu::default()
+        }],
+        source: HostSource::NvidiaSmi,
+        ..Host::default()
+    };
+    kb().enrich(&mut host);
+    let gpu = &host.gpus[0];
+    assert_eq!(gpu.compute_capability.as_deref(), Some("8.0"));
+    assert_eq!(gpu.catalog_id.as_deref(), Some("a30"));
+    assert_eq!(host.cuda_driver_version.as_deref(), Some("12.2"));
+}
+
+#[test]
+fn no_gpu_host_warns_once_per_subject() {
+    let host = Host::default();
+    let request = CheckRequest {
+        images: vec![catalog(CUDA_12_8)],
+        pytorch: Some("2.6.0+cu124".into()),
+        precisions: vec![HardwarePrecision::Bf16],
+    };
+    let verdicts = evaluate(kb(), &host, &request);
+    assert_eq!(verdicts.len(), 3);
+    for v in &verdicts {
+        expect(v, VerdictStatus::Warn, &["no-gpu"]);
+        assert_eq!(v.gpu_index, None);
+    }
+}
+
+#[test]
+fn mixed_gpu_host_gets_one_verdict_per_gpu() {
+    // Status is the worst reason per GPU: A30 warns, RTX 5070 Ti fails.
+    let host = kb()
+        .assumed_host(&["A30".into(), "RTX 5070 Ti".into()], Some("535.261.03"))
+        .unwrap();
+    let verdicts = evaluate(
+        kb(),
+        &host,
+        &CheckRequest::only_images(vec![catalog(CUDA_12_8)]),
+    );
+    let statuses: Vec<(Option<u32>, VerdictStatus)> =
+        verdicts.iter().map(|v| (v.gpu_index, v.status)).collect();
+    assert_eq!(
+        statuses,
+        vec![
+            (Some(0), VerdictStatus::Warn),
+            (Some(1), VerdictStatus::Fail)
+        ]
+    );
+}
+
+#[test]
+fn whole_catalog_for_one_gpu_is_fast_and_well_formed() {
+    let start = std::time::Instant::now();
+    let parsed = KnowledgeBase::parse_embedded().expect("env parses");
+    eprintln!("parse env/*.toml: {:?}", start.elapsed());
+    assert_eq!(parsed.images().len(), kb().images().len());
+    let host = host("RTX 5070 Ti", "570.124.06");
+    let start = std::time::Instant::now();
+    let verdicts = evaluate(kb(), &host, &CheckRequest::default());
+    let elapsed = start.elapsed();
+    eprintln!(
+        "full catalog ({} images), one GPU: {elapsed:?}",
+        kb().images().len()
+    );
+    assert_eq!(verdicts.len(), kb().images().len());
+    // Generous bound for a shared debug-build CI box; the benchmark has the real number.
+    assert!(elapsed.as_millis() < 2000, "{elapsed:?}");
+    let contract = [
+        "no-gpu",
+        "driver-too-old",
+        "minor-version-compat",
+        "forward-compat-required",
+        "forward-compat-unsupported",
+        "no-kernel-image",
+        "ptx-jit-too-new",
+        "arch-dropped",
+        "bf16-unsupported",
+        "fp8-unsupported",
+        "unknown-gpu",
+        "unknown-image",
+    ];
+    for v in &verdicts {
+        for r in &v.reasons {
+            assert!(contract.contains(&r.code.as_str()), "{r:?}");
+            assert!(!r.fix.is_empty());
+        }
+    }
+    // 5070 Ti: every pre-12.8 NGC PyTorch lacks sm_120; 12.8+ bases are fine.
+    let ok = verdicts
+        .iter()
+        .filter(|v| v.image.starts_with("nvidia/cuda:12.8") && v.status == VerdictStatus::Ok)
+        .count();
+    assert!(ok > 0);
+}
+
+// --- robustness ---------------------------------------------------------------
+
+proptest! {
+    #[test]
+    fn require_cuda_parser_never_panics(text in ".{0,200}") {
+        let _ = envgen::compat::require::RequireRule::parse(&text);
+    }
+
+    #[test]
+    fn require_cuda_like_strings_never_panic(text in "[a-z]{0,7}(<=|>=|!=|=|<|>)?[0-9.a-z]{0,8}([ ,][a-z]{0,7}(<=|>=|=|<)?[0-9.]{0,6}){0,6}") {
+        if let Ok(rule) = envgen::compat::require::RequireRule::parse(&text) {
+            let facts = envgen::compat::require::RuntimeFacts { cuda: None, driver: None, arch: None, brands: &["tesla"] };
+            let _ = rule.evaluate(&facts);
+        }
+    }
+
+    #[test]
+    fn gpu_lookup_never_panics(text in ".{0,64}") {
+        let _ = kb().lookup_gpu(&text);
+        let _ = kb().resolve_gpu(&text);
+        let _ = kb().image(&text);
+        let _ = kb().wheel(&text);
+        let _ = kb().assumed_host(std::slice::from_ref(&text), Some(&text));
+    }
+}
+
+/// envgen's `cpu` profile has no CUDA at all: it runs on any host, whatever
+/// the GPU or driver (containers/profiles/cpu.toml: debian:bookworm-slim + envgen).
+#[test]
+fn envgen_cpu_profile_is_ok_on_any_gpu_host() {
+    let facts = envgen::image::profile_facts("cpu").expect("containers/profiles/cpu.toml");
+    let verdict = image_verdict("RTX 5070 Ti", "535.261.03", facts);
+    expect(&verdict, VerdictStatus::Ok, &["cpu-only"]);
+}
