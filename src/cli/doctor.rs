@@ -167,21 +167,8 @@ fn exit_code(args: &Args, host: &Host, verdicts: &[Verdict]) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compat::Reason;
 
-    fn verdict(image: &str, status: VerdictStatus, code: &str) -> Verdict {
-        Verdict {
-            image: image.to_string(),
-            gpu_index: Some(0),
-            status,
-            reasons: vec![Reason {
-                code: code.to_string(),
-                status,
-                message: format!("{code} message"),
-                fix: format!("{code} fix"),
-            }],
-        }
-    }
+    use crate::compat::verdict::example as verdict;
 
     #[test]
     fn exit_code_counts_only_requested_subjects() {

@@ -370,19 +370,7 @@ pub fn render_catalog(host: &Host, verdicts: &[Verdict], show_ok: bool) -> Strin
 mod tests {
     use super::*;
 
-    fn verdict(image: &str, status: VerdictStatus, code: &str) -> Verdict {
-        Verdict {
-            image: image.to_string(),
-            gpu_index: Some(0),
-            status,
-            reasons: vec![Reason {
-                code: code.to_string(),
-                status,
-                message: format!("{code} message"),
-                fix: format!("{code} fix"),
-            }],
-        }
-    }
+    use crate::compat::verdict::example as verdict;
 
     #[test]
     fn catalog_view_hides_ok_rows_and_prints_each_problem_once() {

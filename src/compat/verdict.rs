@@ -561,3 +561,19 @@ fn check_image(
     }
     reasons
 }
+
+/// A verdict on GPU 0 with one reason `code`, for tests of its readers.
+#[cfg(test)]
+pub(crate) fn example(image: &str, status: VerdictStatus, code: &str) -> Verdict {
+    Verdict {
+        image: image.to_string(),
+        gpu_index: Some(0),
+        status,
+        reasons: vec![Reason {
+            code: code.to_string(),
+            status,
+            message: format!("{code} message"),
+            fix: format!("{code} fix"),
+        }],
+    }
+}
