@@ -1,4 +1,5 @@
-//! `envgen probe` through the real binary on the CPU, with a memory cap
+//! `envgen tune` (and `probe`, its hidden alias until the next release)
+//! through the real binary on the CPU, with a memory cap
 //! standing in for a GPU's memory: it tries micro-batches upward, stops at
 //! the first that runs out of memory, writes the fastest that fitted into
 //! the user's profile file (under a private HOME here), and `envgen run`
@@ -32,13 +33,13 @@ fn in_home(home: &Path, args: &[&str]) -> std::process::Output {
 const MEMORY_LIMIT: &str = "192M";
 
 #[test]
-fn probe_stops_at_the_cap_and_run_uses_what_it_wrote() {
+fn tune_stops_at_the_cap_and_run_uses_what_it_wrote() {
     let _turn = turn!();
     let home = tempfile::tempdir().unwrap();
     let out = in_home(
         home.path(),
         &[
-            "probe",
+            "tune",
             "gpt2",
             "--preset",
             "bench-cpu",
@@ -137,7 +138,7 @@ fn probe_stops_at_the_cap_and_run_uses_what_it_wrote() {
 }
 
 #[test]
-fn probe_rejects_micro_batches_that_do_not_divide_the_batch() {
+fn probe_the_old_name_rejects_micro_batches_that_do_not_divide_the_batch() {
     let _turn = turn!();
     let home = tempfile::tempdir().unwrap();
     let out = in_home(
