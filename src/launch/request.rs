@@ -13,7 +13,7 @@ use envgen_experiments::registry::Experiment;
 
 use super::auto::{self, Decision, Place};
 use super::ranks::{plan_world, WorldPlan};
-use super::slurm::sbatch::Runtime;
+use super::slurm::sbatch::{check_directive, Runtime};
 use crate::error::{Result, UserError};
 use crate::image::daemon::container::GpuRequest;
 use crate::profiles::Profiles;
@@ -292,6 +292,16 @@ fn slurm_resources(flags: &RunFlags) -> Result<SlurmResources> {
         None => Default::default(),
     };
     let l = &flags.launch;
+    for (flag, value) in [
+        ("--partition", &l.partition),
+        ("--account", &l.account),
+        ("--time", &l.time),
+        ("--mem", &l.mem),
+    ] {
+        if let Some(value) = value {
+            check_directive(flag, value)?;
+        }
+    }
     Ok(SlurmResources {
         partition: l.partition.clone(),
         account: l.account.clone(),

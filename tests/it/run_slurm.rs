@@ -346,3 +346,54 @@ fn two_slurm_tasks_train_data_parallel_like_one_native_rank() {
     // Each step logged once: rank 0 alone writes.
     assert_eq!(logged_steps(&dir), (1..=6).collect::<Vec<_>>());
 }
+
+/// Issue #21's injection: a newline in a value that becomes an `#SBATCH`
+/// line would end the directives and run as a command of the job. Refused
+/// (exit 2, naming the flag) before anything is made, whether typed on the
+/// command line or replayed by `rerun` from a crafted manifest.
+#[test]
+fn slurm_directive_values_cannot_inject_commands() {
+    let tmp = tempfile::tempdir().unwrap();
+    let marker = tmp.path().join("injected");
+    let evil = format!("debug\ntouch {}", marker.display());
+    for (flag, value) in [
+        ("--partition", evil.as_str()),
+        ("--account", "a;id"),
+        ("--time", "01:00:00\n#SBATCH --uid=0"),
+        ("--mem", "4G $(id)"),
+    ] {
+        let out = envgen()
+            .args(["run", "gpt2", "--where", "slurm", "--dry-run", flag, value])
+            .arg("--out")
+            .arg(tmp.path().join("runs"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value:?}: {stderr}");
+        assert!(stderr.contains(flag), "{stderr}");
+    }
+    // The same flags replayed from a run directory someone else wrote.
+    let run = tmp.path().join("crafted");
+    std::fs::create_dir_all(&run).unwrap();
+    let manifest = serde_json::json!({
+        "run_id": "crafted", "experiment": "gpt2", "preset": "tiny",
+        "config_hash": "sha256:0", "started_at": "", "finished_at": null,
+        "profile": {"micro_batch": 1, "grad_accum": 1, "precision": "fp32",
+                    "backend": "cpu", "device": "flex:cpu"},
+        "envgen_version": "0.1.0", "git_revision": null, "image": null,
+        "where": "slurm", "where_reason": "--where slurm",
+        "launch_args": ["--partition", evil],
+    });
+    std::fs::write(run.join("manifest.json"), manifest.to_string()).unwrap();
+    let out = envgen()
+        .arg("rerun")
+        .arg(&run)
+        .arg("--out")
+        .arg(tmp.path().join("runs"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--partition"), "{stderr}");
+    assert!(!marker.exists() && !tmp.path().join("runs").exists());
+}

@@ -103,6 +103,16 @@ fn render_with_path(spec: &JobSpec, script_path: &str) -> Result<String> {
             },
         }}),
     };
+    for (flag, value) in [
+        ("--partition", &spec.partition),
+        ("--account", &spec.account),
+        ("--time", &spec.time),
+        ("--mem", &spec.mem),
+    ] {
+        if let Some(value) = value {
+            check_directive(flag, value)?;
+        }
+    }
     for key in spec.env.keys() {
         let valid = key
             .chars()
@@ -204,6 +214,32 @@ fn distributed_context(spec: &JobSpec) -> Option<DistributedContext> {
             slots: ((60000 - BASE) / stride).max(1),
         }
     })
+}
+
+/// Check a value that goes into an `#SBATCH --FLAG=VALUE` line. sbatch
+/// reads those lines itself (no shell quoting applies there), and a newline
+/// would end the directive block and become a command of the job: so each
+/// value keeps to the alphabet Slurm gives it — names (`--partition`,
+/// `--account`, comma lists of them), times (`1-02:00:00`, `UNLIMITED`) and
+/// sizes (`32G`, `500M`). Refused values are usage errors naming the flag.
+pub fn check_directive(flag: &str, value: &str) -> Result<()> {
+    let allowed = |c: char| match flag {
+        "--time" | "--mem" => c.is_ascii_alphanumeric() || c == ':' || c == '-',
+        _ => c.is_ascii_alphanumeric() || "_-.,".contains(c),
+    };
+    if !value.is_empty() && value.len() <= 128 && value.chars().all(allowed) {
+        return Ok(());
+    }
+    let example = match flag {
+        "--time" => "e.g. --time 01:30:00 or --time 2-00:00:00",
+        "--mem" => "e.g. --mem 32G",
+        _ => "a Slurm name: letters, digits, '_', '-', '.' (a list: comma-separated)",
+    };
+    Err(
+        UserError::usage(format!("{flag} {value:?}: not a value sbatch accepts here"))
+            .with_fix(example)
+            .into(),
+    )
 }
 
 /// Job names end up in `#SBATCH` lines: keep them to a safe alphabet.
@@ -489,6 +525,35 @@ mod tests {
         assert!(render(&spec).unwrap().contains(
             "--container-image='registry#envgen/cpu' --container-mounts=/data:/data envgen"
         ));
+    }
+
+    #[test]
+    fn directive_values_cannot_break_out_of_their_line() {
+        for (flag, good) in [
+            ("--partition", "gpu,debug"),
+            ("--account", "proj_01-a.b"),
+            ("--time", "1-02:00:00"),
+            ("--time", "UNLIMITED"),
+            ("--mem", "32G"),
+        ] {
+            check_directive(flag, good).unwrap();
+        }
+        for (flag, bad) in [
+            ("--partition", "debug\ntouch /tmp/x"),
+            ("--account", "a b"),
+            ("--account", "$(id)"),
+            ("--time", "01:00:00\n#SBATCH --uid=0"),
+            ("--mem", "32G;rm"),
+            ("--partition", ""),
+        ] {
+            let err = check_directive(flag, bad).unwrap_err();
+            assert_eq!(crate::error::exit_code_of(&err), 2, "{flag} {bad:?}");
+            assert!(format!("{err:#}").contains(flag));
+        }
+        // The renderer refuses them too, whatever built the spec.
+        let mut spec = spec();
+        spec.partition = Some("debug\nrm -rf /".into());
+        assert!(render(&spec).is_err());
     }
 
     #[test]
