@@ -317,9 +317,11 @@ fn container_user(run_dir: &Path) -> Result<String> {
         return Ok(format!("{}:{}", meta.uid(), meta.gid()));
     }
     let id = CONTAINER_USER_WHEN_ROOT;
+    // lchown: a symlink planted in the run directory is handed over itself,
+    // never the file it points at (walkdir does not follow links either).
     for entry in walkdir::WalkDir::new(run_dir) {
         let entry = entry.map_err(anyhow::Error::from)?;
-        std::os::unix::fs::chown(entry.path(), Some(id), Some(id))?;
+        std::os::unix::fs::lchown(entry.path(), Some(id), Some(id))?;
     }
     Ok(format!("{id}:{id}"))
 }
@@ -374,6 +376,29 @@ mod tests {
         // The CPU image runs anywhere.
         let cpu = crate::image::profile_facts("cpu").unwrap();
         check_verdict(&old, &cpu.reference.clone(), Some(cpu)).unwrap();
+    }
+
+    #[test]
+    fn handing_the_run_dir_over_never_follows_a_planted_symlink() {
+        let tmp = tempfile::tempdir().unwrap();
+        let secret = tmp.path().join("secret");
+        std::fs::write(&secret, "root only").unwrap();
+        let run_dir = tmp.path().join("run");
+        std::fs::create_dir(&run_dir).unwrap();
+        std::os::unix::fs::symlink(&secret, run_dir.join("metrics.jsonl")).unwrap();
+        let before = std::fs::metadata(&secret).unwrap().uid();
+        let user = container_user(&run_dir).unwrap();
+        let me = std::fs::metadata(&run_dir).unwrap();
+        if before == 0 {
+            // As root: the directory and the link itself go to the container user.
+            assert_eq!(user, "1000:1000");
+            assert_eq!(me.uid(), 1000);
+            let link = std::fs::symlink_metadata(run_dir.join("metrics.jsonl")).unwrap();
+            assert_eq!(link.uid(), 1000);
+        } else {
+            assert_eq!(user, format!("{}:{}", me.uid(), me.gid()));
+        }
+        assert_eq!(std::fs::metadata(&secret).unwrap().uid(), before);
     }
 
     #[test]

@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use envgen_experiments::engine::{rundir, Status, Summary};
+use envgen_experiments::engine::{checkpoint, rundir, Status, Summary};
 use serde_json::{json, Map};
 
 use crate::error::Result;
@@ -160,9 +160,8 @@ pub fn mark_ended(dir: &Path, status: Status, why: &str) -> Result<Summary> {
 
 /// The training state of `checkpoints/latest`, if the run has one.
 fn last_checkpoint_state(dir: &Path) -> Option<serde_json::Value> {
-    let root = dir.join("checkpoints");
-    let latest = std::fs::read_to_string(root.join("latest")).ok()?;
-    rundir::read_json(&root.join(latest.trim()).join("state.json")).ok()
+    let latest = checkpoint::latest(&dir.join(checkpoint::CHECKPOINTS)).ok()?;
+    rundir::read_json(&latest.join("state.json")).ok()
 }
 
 /// The process exit code for a set of launched runs: 0 when all completed,

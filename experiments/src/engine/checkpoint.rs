@@ -40,16 +40,29 @@ pub fn publish(root: &Path, dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The directory `latest` points at; a usage error when there is none.
+/// The directory `latest` points at; a usage error when there is none, or
+/// when `latest` names anything but a `step-N` directory beside it (a run
+/// directory may come from someone else: `../../etc` must not be read).
 pub fn latest(root: &Path) -> anyhow::Result<PathBuf> {
-    let latest = std::fs::read_to_string(root.join("latest")).map_err(|e| {
+    let file = root.join("latest");
+    let latest = std::fs::read_to_string(&file).map_err(|e| {
         UserError::usage(format!(
             "{}: no checkpoint to resume from ({e})",
             root.display()
         ))
         .with_fix("resume a run directory that has checkpoints/latest")
     })?;
-    Ok(root.join(latest.trim()))
+    let name = latest.trim();
+    let digits = name.strip_prefix("step-").unwrap_or("");
+    if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) {
+        return Err(UserError::usage(format!(
+            "{}: {name:?} is not a checkpoint name (step-N)",
+            file.display()
+        ))
+        .with_fix("restore the `latest` file envgen wrote, or start a new run")
+        .into());
+    }
+    Ok(root.join(name))
 }
 
 /// Write every float parameter of `module` (by path) to a safetensors file.
@@ -67,4 +80,22 @@ pub fn load_weights<B: Backend, M: Module<B>>(path: &Path, module: M) -> anyhow:
     let weights = safetensors_io::read(path)?;
     let origin = path.display().to_string();
     params::replace::<B, M>(module, &origin, &|name| weights.get(name).cloned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latest_names_only_a_step_directory_beside_it() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = step_dir(root.path(), 12).unwrap();
+        publish(root.path(), &dir).unwrap();
+        assert_eq!(latest(root.path()).unwrap(), dir);
+        for planted in ["../../../../etc", "/etc", "step-1/../../x", "step-", ""] {
+            std::fs::write(root.path().join("latest"), planted).unwrap();
+            let err = latest(root.path()).unwrap_err();
+            assert_eq!(crate::error::exit_code_of(&err), 2, "{planted:?}");
+        }
+    }
 }

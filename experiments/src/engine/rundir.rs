@@ -4,6 +4,7 @@
 //! the rest.
 
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -89,7 +90,21 @@ pub struct MetricsLog {
 impl MetricsLog {
     /// Open for appending; on resume, drop lines past `keep_through_step`
     /// (written after the checkpoint we resume from).
+    /// A symlink in its place is refused: a run directory may have been
+    /// written by someone else, and the log must not read or grow the file
+    /// the link points at.
     pub fn open(path: &Path, keep_through_step: Option<u64>) -> anyhow::Result<Self> {
+        if path
+            .symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_symlink())
+        {
+            return Err(UserError::usage(format!(
+                "{} is a symbolic link, not the run's own metrics file",
+                path.display()
+            ))
+            .with_fix("remove the link (the run writes a new metrics.jsonl), or start a new run")
+            .into());
+        }
         if let Some(last) = keep_through_step {
             let text = std::fs::read_to_string(path).unwrap_or_default();
             let kept: String = text
@@ -104,15 +119,47 @@ impl MetricsLog {
                 .collect();
             write_atomic(path, kept.as_bytes())?;
         }
+        // O_NOFOLLOW: a link planted after the check above is refused too.
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(path)?;
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+            .map_err(|e| anyhow::anyhow!("opening {}: {e}", path.display()))?;
         Ok(Self { file })
     }
 
     pub fn write(&mut self, record: &serde_json::Value) -> anyhow::Result<()> {
         writeln!(self.file, "{record}")?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_metrics_log_never_follows_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = dir.path().join("someone-elses");
+        std::fs::write(&other, "{\"step\": 1, \"secret\": true}\n").unwrap();
+        let path = dir.path().join("metrics.jsonl");
+        std::os::unix::fs::symlink(&other, &path).unwrap();
+        for keep in [None, Some(5)] {
+            let err = MetricsLog::open(&path, keep).err().expect("refused");
+            assert_eq!(crate::error::exit_code_of(&err), 2);
+        }
+        assert_eq!(
+            std::fs::read_to_string(&other).unwrap(),
+            "{\"step\": 1, \"secret\": true}\n"
+        );
+        std::fs::remove_file(&path).unwrap();
+        let mut log = MetricsLog::open(&path, Some(0)).unwrap();
+        log.write(&serde_json::json!({"step": 1})).unwrap();
+        assert!(!std::fs::symlink_metadata(&path)
+            .unwrap()
+            .file_type()
+            .is_symlink());
     }
 }
