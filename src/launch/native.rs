@@ -31,6 +31,8 @@ pub struct Native {
     threads: usize,
     backend: Option<Resolved>,
     prepared: Option<Prepared>,
+    /// The leader's lock on the run directory, held while it trains.
+    lock: Option<manifest::RunLock>,
 }
 
 /// A run directory ready to train in.
@@ -81,6 +83,7 @@ impl Launcher for Native {
             None => {
                 let (dir, science, knobs) =
                     create_run(req, &setup, &[], NewDir::Fresh(&flags.out), None)?;
+                self.lock = Some(manifest::lock_run(&dir)?);
                 let prepared = Prepared {
                     science,
                     knobs,
@@ -175,9 +178,18 @@ impl Launcher for Native {
 
 impl Native {
     /// An existing run directory, to train on (from its checkpoint, if any).
-    fn reopen(&self, req: &RunRequest, dir: &std::path::Path, setup: &Setup) -> Result<Prepared> {
+    fn reopen(
+        &mut self,
+        req: &RunRequest,
+        dir: &std::path::Path,
+        setup: &Setup,
+    ) -> Result<Prepared> {
         let flags = &req.flags;
         let (loaded, mut record) = config_of_run(req.experiment, dir)?;
+        if self.leader {
+            // Before anything of the run is changed: one trainer at a time.
+            self.lock = Some(manifest::lock_run(dir)?);
+        }
         let resume = dir.join("checkpoints").join("latest").is_file();
         if !resume && !flags.launched {
             eprintln!(

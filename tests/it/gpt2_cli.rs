@@ -340,3 +340,51 @@ fn describe_reports_every_presets_parameter_count() {
     let list = json_of(&run_ok(&["experiments", "list", "--json"]));
     assert_eq!(list["experiments"][0]["name"], "gpt2");
 }
+
+/// One trainer per run directory (issue #21): a `--resume` of a run that is
+/// training is refused (exit 2, naming the holder) and changes nothing of
+/// it; once the first has stopped, the run resumes.
+#[test]
+fn a_run_being_trained_cannot_be_resumed_beside_it() {
+    use crate::common::run::{assert_exit_130, long_run_args, stop_after_two_steps};
+    let _turn = turn!();
+    let tmp = tempfile::tempdir().unwrap();
+    let args = long_run_args(tmp.path(), &[]);
+    let (dir, first) = stop_after_two_steps(&args, tmp.path(), |pid, dir| {
+        let manifest = std::fs::read(dir.join("manifest.json")).unwrap();
+        let second = envgen()
+            .args(["run", "gpt2", "--backend", "cpu", "--resume"])
+            .arg(dir)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&second.stderr);
+        assert_eq!(second.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains("is being trained by another envgen")
+                && stderr.contains(&format!("pid {pid}")),
+            "{stderr}"
+        );
+        assert_eq!(std::fs::read(dir.join("manifest.json")).unwrap(), manifest);
+        let kill = std::process::Command::new("kill")
+            .args(["-INT", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+    });
+    assert_exit_130(&first);
+    let resumed = envgen()
+        .args([
+            "run",
+            "gpt2",
+            "--backend",
+            "cpu",
+            "--json",
+            "--stop-after",
+            "1",
+        ])
+        .arg("--resume")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_exit_130(&resumed);
+}
