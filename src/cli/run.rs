@@ -32,7 +32,7 @@ pub struct Args {
     pub backend: Backend,
     /// Rows per forward/backward pass (a hardware knob: gradient accumulation
     /// keeps the global batch, hence the science, unchanged).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
     pub micro_batch: Option<usize>,
     /// CPU threads for tensor work (a hardware knob, recorded in the
     /// manifest; default: every core this process may use).
@@ -261,6 +261,16 @@ fn print_outcomes(
         println!("run directory: {}", outcome.run_dir.display());
     }
     Ok(())
+}
+
+/// A count that must be 1 or more (`--micro-batch 0` would be replaced
+/// silently further down).
+pub fn at_least_one(text: &str) -> std::result::Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// The experiment called `name` (usage error listing the known ones otherwise).

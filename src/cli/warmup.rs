@@ -22,7 +22,7 @@ pub struct Args {
     #[arg(long, value_enum)]
     pub precision: Option<super::run::PrecisionArg>,
     /// The micro-batch the real runs will use (shapes are part of autotuning).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = super::run::at_least_one)]
     pub micro_batch: Option<usize>,
     /// Training steps to run (every kernel of a step is compiled in the first).
     #[arg(long, value_name = "N", default_value_t = 2)]

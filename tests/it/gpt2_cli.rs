@@ -276,6 +276,21 @@ fn config_errors_exit_2_naming_the_key() {
         (&["--set", "train.steps"], &["KEY=VALUE"]),
         (&["--set", "model.dropout=1.5"], &["model.dropout", "1.5"]),
         (&["--set", "model.n_head=5"], &["model.n_head", "multiple"]),
+        // Numbers that would train garbage yet end "completed" (issue #21).
+        (&["--set", "optim.lr=NaN"], &["optim.lr = NaN", "positive"]),
+        (&["--set", "optim.lr=inf"], &["optim.lr = inf"]),
+        (&["--set", "optim.lr=-1"], &["optim.lr = -1"]),
+        (&["--set", "optim.beta1=1"], &["optim.beta1 = 1", "[0, 1)"]),
+        (
+            &["--set", "optim.grad_clip=nan"],
+            &["optim.grad_clip = NaN"],
+        ),
+        (&["--set", "train.batch_size=0"], &["train.batch_size = 0"]),
+        (
+            &["--set", "train.steps=0"],
+            &["preset tiny", "train.steps = 0"],
+        ),
+        (&["--micro-batch", "0"], &["--micro-batch", "at least 1"]),
     ];
     for (extra, needles) in cases {
         let mut args = vec![

@@ -53,6 +53,93 @@ pub struct OptimConfig {
     pub grad_clip: f64,
 }
 
+impl TrainConfig {
+    /// What serde cannot say: a run of zero steps or an empty batch trains
+    /// nothing, and would still end "completed". `origin` is the config's file or preset, `key` the table's name.
+    pub fn validate(&self, origin: &str, key: &str) -> Result<(), UserError> {
+        for (field, value) in [
+            ("steps", self.steps),
+            ("batch_size", self.batch_size as u64),
+            ("eval_every", self.eval_every),
+            ("eval_batches", self.eval_batches as u64),
+        ] {
+            if value == 0 {
+                return Err(invalid(
+                    origin,
+                    key,
+                    field,
+                    "0",
+                    "use a value of at least 1",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl OptimConfig {
+    /// What serde cannot say: every number finite and in the range AdamW and
+    /// the schedule are defined for. A NaN or negative learning rate trains
+    /// garbage that would still end "completed". `origin` is the config's file or preset, `key` the table's name.
+    pub fn validate(&self, origin: &str, key: &str) -> Result<(), UserError> {
+        let checks: [(&str, f64, bool, &str); 7] = [
+            (
+                "lr",
+                self.lr,
+                self.lr > 0.0,
+                "a positive learning rate, e.g. 6e-4",
+            ),
+            (
+                "min_lr_frac",
+                self.min_lr_frac,
+                (0.0..=1.0).contains(&self.min_lr_frac),
+                "a fraction of lr in [0, 1]",
+            ),
+            (
+                "beta1",
+                self.beta1,
+                (0.0..1.0).contains(&self.beta1),
+                "a value in [0, 1), e.g. 0.9",
+            ),
+            (
+                "beta2",
+                self.beta2,
+                (0.0..1.0).contains(&self.beta2),
+                "a value in [0, 1), e.g. 0.95",
+            ),
+            (
+                "eps",
+                self.eps,
+                self.eps > 0.0,
+                "a small positive value, e.g. 1e-8",
+            ),
+            (
+                "weight_decay",
+                self.weight_decay,
+                self.weight_decay >= 0.0,
+                "0 or a positive value, e.g. 0.1",
+            ),
+            (
+                "grad_clip",
+                self.grad_clip,
+                self.grad_clip >= 0.0,
+                "0 (off) or a positive norm, e.g. 1.0",
+            ),
+        ];
+        for (field, value, in_range, fix) in checks {
+            if !value.is_finite() || !in_range {
+                return Err(invalid(origin, key, field, &value.to_string(), fix));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn invalid(origin: &str, key: &str, field: &str, value: &str, fix: &str) -> UserError {
+    UserError::usage(format!("{origin}: {key}.{field} = {value} is invalid"))
+        .with_fix(format!("--set {key}.{field}=<{fix}>"))
+}
+
 fn default_min_lr_frac() -> f64 {
     0.1
 }

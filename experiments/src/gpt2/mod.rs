@@ -95,6 +95,8 @@ impl TypedExperiment for Gpt2Experiment {
         default_preset: DEFAULT_PRESET,
     };
     fn validate(&self, config: &Gpt2Config, origin: &str) -> anyhow::Result<()> {
+        config.train.validate(origin, "train")?;
+        config.optim.validate(origin, "optim")?;
         Ok(config.model.validate(origin)?)
     }
     fn batch_size(&self, config: &Gpt2Config) -> usize {

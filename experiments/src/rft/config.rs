@@ -138,7 +138,11 @@ impl FinetuneConfig {
 
 impl RftConfig {
     /// Checks beyond the schema; every error names the key and the fix.
-    pub fn validate(&self) -> anyhow::Result<()> {
+    pub fn validate(&self, origin: &str) -> anyhow::Result<()> {
+        self.pretrain.train.validate(origin, "pretrain.train")?;
+        self.pretrain.optim.validate(origin, "pretrain.optim")?;
+        self.finetune.train.validate(origin, "finetune.train")?;
+        self.finetune.optim.validate(origin, "finetune.optim")?;
         if self.finetune.mode == FinetuneMode::Full && self.finetune.lora.is_some() {
             return Err(UserError::usage(
                 "[finetune.lora] is set but finetune.mode = \"full\" trains every weight",
@@ -240,7 +244,7 @@ pub fn load_config(
     overrides: &[String],
 ) -> anyhow::Result<engine::Loaded<RftConfig>> {
     let loaded: engine::Loaded<RftConfig> = engine::load(text, origin, overrides)?;
-    loaded.science.validate()?;
+    loaded.science.validate(origin)?;
     Ok(loaded)
 }
 

@@ -53,7 +53,7 @@ pub fn run<B: FusedAutodiffBackend>(
     control: &RunControl,
     device: &B::Device,
 ) -> anyhow::Result<Summary> {
-    config.validate()?;
+    config.validate("config.toml")?;
     let started = Instant::now();
     let stages = control.run_dir.join(STAGES);
     std::fs::create_dir_all(&stages)?;
@@ -424,8 +424,8 @@ impl TypedExperiment for RftExperiment {
         presets: PRESETS,
         default_preset: DEFAULT_PRESET,
     };
-    fn validate(&self, config: &RftConfig, _origin: &str) -> anyhow::Result<()> {
-        config.validate()
+    fn validate(&self, config: &RftConfig, origin: &str) -> anyhow::Result<()> {
+        config.validate(origin)
     }
     fn batch_size(&self, config: &RftConfig) -> usize {
         config.pretrain.train.batch_size
