@@ -143,7 +143,30 @@ fn ctrl_c_stops_and_removes_the_container_and_the_run_resumes() {
     let image = import_image("ctrl-c", "ctrl-c");
     let tmp = tempfile::tempdir().unwrap();
     let args = long_run_args(tmp.path(), &["--where", "docker", "--image", &image]);
-    let (dir, out) = interrupt_after_two_steps(&args, tmp.path());
+    let (dir, out) = stop_after_two_steps(&args, tmp.path(), |pid, dir| {
+        // The training container as the daemon runs it (issue #21's hardening).
+        let name = format!("envgen-{}", dir.file_name().unwrap().to_string_lossy());
+        let container = block_on(async {
+            let docker = envgen::image::daemon::connect().await.unwrap();
+            docker.inspect_container(&name, None).await.unwrap()
+        });
+        let host = container.host_config.unwrap();
+        assert_eq!(host.privileged, Some(false));
+        assert_eq!(host.cap_drop, Some(vec!["ALL".to_string()]));
+        assert_eq!(
+            host.security_opt,
+            Some(vec!["no-new-privileges".to_string()])
+        );
+        assert!(host.pids_limit.is_some_and(|n| n > 0));
+        assert_eq!(host.network_mode.as_deref(), Some("none"));
+        let user = container.config.unwrap().user.unwrap_or_default();
+        assert!(!user.is_empty() && !user.starts_with("0"), "user {user:?}");
+        let kill = std::process::Command::new("kill")
+            .args(["-INT", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+    });
     interrupted_without_container(&dir, &out);
 }
 

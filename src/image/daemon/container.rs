@@ -19,6 +19,10 @@ use futures_util::StreamExt;
 
 use crate::error::{Result, UserError};
 
+/// Processes (threads included) a container may have: far above what
+/// training uses (a rayon pool per core, a few helpers), far below a fork bomb.
+pub const PIDS_LIMIT: i64 = 16384;
+
 /// The envgen binary inside an image.
 pub const IMAGE_ENVGEN: &str = "/usr/local/bin/envgen";
 
@@ -148,6 +152,12 @@ fn create_body(spec: &ContainerSpec) -> Result<ContainerCreateBody> {
             // Forward signals to envgen and reap children: envgen is PID 1 otherwise.
             init: Some(true),
             privileged: Some(false),
+            // Training needs no capability and no privilege escalation (a
+            // setuid binary in the image gains nothing); a fork bomb stops
+            // at the pids limit.
+            cap_drop: Some(vec!["ALL".into()]),
+            security_opt: Some(vec!["no-new-privileges".into()]),
+            pids_limit: Some(PIDS_LIMIT),
             ..Default::default()
         }),
         ..Default::default()
@@ -369,6 +379,12 @@ mod tests {
         let host = body.host_config.unwrap();
         assert_eq!(host.binds.unwrap(), ["/runs:/runs:rw", "/data:/data:ro"]);
         assert_eq!(host.privileged, Some(false));
+        assert_eq!(host.cap_drop.as_deref(), Some(&["ALL".to_string()][..]));
+        assert_eq!(
+            host.security_opt.as_deref(),
+            Some(&["no-new-privileges".to_string()][..])
+        );
+        assert_eq!(host.pids_limit, Some(PIDS_LIMIT));
         assert_eq!(host.network_mode.as_deref(), Some("none"));
         let request = &host.device_requests.unwrap()[0];
         assert_eq!(request.count, Some(2));
