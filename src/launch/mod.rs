@@ -158,6 +158,18 @@ pub fn mark_ended(dir: &Path, status: Status, why: &str) -> Result<Summary> {
     Ok(summary)
 }
 
+/// The summary of a run whose training failed with `err`: its steps and
+/// wall time are those of its last checkpoint (what a resume continues
+/// from), not zero.
+pub fn failed_summary(dir: &Path, err: &anyhow::Error) -> Summary {
+    let mut summary = envgen_experiments::registry::failed_summary(err);
+    if let Some(state) = last_checkpoint_state(dir) {
+        summary.steps_done = state["step"].as_u64().unwrap_or(0);
+        summary.wall_s = state["wall_s"].as_f64().unwrap_or(0.0);
+    }
+    summary
+}
+
 /// The training state of `checkpoints/latest`, if the run has one.
 fn last_checkpoint_state(dir: &Path) -> Option<serde_json::Value> {
     let latest = checkpoint::latest(&dir.join(checkpoint::CHECKPOINTS)).ok()?;

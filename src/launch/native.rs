@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use envgen_experiments::backend::{self, Resolved};
 use envgen_experiments::engine::{self, rundir, RunControl};
-use envgen_experiments::registry;
 use serde_json::json;
 
 use super::plan::{config_of_run, create_run, fresh_knobs, resumed_knobs, NewDir, Setup};
@@ -150,7 +149,7 @@ impl Launcher for Native {
                 if self.leader {
                     let _ = rundir::write_json(
                         &run_dir.join("summary.json"),
-                        &registry::failed_summary(&err),
+                        &super::failed_summary(&run_dir, &err),
                     );
                 }
                 return Err(err);
@@ -217,8 +216,9 @@ impl Native {
             }
             record.profile = knobs.clone();
             manifest::write(dir, &record)?;
-            // A stale summary (interrupted) must not describe the run while it goes on.
-            let _ = std::fs::remove_file(dir.join("summary.json"));
+            // The earlier attempt's summary must not describe the run while
+            // it goes on, nor be overwritten if this attempt fails.
+            manifest::keep_attempt(dir)?;
         }
         Ok(Prepared {
             science: loaded.science,

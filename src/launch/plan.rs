@@ -325,7 +325,9 @@ pub fn launched_runs(req: &RunRequest) -> Result<(Vec<PathBuf>, Option<String>)>
     let flags = &req.flags;
     if let Some(dir) = &flags.resume {
         config_of_run(req.experiment, dir)?;
-        let _ = std::fs::remove_file(dir.join("summary.json"));
+        // Launched again: what the last attempt ended with is kept aside,
+        // so this attempt's outcome is read from its own summary.
+        manifest::keep_attempt(dir)?;
         return Ok((vec![dir.clone()], None));
     }
     let host = crate::probe::probe_host();

@@ -330,6 +330,31 @@ pub fn create_sweep_dirs(out: &Path, base: &str, n: usize) -> Result<(String, Ve
     Err(UserError::environment(format!("no free sweep name under {}", out.display())).into())
 }
 
+/// Move the summary of an earlier attempt (interrupted, failed) aside
+/// before the run goes on: to `attempts/summary-N.json`, N counting from 1.
+/// A stale summary must not describe a run that is going on again, and a
+/// failed new attempt must not overwrite how the earlier one ended.
+pub fn keep_attempt(dir: &Path) -> Result<()> {
+    let summary = dir.join("summary.json");
+    if !summary.is_file() {
+        return Ok(());
+    }
+    let attempts = dir.join("attempts");
+    std::fs::create_dir_all(&attempts).map_err(|e| {
+        UserError::environment(format!("cannot create {}: {e}", attempts.display()))
+    })?;
+    for n in 1.. {
+        let kept = attempts.join(format!("summary-{n}.json"));
+        if !kept.exists() {
+            std::fs::rename(&summary, &kept).map_err(|e| {
+                UserError::environment(format!("cannot move {} aside: {e}", summary.display()))
+            })?;
+            return Ok(());
+        }
+    }
+    unreachable!("the loop returns")
+}
+
 /// The lock a training process holds on its run directory
 /// (`.envgen.lock`, an `flock`), released when dropped or when the
 /// process dies: two `--resume` of one run cannot both train into it.
@@ -509,6 +534,25 @@ mod tests {
         );
         drop(held);
         lock_run(dir.path()).unwrap();
+    }
+
+    #[test]
+    fn earlier_attempts_are_kept_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        keep_attempt(dir.path()).unwrap();
+        assert!(!dir.path().join("attempts").exists(), "nothing to keep");
+        for status in ["interrupted", "failed"] {
+            std::fs::write(dir.path().join("summary.json"), status).unwrap();
+            keep_attempt(dir.path()).unwrap();
+        }
+        assert!(!dir.path().join("summary.json").exists());
+        let kept = |n: u32| {
+            std::fs::read_to_string(dir.path().join(format!("attempts/summary-{n}.json"))).unwrap()
+        };
+        assert_eq!(
+            (kept(1).as_str(), kept(2).as_str()),
+            ("interrupted", "failed")
+        );
     }
 
     #[test]

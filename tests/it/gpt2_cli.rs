@@ -403,3 +403,34 @@ fn a_run_being_trained_cannot_be_resumed_beside_it() {
         .unwrap();
     assert_exit_130(&resumed);
 }
+
+/// Records survive a failed attempt (issue #21): a resume that fails keeps
+/// how the interrupted attempt ended (`attempts/summary-1.json`) and
+/// reports the steps of the checkpoint it failed from, not zero.
+#[test]
+fn a_failed_resume_keeps_the_earlier_attempt_and_its_steps() {
+    let _turn = turn!();
+    let tmp = tempfile::tempdir().unwrap();
+    let stopped = short_run(tmp.path(), &["--stop-after", "12"]);
+    let dir = stopped_after(&stopped, 12);
+    let earlier = read_json(&dir.join("summary.json"));
+    // Break the checkpoint's weights: the resume fails loading them.
+    let checkpoints = dir.join("checkpoints");
+    let latest = std::fs::read_to_string(checkpoints.join("latest")).unwrap();
+    std::fs::write(
+        checkpoints.join(latest.trim()).join("model.safetensors"),
+        b"not safetensors",
+    )
+    .unwrap();
+    let out = envgen()
+        .args(["run", "gpt2", "--backend", "cpu", "--json", "--resume"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    let summary = read_json(&dir.join("summary.json"));
+    assert_eq!(summary["status"], "failed", "{summary}");
+    assert_eq!(summary["steps_done"], 12, "{summary}");
+    assert_eq!(read_json(&dir.join("attempts/summary-1.json")), earlier);
+}
