@@ -434,3 +434,53 @@ fn a_failed_resume_keeps_the_earlier_attempt_and_its_steps() {
     assert_eq!(summary["steps_done"], 12, "{summary}");
     assert_eq!(read_json(&dir.join("attempts/summary-1.json")), earlier);
 }
+
+/// Killed before its first checkpoint, a run restarts at step 0 without
+/// logging any step twice (issue #21: the killed attempt's lines went on
+/// in `metrics.jsonl`, 88 duplicates in the report).
+#[test]
+fn a_restart_from_step_0_logs_each_step_once() {
+    use crate::common::run::{long_run_args, stop_after_two_steps};
+    let _turn = turn!();
+    let tmp = tempfile::tempdir().unwrap();
+    // No checkpoint before the end of 400 steps.
+    let args = long_run_args(tmp.path(), &["--set", "train.checkpoint_every=0"]);
+    let (dir, _) = stop_after_two_steps(&args, tmp.path(), |pid, _| {
+        let kill = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+    });
+    assert!(!dir.join("checkpoints/latest").exists());
+    assert!(
+        logged_steps(&dir).len() >= 2,
+        "the killed attempt logged steps"
+    );
+    let out = envgen()
+        .args([
+            "run",
+            "gpt2",
+            "--backend",
+            "cpu",
+            "--json",
+            "--stop-after",
+            "3",
+        ])
+        .arg("--resume")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let steps = logged_steps(&dir);
+    assert!(
+        steps.windows(2).all(|w| w[0] < w[1]),
+        "a step logged twice: {steps:?}"
+    );
+    assert_eq!(steps.first(), Some(&1), "{steps:?}");
+}

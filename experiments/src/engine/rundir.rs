@@ -82,6 +82,13 @@ pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<T>
     })
 }
 
+/// What of an existing `metrics.jsonl` a run keeps when it (re)starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    Nothing,
+    ThroughStep(u64),
+}
+
 /// Appends one JSON object per line to `metrics.jsonl`.
 pub struct MetricsLog {
     file: std::fs::File,
@@ -94,6 +101,17 @@ impl MetricsLog {
     /// written by someone else, and the log must not read or grow the file
     /// the link points at.
     pub fn open(path: &Path, keep_through_step: Option<u64>) -> anyhow::Result<Self> {
+        Self::open_keeping(path, keep_through_step.map(Keep::ThroughStep))
+    }
+
+    /// Open for a run that starts at step 0: lines an earlier attempt
+    /// wrote before it was killed (before its first checkpoint) are dropped,
+    /// so no step is logged twice.
+    pub fn fresh(path: &Path) -> anyhow::Result<Self> {
+        Self::open_keeping(path, Some(Keep::Nothing))
+    }
+
+    fn open_keeping(path: &Path, keep: Option<Keep>) -> anyhow::Result<Self> {
         if path
             .symlink_metadata()
             .is_ok_and(|m| m.file_type().is_symlink())
@@ -105,7 +123,10 @@ impl MetricsLog {
             .with_fix("remove the link (the run writes a new metrics.jsonl), or start a new run")
             .into());
         }
-        if let Some(last) = keep_through_step {
+        if keep == Some(Keep::Nothing) && path.exists() {
+            write_atomic(path, b"")?;
+        }
+        if let Some(Keep::ThroughStep(last)) = keep {
             let text = std::fs::read_to_string(path).unwrap_or_default();
             let kept: String = text
                 .lines()
@@ -155,6 +176,12 @@ mod tests {
             "{\"step\": 1, \"secret\": true}\n"
         );
         std::fs::remove_file(&path).unwrap();
+        for _ in 0..2 {
+            // A fresh start drops what a killed attempt logged before it.
+            let mut log = MetricsLog::fresh(&path).unwrap();
+            log.write(&serde_json::json!({"step": 0})).unwrap();
+        }
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\"step\":0}\n");
         let mut log = MetricsLog::open(&path, Some(0)).unwrap();
         log.write(&serde_json::json!({"step": 1})).unwrap();
         assert!(!std::fs::symlink_metadata(&path)

@@ -185,10 +185,11 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
     }
     let mut metrics = leader
         .then(|| {
-            MetricsLog::open(
-                &control.run_dir.join("metrics.jsonl"),
-                control.resume.then_some(state.step),
-            )
+            let path = control.run_dir.join("metrics.jsonl");
+            match control.resume {
+                true => MetricsLog::open(&path, Some(state.step)),
+                false => MetricsLog::fresh(&path),
+            }
         })
         .transpose()?;
     if let (None, Some(metrics)) = (state.initial_val_loss, metrics.as_mut()) {

@@ -198,10 +198,11 @@ where
     if control.resume {
         state = load_checkpoint(&ckpt_root, &mut trainer, device)?;
     }
-    let mut metrics = MetricsLog::open(
-        &control.run_dir.join("metrics.jsonl"),
-        control.resume.then_some(state.step),
-    )?;
+    let metrics_path = control.run_dir.join("metrics.jsonl");
+    let mut metrics = match control.resume {
+        true => MetricsLog::open(&metrics_path, Some(state.step))?,
+        false => MetricsLog::fresh(&metrics_path)?,
+    };
     if state.initial_eval.is_none() {
         let eval = evaluate(&trainer.model.valid(), &ds.test, micro_batch, &inner_device);
         state.initial_eval = Some(eval);
