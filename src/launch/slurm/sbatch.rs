@@ -58,10 +58,49 @@ pub struct JobSpec {
 
 /// Quote one word for bash: no word of a user-supplied argv is ever
 /// interpreted by the shell in the rendered script.
+/// A word with control characters (a newline) is written in ANSI-C quoting
+/// (`$'…\n…'`), so that every value stays on its own line. NUL cannot be in
+/// a bash word at all: [`render`] refuses it first.
 fn quote(word: &str) -> String {
-    shlex::try_quote(word)
-        .map(|q| q.into_owned())
-        .unwrap_or_else(|_| format!("'{}'", word.replace('\0', "").replace('\'', r"'\''")))
+    if !word.chars().any(char::is_control) {
+        return shlex::try_quote(word)
+            .map(|q| q.into_owned())
+            .unwrap_or_else(|_| format!("'{}'", word.replace('\'', r"'\''")));
+    }
+    let mut out = String::from("$'");
+    for c in word.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("\\'"),
+            c if c.is_control() && (c as u32) < 0x80 => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// Every word, value and path that goes into the script, for the NUL check.
+fn words_of(spec: &JobSpec) -> Vec<String> {
+    let mut words: Vec<String> = spec.command.clone();
+    words.extend(spec.array_tasks.iter().flatten().cloned());
+    words.extend(spec.env.values().cloned());
+    words.extend(
+        [&spec.workdir, &spec.output]
+            .into_iter()
+            .chain(&spec.binds)
+            .map(|p| p.to_string_lossy().into_owned()),
+    );
+    words.extend(match &spec.runtime {
+        Runtime::Native => None,
+        Runtime::Charliecloud { image_dir } => Some(image_dir.to_string_lossy().into_owned()),
+        Runtime::Apptainer { sif } => Some(sif.to_string_lossy().into_owned()),
+        Runtime::Pyxis { image } => Some(image.clone()),
+    });
+    words
 }
 
 fn quote_path(path: &Path) -> String {
@@ -103,6 +142,13 @@ fn render_with_path(spec: &JobSpec, script_path: &str) -> Result<String> {
             },
         }}),
     };
+    if let Some(word) = words_of(spec).iter().find(|w| w.contains('\0')) {
+        return Err(UserError::usage(format!(
+            "{word:?} holds a NUL byte, which no shell word can carry"
+        ))
+        .with_fix("remove the NUL from the value")
+        .into());
+    }
     for (flag, value) in [
         ("--partition", &spec.partition),
         ("--account", &spec.account),
@@ -525,6 +571,90 @@ mod tests {
         assert!(render(&spec).unwrap().contains(
             "--container-image='registry#envgen/cpu' --container-mounts=/data:/data envgen"
         ));
+    }
+
+    /// Strings an attacker would try: shell syntax, quotes, newlines, NUL.
+    fn hostile() -> impl proptest::strategy::Strategy<Value = String> {
+        proptest::string::string_regex(
+            "[a-z0-9:_.,-]{0,6}([\\n\\r'\"$`;|&(){} \\x00-]|\\$\\(id\\)|`id`){0,3}[a-z0-9]{0,4}",
+        )
+        .unwrap()
+    }
+
+    /// The script of `spec` is refused (exit 2), or has `lines` lines and
+    /// parses in bash: then no value added a line, i.e. a command.
+    fn refused_or_contained(spec: &JobSpec, lines: usize) -> Result<bool, String> {
+        let script = match render(spec) {
+            Ok(script) => script,
+            Err(err) if crate::error::exit_code_of(&err) == 2 => return Ok(false),
+            Err(err) => return Err(format!("{err:#}")),
+        };
+        if script.lines().count() != lines {
+            return Err(format!("a value added a line:\n{script}"));
+        }
+        let parsed = std::process::Command::new("bash")
+            .args(["-n", "-c", &script])
+            .output()
+            .unwrap();
+        if !parsed.status.success() {
+            return Err(String::from_utf8_lossy(&parsed.stderr).into_owned());
+        }
+        Ok(true)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(96))]
+        /// Any string in an `#SBATCH` field, one field at a time.
+        #[test]
+        fn hostile_directive_values_are_refused_or_contained(
+            value in hostile(), field in 0usize..4,
+        ) {
+            let mut plain = spec();
+            plain.account = Some("proj".into());
+            let lines = render(&plain).unwrap().lines().count();
+            let mut hostile_spec = plain.clone();
+            *[&mut hostile_spec.partition, &mut hostile_spec.account,
+              &mut hostile_spec.time, &mut hostile_spec.mem][field] = Some(value);
+            let result = refused_or_contained(&hostile_spec, lines);
+            proptest::prop_assert!(result.is_ok(), "{}", result.unwrap_err());
+        }
+
+        /// A quoted word is that word to bash, byte for byte: nothing in it
+        /// is expanded, substituted or run.
+        #[test]
+        fn bash_reads_a_quoted_word_back_unchanged(word in hostile()) {
+            proptest::prop_assume!(!word.contains('\0'));
+            let out = std::process::Command::new("bash")
+                .args(["-c", &format!("printf '%s' {}", quote(&word))])
+                .output()
+                .unwrap();
+            proptest::prop_assert!(out.status.success());
+            proptest::prop_assert_eq!(String::from_utf8_lossy(&out.stdout), word);
+        }
+
+        /// Any string as a word of the command, of an array task, as an
+        /// environment value or in the run directory's path: quoted, so
+        /// the script keeps its lines and parses; never refused.
+        #[test]
+        fn hostile_words_stay_inside_their_quotes(
+            word in hostile(), env_value in hostile(), dir in hostile(),
+        ) {
+            let mut plain = spec();
+            plain.array_tasks = vec![vec!["w".into()], vec!["--resume".into(), "d".into()]];
+            plain.env.insert("ENVGEN_X".into(), "v".into());
+            let lines = render(&plain).unwrap().lines().count();
+            let mut hostile_spec = plain.clone();
+            hostile_spec.command.push(word.clone());
+            hostile_spec.env.insert("ENVGEN_X".into(), env_value);
+            hostile_spec.workdir = PathBuf::from("/runs").join(&dir);
+            hostile_spec.array_tasks = vec![vec![word], vec!["--resume".into(), dir]];
+            let has_nul = [&hostile_spec.command, &hostile_spec.array_tasks[1]]
+                .iter()
+                .any(|words| words.iter().any(|w| w.contains('\0')))
+                || hostile_spec.env.values().any(|v| v.contains('\0'));
+            let result = refused_or_contained(&hostile_spec, lines);
+            proptest::prop_assert_eq!(result, Ok(!has_nul));
+        }
     }
 
     #[test]
