@@ -484,3 +484,33 @@ fn a_restart_from_step_0_logs_each_step_once() {
     );
     assert_eq!(steps.first(), Some(&1), "{steps:?}");
 }
+
+/// A run whose loss stops being a number fails at that step (exit 1,
+/// status `failed`, the step and a fix in the summary) instead of going on
+/// to "complete" with null losses (issue #21).
+#[test]
+fn a_diverging_run_fails_at_the_step_it_diverged() {
+    let _turn = turn!();
+    let tmp = tempfile::tempdir().unwrap();
+    // Finite and positive, so the config is accepted; it blows the weights up.
+    let out = short_run(tmp.path(), &["--set", "optim.lr=1e30"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = json_of(&out);
+    let summary = &doc["summary"];
+    assert_eq!(summary["status"], "failed", "{summary}");
+    let error = summary["metrics"]["error"].as_str().unwrap();
+    let step = summary["steps_done"].as_u64().unwrap();
+    assert!(
+        step < 24,
+        "stopped at the divergence, not the end: {summary}"
+    );
+    assert!(
+        error.contains(&format!("at step {step}")) && error.contains("optim.lr"),
+        "{error}"
+    );
+}

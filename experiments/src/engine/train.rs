@@ -211,6 +211,7 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
     let session_start = Instant::now();
     let wall_before = state.wall_s;
     let mut status = Status::Completed;
+    let mut diverged: Option<String> = None;
     let mut session_units = 0u64;
 
     while state.step < train_cfg.steps {
@@ -299,6 +300,17 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
             units_per_step as f64 / step_s
         ));
 
+        // A loss that is not a number trains nothing from here on: the run
+        // fails at this step (its weights are not checkpointed) instead of
+        // going on to "complete". fp16's skipped overflow steps are not this.
+        if !loss_sum.is_finite() && matches!(decision, ScaledStep::Apply { .. }) {
+            diverged = Some(format!(
+                "diverged: the training loss is {loss_sum} at step {}; lower optim.lr or use fp32",
+                state.step
+            ));
+            status = Status::Failed;
+            break;
+        }
         let interrupted = stop_requested
             || control
                 .stop_after
@@ -321,6 +333,9 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
     let session_s = session_start.elapsed().as_secs_f64();
     let wall_s = wall_before + session_s;
     let mut m = Map::new();
+    if let Some(why) = &diverged {
+        m.insert("error".into(), json!(why));
+    }
     m.insert("final_train_loss".into(), json!(state.last_train_loss));
     m.insert("final_val_loss".into(), json!(state.last_val_loss));
     m.insert("initial_val_loss".into(), json!(state.initial_val_loss));
