@@ -167,7 +167,15 @@ pub fn evaluate(kb: &KnowledgeBase, host: &Host, request: &CheckRequest) -> Vec<
     for subject in &subjects {
         let label = subject.label();
         if host.gpus.is_empty() {
-            verdicts.push(Verdict::new(label, None, vec![no_gpu(subject)]));
+            let mut reasons = vec![no_gpu(subject)];
+            // Without a GPU nothing else is checked, but an image envgen
+            // knows nothing about must not read as fine (issue #21).
+            if let Subject::Image(image) = subject {
+                if knows_nothing_about(image) && !is_envgen_cpu_image(image) {
+                    reasons.push(unknown_image(image));
+                }
+            }
+            verdicts.push(Verdict::new(label, None, reasons));
             continue;
         }
         for gpu in &host.gpus {
@@ -229,6 +237,35 @@ fn no_gpu(subject: &Subject) -> Reason {
         if needs_cuda { VerdictStatus::Warn } else { VerdictStatus::Ok },
         format!("no NVIDIA GPU found on this host; {} can only run on the CPU here", subject.label()),
         "run on a machine with an NVIDIA GPU, or check a described one with --assume-gpu NAME --assume-driver VERSION".into(),
+    )
+}
+
+/// Nothing is known about `image`: not in the catalog, no CUDA facts.
+fn knows_nothing_about(image: &ImageFacts) -> bool {
+    image.cuda.as_deref().and_then(Version::parse).is_none()
+        && image.require_cuda.is_none()
+        && image.sass.is_empty()
+        && image.ptx.is_empty()
+        && image.min_compute_capability.is_none()
+        && image.pytorch.is_none()
+        && image.origin != "catalog"
+}
+
+/// `unknown-image`: nothing known about it, or its catalog CUDA is UNCONFIRMED.
+fn unknown_image(image: &ImageFacts) -> Reason {
+    let message = if knows_nothing_about(image) {
+        format!("envgen knows nothing about {} (not in the catalog; no NVIDIA_REQUIRE_CUDA / CUDA_VERSION): nothing was checked", image.reference)
+    } else {
+        format!(
+            "the CUDA version of {} is UNCONFIRMED in env/images.toml: the driver was not checked",
+            image.reference
+        )
+    };
+    reason(
+        "unknown-image",
+        VerdictStatus::Warn,
+        message,
+        "use a catalog reference (see `envgen doctor --json` with no --image), an envgen profile, or a local image that sets NVIDIA_REQUIRE_CUDA; add NGC facts to env/images.toml".into(),
     )
 }
 
@@ -398,25 +435,9 @@ fn check_image(
         return reasons;
     }
     let cuda = image.cuda.as_deref().and_then(Version::parse);
-    let knows_nothing = cuda.is_none()
-        && image.require_cuda.is_none()
-        && image.sass.is_empty()
-        && image.ptx.is_empty()
-        && image.min_compute_capability.is_none()
-        && image.pytorch.is_none()
-        && image.origin != "catalog";
+    let knows_nothing = knows_nothing_about(image);
     if knows_nothing || cuda.is_none() {
-        let message = if knows_nothing {
-            format!("envgen knows nothing about {} (not in the catalog; no NVIDIA_REQUIRE_CUDA / CUDA_VERSION): nothing was checked", image.reference)
-        } else {
-            format!("the CUDA version of {} is UNCONFIRMED in env/images.toml: the driver was not checked", image.reference)
-        };
-        reasons.push(reason(
-            "unknown-image",
-            VerdictStatus::Warn,
-            message,
-            "use a catalog reference (see `envgen doctor --json` with no --image), an envgen profile, or a local image that sets NVIDIA_REQUIRE_CUDA; add NGC facts to env/images.toml".into(),
-        ));
+        reasons.push(unknown_image(image));
         if knows_nothing {
             return reasons;
         }

@@ -56,6 +56,33 @@ fn human_output_summarises_the_host() {
     }
 }
 
+/// Without a GPU nothing is checked, but an image envgen knows nothing
+/// about says so (issue #21: `no-gpu` alone read as "ok"); known images and
+/// envgen's CPU profile stay as they were.
+#[test]
+fn on_a_gpu_less_host_an_unknown_image_is_not_ok() {
+    let verdict_of = |image: &str| {
+        let json = json_of(&doctor_no_gpu(&["--image", image, "--json"]));
+        let verdict = json["verdicts"][0].clone();
+        let codes: Vec<String> = verdict["reasons"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["code"].as_str().unwrap().to_string())
+            .collect();
+        (verdict["status"].as_str().unwrap().to_string(), codes)
+    };
+    let (status, codes) = verdict_of("nope:latest");
+    assert_eq!(status, "warn");
+    assert_eq!(codes, ["no-gpu", "unknown-image"]);
+    assert_eq!(
+        verdict_of("cpu"),
+        ("ok".to_string(), vec!["no-gpu".to_string()])
+    );
+    let (_, codes) = verdict_of("nvcr.io/nvidia/pytorch:25.01-py3");
+    assert_eq!(codes, ["no-gpu"]);
+}
+
 #[test]
 fn no_nvidia_smi_and_no_driver_is_a_no_gpu_report_with_exit_0() {
     let output = doctor_no_gpu(&["--json"]);
