@@ -142,8 +142,10 @@ fn ctrl_c_stops_and_removes_the_container_and_the_run_resumes() {
     require_docker_host();
     let image = import_image("ctrl-c", "ctrl-c");
     let tmp = tempfile::tempdir().unwrap();
-    let args = long_run_args(tmp.path(), &["--where", "docker", "--image", &image]);
-    let (dir, out) = stop_after_two_steps(&args, tmp.path(), |pid, dir| {
+    // A `:` in --out once split the bind-mount string (issue #21).
+    let runs = tmp.path().join("runs:v2");
+    let args = long_run_args(&runs, &["--where", "docker", "--image", &image]);
+    let (dir, out) = stop_after_two_steps(&args, &runs, |pid, dir| {
         // The training container as the daemon runs it (issue #21's hardening).
         let name = format!("envgen-{}", dir.file_name().unwrap().to_string_lossy());
         let container = block_on(async {
@@ -159,6 +161,14 @@ fn ctrl_c_stops_and_removes_the_container_and_the_run_resumes() {
         );
         assert!(host.pids_limit.is_some_and(|n| n > 0));
         assert_eq!(host.network_mode.as_deref(), Some("none"));
+        let run_mount = host
+            .mounts
+            .unwrap_or_default()
+            .into_iter()
+            .find(|m| m.target.as_deref() == Some("/run/envgen/run"))
+            .expect("the run directory is mounted");
+        assert!(run_mount.source.unwrap().contains("runs:v2"));
+        assert_eq!(run_mount.read_only, Some(false));
         let user = container.config.unwrap().user.unwrap_or_default();
         assert!(!user.is_empty() && !user.starts_with("0"), "user {user:?}");
         let kill = std::process::Command::new("kill")

@@ -119,16 +119,17 @@ fn create_body(spec: &ContainerSpec) -> Result<ContainerCreateBody> {
             return Err(UserError::usage("envgen never runs containers as root").into());
         }
     }
-    let binds = spec
+    // Typed mounts, not `host:container:ro` strings: a `:` in a path (an
+    // `--out` like `runs:v2`) cannot change what is mounted where.
+    let mounts = spec
         .mounts
         .iter()
-        .map(|m| {
-            format!(
-                "{}:{}:{}",
-                m.host.display(),
-                m.container,
-                if m.read_only { "ro" } else { "rw" }
-            )
+        .map(|m| bollard::models::Mount {
+            source: Some(m.host.to_string_lossy().into_owned()),
+            target: Some(m.container.clone()),
+            typ: Some(bollard::models::MountType::BIND),
+            read_only: Some(m.read_only),
+            ..Default::default()
         })
         .collect();
     Ok(ContainerCreateBody {
@@ -147,7 +148,7 @@ fn create_body(spec: &ContainerSpec) -> Result<ContainerCreateBody> {
         network_disabled: Some(true),
         host_config: Some(HostConfig {
             network_mode: Some("none".into()),
-            binds: Some(binds),
+            mounts: Some(mounts),
             device_requests: device_requests(&spec.gpus, spec.cdi),
             // Forward signals to envgen and reap children: envgen is PID 1 otherwise.
             init: Some(true),
@@ -355,7 +356,7 @@ mod tests {
             args: vec!["run".into(), "gpt2".into()],
             mounts: vec![
                 Mount {
-                    host: "/runs".into(),
+                    host: "/runs:v2".into(),
                     container: "/runs".into(),
                     read_only: false,
                 },
@@ -377,7 +378,21 @@ mod tests {
     fn container_is_unprivileged_with_ro_data_and_gpu_device_requests() {
         let body = create_body(&spec("1000:1000")).unwrap();
         let host = body.host_config.unwrap();
-        assert_eq!(host.binds.unwrap(), ["/runs:/runs:rw", "/data:/data:ro"]);
+        let mounts: Vec<(String, String, bool)> = host
+            .mounts
+            .clone()
+            .unwrap()
+            .into_iter()
+            .map(|m| (m.source.unwrap(), m.target.unwrap(), m.read_only.unwrap()))
+            .collect();
+        assert_eq!(
+            mounts,
+            [
+                ("/runs:v2".to_string(), "/runs".to_string(), false),
+                ("/data".to_string(), "/data".to_string(), true)
+            ]
+        );
+        assert!(host.binds.is_none());
         assert_eq!(host.privileged, Some(false));
         assert_eq!(host.cap_drop.as_deref(), Some(&["ALL".to_string()][..]));
         assert_eq!(
