@@ -380,11 +380,7 @@ fn a_run_being_trained_cannot_be_resumed_beside_it() {
             "{stderr}"
         );
         assert_eq!(std::fs::read(dir.join("manifest.json")).unwrap(), manifest);
-        let kill = std::process::Command::new("kill")
-            .args(["-INT", &pid.to_string()])
-            .status()
-            .unwrap();
-        assert!(kill.success());
+        crate::common::run::send_signal(pid, "INT");
     });
     assert_exit_130(&first);
     let resumed = envgen()
@@ -446,11 +442,7 @@ fn a_restart_from_step_0_logs_each_step_once() {
     // No checkpoint before the end of 400 steps.
     let args = long_run_args(tmp.path(), &["--set", "train.checkpoint_every=0"]);
     let (dir, _) = stop_after_two_steps(&args, tmp.path(), |pid, _| {
-        let kill = std::process::Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status()
-            .unwrap();
-        assert!(kill.success());
+        crate::common::run::send_signal(pid, "KILL");
     });
     assert!(!dir.join("checkpoints/latest").exists());
     assert!(
@@ -471,12 +463,7 @@ fn a_restart_from_step_0_logs_each_step_once() {
         .arg(&dir)
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::common::run::assert_exit_130(&out);
     let steps = logged_steps(&dir);
     assert!(
         steps.windows(2).all(|w| w[0] < w[1]),

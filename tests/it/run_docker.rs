@@ -172,11 +172,7 @@ fn ctrl_c_stops_and_removes_the_container_and_the_run_resumes() {
         assert_ne!(run_mount.read_only, Some(true));
         let user = container.config.unwrap().user.unwrap_or_default();
         assert!(!user.is_empty() && !user.starts_with("0"), "user {user:?}");
-        let kill = std::process::Command::new("kill")
-            .args(["-INT", &pid.to_string()])
-            .status()
-            .unwrap();
-        assert!(kill.success());
+        crate::common::run::send_signal(pid, "INT");
     });
     interrupted_without_container(&dir, &out);
 }

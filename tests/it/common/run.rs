@@ -133,13 +133,16 @@ pub fn assert_interrupted_then_resume(dir: &Path, steps: u64) {
 /// Spawn `envgen ARGS`, wait until its (only) run directory in `out` logged
 /// step 2, send SIGINT; returns the run directory and the process output.
 pub fn interrupt_after_two_steps(args: &[String], out: &Path) -> (PathBuf, Output) {
-    stop_after_two_steps(args, out, |pid, _| {
-        let kill = Command::new("kill")
-            .args(["-INT", &pid.to_string()])
-            .status()
-            .unwrap();
-        assert!(kill.success());
-    })
+    stop_after_two_steps(args, out, |pid, _| send_signal(pid, "INT"))
+}
+
+/// `kill -SIGNAL PID`, asserting it was delivered.
+pub fn send_signal(pid: u32, signal: &str) {
+    let kill = Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success(), "kill -{signal} {pid}");
 }
 
 /// Like [`interrupt_after_two_steps`], stopping the run with `stop(pid, run_dir)`.
