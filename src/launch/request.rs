@@ -13,7 +13,7 @@ use envgen_experiments::registry::Experiment;
 
 use super::auto::{self, Decision, Place};
 use super::ranks::{plan_world, WorldPlan};
-use super::slurm::sbatch::{check_directive, Runtime};
+use super::slurm::sbatch::{check_directive, check_job_dir, Runtime};
 use crate::error::{Result, UserError};
 use crate::image::daemon::container::GpuRequest;
 use crate::profiles::Profiles;
@@ -136,6 +136,14 @@ impl RunRequest {
         } else {
             world_plan(&flags, experiment, decision.place)?
         };
+        if decision.place == Place::Slurm && !flags.launched {
+            for dir in [Some(&flags.out), flags.resume.as_ref()]
+                .into_iter()
+                .flatten()
+            {
+                check_job_dir(&std::path::absolute(dir)?)?;
+            }
+        }
         let gpus = match flags.launch.gpus.as_deref() {
             Some(spec) if decision.place == Place::Docker => Some(parse_gpus(spec)?),
             _ => None,

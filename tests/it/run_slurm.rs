@@ -397,3 +397,41 @@ fn slurm_directive_values_cannot_inject_commands() {
     assert!(stderr.contains("--partition"), "{stderr}");
     assert!(!marker.exists() && !tmp.path().join("runs").exists());
 }
+
+/// Issue #21 under a real sbatch: the run directory's path reaches the job
+/// script (its `cd`, the command's `--resume`) and is full of shell syntax,
+/// quotes, a newline and a tab. The job must train in that very directory,
+/// write its output there, and run nothing else (no marker file appears).
+/// `%` and `\` are Slurm's own filename patterns: refused before anything
+/// is made (with them the job failed at start, its output nowhere).
+#[test]
+fn a_hostile_run_directory_path_trains_under_real_sbatch_and_runs_nothing_else() {
+    let _turn = turn!();
+    require_slurm_cluster();
+    let tmp = tempfile::tempdir().unwrap();
+    let m = |n: u32| tmp.path().join(format!("M{n}")).display().to_string();
+    let out = tmp.path().join(format!(
+        "a b'c\"$(touch {})`touch {}`;touch {}\n#SBATCH --uid=0\ttab",
+        m(1),
+        m(2),
+        m(3)
+    ));
+    let run = short_run(&out, &["--where", "slurm"]);
+    assert_ok(&run, "Slurm run under a hostile --out");
+    let run = json_of(&run);
+    let dir = run_dir_of(&run);
+    assert!(dir.starts_with(&out), "{}", dir.display());
+    assert_eq!(run["summary"]["status"], "completed");
+    let output = std::fs::read_to_string(dir.join("slurm.out")).unwrap();
+    assert!(output.contains("run directory"), "{output}");
+    for n in 1..=3 {
+        assert!(!Path::new(&m(n)).exists(), "M{n} was created: a word ran");
+    }
+    for pattern in ["100%", "a\\b"] {
+        let refused = short_run(&tmp.path().join(pattern), &["--where", "slurm"]);
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(2), "{pattern}: {stderr}");
+        assert!(stderr.contains("filename pattern"), "{stderr}");
+        assert!(!tmp.path().join(pattern).exists());
+    }
+}

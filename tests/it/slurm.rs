@@ -14,7 +14,7 @@ fn job(dir: &Path, name: &str, command: &[&str]) -> JobSpec {
     JobSpec {
         job_name: name.into(),
         workdir: dir.to_path_buf(),
-        output: dir.join("slurm-%A_%a.out"),
+        output: "slurm-%A_%a.out".into(),
         partition: None,
         account: None,
         time: Some("00:05:00".into()),
@@ -34,7 +34,7 @@ fn job(dir: &Path, name: &str, command: &[&str]) -> JobSpec {
 fn submit(dir: &Path, spec: &JobSpec) -> String {
     let script = dir.join("job.sbatch");
     std::fs::write(&script, slurm::render(spec).unwrap()).unwrap();
-    slurm::submit(&script).unwrap()
+    slurm::submit(&script, dir).unwrap()
 }
 
 fn outputs(dir: &Path) -> Vec<String> {

@@ -45,8 +45,8 @@ impl Launcher for Slurm {
         let runtime = req.slurm_runtime()?;
         let (runs, sweep_base) = launched_runs(req)?;
         let output = match &sweep_base {
-            Some(base) => sweep_output(&req.flags.out, base),
-            None => runs[0].join(JOB_OUTPUT),
+            Some(base) => sweep_output(base),
+            None => JOB_OUTPUT.into(),
         };
         let mut data = Vec::new();
         for run in &runs {
@@ -120,18 +120,19 @@ pub struct Submission {
     pub runs: Vec<PathBuf>,
     /// Hardware flags forwarded to the job (`--backend cpu`, `--profile a30`…).
     pub job_args: Vec<String>,
-    /// `sbatch --output` (may hold `%a` for arrays); defaults to the run
-    /// directory's slurm.out for a single run.
-    pub output: PathBuf,
+    /// `sbatch --output`, relative to the first run's directory (may hold
+    /// `%a` for arrays): `slurm.out` for a single run.
+    pub output: String,
     pub resources: SlurmResources,
     pub runtime: Runtime,
     /// Host directories the job reads (data files), for container binds.
     pub data_dirs: Vec<PathBuf>,
 }
 
-/// `sbatch --output` for the runs of a sweep made by [`create_sweep_dirs`].
-pub fn sweep_output(out: &Path, base: &str) -> PathBuf {
-    out.join(format!("{base}-s%a")).join(JOB_OUTPUT)
+/// `sbatch --output` for the runs of a sweep made by [`create_sweep_dirs`],
+/// relative to the first one (the job's directory).
+pub fn sweep_output(base: &str) -> String {
+    format!("../{base}-s%a/{JOB_OUTPUT}")
 }
 
 /// The envgen the job runs: this very binary when native (the cluster's
@@ -178,7 +179,7 @@ pub fn submit(sub: &Submission) -> Result<String> {
     let spec = JobSpec {
         job_name: format!("envgen-{}", sub.experiment),
         workdir: first.clone(),
-        output: absolute(&sub.output)?,
+        output: sub.output.clone(),
         partition: r.partition.clone(),
         account: r.account.clone(),
         time: r.time.clone(),
@@ -196,7 +197,7 @@ pub fn submit(sub: &Submission) -> Result<String> {
     for run in &runs {
         slurm::write_script(&spec, &run.join(JOB_SCRIPT))?;
     }
-    let job_id = slurm::submit(&first.join(JOB_SCRIPT))?;
+    let job_id = slurm::submit(&first.join(JOB_SCRIPT), first)?;
     for (index, run) in runs.iter().enumerate() {
         let task = if runs.len() > 1 {
             format!("{job_id}_{index}")

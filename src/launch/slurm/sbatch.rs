@@ -33,9 +33,14 @@ pub enum Runtime {
 #[derive(Debug, Clone)]
 pub struct JobSpec {
     pub job_name: String,
+    /// The job's directory: sbatch is run from here, so the job starts here.
     pub workdir: PathBuf,
-    /// `%j` / `%A_%a` patterns allowed, as sbatch expands them.
-    pub output: PathBuf,
+    /// The job's output file, relative to `workdir` (`%j` / `%a` allowed,
+    /// as sbatch expands them). sbatch reads `#SBATCH` lines with its own
+    /// parser, which knows no shell quoting: a path with a space, a quote
+    /// or a newline cannot be written there safely, so this is always a
+    /// name envgen made (`slurm.out`, `../RUN-s%a/slurm.out`) and is checked.
+    pub output: String,
     pub partition: Option<String>,
     pub account: Option<String>,
     pub time: Option<String>,
@@ -89,8 +94,7 @@ fn words_of(spec: &JobSpec) -> Vec<String> {
     words.extend(spec.array_tasks.iter().flatten().cloned());
     words.extend(spec.env.values().cloned());
     words.extend(
-        [&spec.workdir, &spec.output]
-            .into_iter()
+        std::iter::once(&spec.workdir)
             .chain(&spec.binds)
             .map(|p| p.to_string_lossy().into_owned()),
     );
@@ -105,6 +109,47 @@ fn words_of(spec: &JobSpec) -> Vec<String> {
 
 fn quote_path(path: &Path) -> String {
     quote(&path.to_string_lossy())
+}
+
+/// The job's output path as an `#SBATCH` line can hold it: letters, digits
+/// and `._%/-`, relative to the job's directory, no `..` except leading
+/// ones (a sweep's tasks write beside the first run's directory).
+fn check_output(output: &str) -> Result<()> {
+    let alphabet = |c: char| c.is_ascii_alphanumeric() || "._%/-".contains(c);
+    let parts: Vec<&str> = output.split('/').collect();
+    let upward = parts.iter().take_while(|p| **p == "..").count();
+    let valid = !output.is_empty()
+        && !output.starts_with('/')
+        && output.chars().all(alphabet)
+        && parts[upward..]
+            .iter()
+            .all(|p| !p.is_empty() && *p != "." && *p != "..");
+    if !valid {
+        return Err(UserError::usage(format!(
+            "the job output path {output:?} cannot be written in an #SBATCH line"
+        ))
+        .with_fix("name the run directory with letters, digits and `._-` only")
+        .into());
+    }
+    Ok(())
+}
+
+/// A directory Slurm can start a job in and write its output under. Slurm
+/// expands `%` in output paths as its filename patterns, and a `\\`
+/// anywhere turns that expansion off and is dropped (sbatch(1), "filename
+/// pattern"): either way the output file would not be where the path says,
+/// and the job fails before it starts. Any other byte is carried as is.
+pub fn check_job_dir(dir: &Path) -> Result<()> {
+    let text = dir.to_string_lossy();
+    if let Some(c) = text.chars().find(|c| matches!(c, '%' | '\\')) {
+        return Err(UserError::usage(format!(
+            "{} holds {c:?}, which Slurm reads as a filename pattern in the job's output path",
+            dir.display()
+        ))
+        .with_fix("choose an --out directory without `%` and `\\` for --where slurm")
+        .into());
+    }
+    Ok(())
 }
 
 /// Render the script for `spec` into `path` (which the script names for re-submission).
@@ -159,6 +204,8 @@ fn render_with_path(spec: &JobSpec, script_path: &str) -> Result<String> {
             check_directive(flag, value)?;
         }
     }
+    check_output(&spec.output)?;
+    check_job_dir(&spec.workdir)?;
     for key in spec.env.keys() {
         let valid = key
             .chars()
@@ -176,7 +223,7 @@ fn render_with_path(spec: &JobSpec, script_path: &str) -> Result<String> {
         envgen_version: env!("CARGO_PKG_VERSION"),
         script_path: quote(script_path),
         job_name: sanitize_job_name(&spec.job_name),
-        output: quote_path(&spec.output),
+        output: spec.output.clone(),
         nodes: spec.nodes.max(1),
         tasks_per_node: spec.tasks_per_node.max(1),
         distributed: distributed_context(spec),
@@ -343,12 +390,20 @@ fn is_terminal(state: &str) -> bool {
 
 /// Run a Slurm client command; a missing tool is an environment error.
 fn slurm_command(program: &str, args: &[&str]) -> Result<String> {
+    slurm_command_in(None, program, args)
+}
+
+fn slurm_command_in(cwd: Option<&Path>, program: &str, args: &[&str]) -> Result<String> {
     let path = which::which(program).map_err(|_| {
         UserError::environment(format!("`{program}` not found on PATH")).with_fix(
             "run on a Slurm login node, or install the Slurm client tools (Debian: slurm-client)",
         )
     })?;
-    let output = Command::new(path)
+    let mut command = Command::new(path);
+    if let Some(dir) = cwd {
+        command.current_dir(dir);
+    }
+    let output = command
         .args(args)
         .output()
         .with_context(|| format!("running {program}"))?;
@@ -361,10 +416,11 @@ fn slurm_command(program: &str, args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
-/// Submit a rendered script; returns the job ID.
-pub fn submit(script: &Path) -> Result<String> {
+/// Submit a rendered script from `workdir` (the job's directory, which its
+/// relative output path starts from); returns the job ID.
+pub fn submit(script: &Path, workdir: &Path) -> Result<String> {
     let script = script.to_string_lossy();
-    let out = slurm_command("sbatch", &["--parsable", script.as_ref()])?;
+    let out = slurm_command_in(Some(workdir), "sbatch", &["--parsable", script.as_ref()])?;
     // `--parsable` prints "ID" or "ID;cluster".
     let id = out.trim().split(';').next().unwrap_or_default().to_owned();
     if id.is_empty() || !id.chars().all(|c| c.is_ascii_digit()) {
@@ -461,7 +517,7 @@ mod tests {
         JobSpec {
             job_name: "gpt2 tiny".into(),
             workdir: "/work/my runs".into(),
-            output: "/work/my runs/slurm-%j.out".into(),
+            output: "slurm-%j.out".into(),
             partition: Some("gpu".into()),
             account: None,
             time: Some("01:00:00".into()),
@@ -684,6 +740,41 @@ mod tests {
         let mut spec = spec();
         spec.partition = Some("debug\nrm -rf /".into());
         assert!(render(&spec).is_err());
+    }
+
+    /// sbatch's own parser reads `#SBATCH --output=`: only names envgen
+    /// makes fit there, relative to the job's directory.
+    #[test]
+    fn the_output_line_holds_only_envgen_made_relative_names() {
+        for good in ["slurm.out", "../gpt2-tiny-1-s%a/slurm.out", "slurm-%j.out"] {
+            check_output(good).unwrap();
+        }
+        for bad in [
+            "/abs/slurm.out",
+            "my runs/slurm.out",
+            "a'b/slurm.out",
+            "x\n#SBATCH --uid=0",
+            "a/../../etc/x",
+            "",
+            "./slurm.out",
+        ] {
+            let err = check_output(bad).unwrap_err();
+            assert_eq!(crate::error::exit_code_of(&err), 2, "{bad:?}");
+        }
+        let script = render(&spec()).unwrap();
+        assert!(
+            script.contains("#SBATCH --output=slurm-%j.out\n"),
+            "{script}"
+        );
+        assert!(
+            script.contains("#   cd '/work/my runs' && sbatch SCRIPT\n"),
+            "{script}"
+        );
+        for bad in ["/runs/100%", "/runs/a\\b"] {
+            let err = check_job_dir(Path::new(bad)).unwrap_err();
+            assert_eq!(crate::error::exit_code_of(&err), 2, "{bad:?}");
+        }
+        check_job_dir(Path::new("/runs/a b'$(x)\n\t")).unwrap();
     }
 
     #[test]
