@@ -112,14 +112,17 @@ fn scancel_stops_a_running_job() {
         dir.path(),
         &job(dir.path(), "sleeper", &["/bin/sleep", "300"]),
     );
-    // Wait until it is really running, then cancel.
-    for _ in 0..60 {
+    // Cancel only once it was seen RUNNING: a job that never started
+    // would end CANCELLED too and prove nothing (issue #26).
+    let running = (0..60).any(|_| {
         let state = slurm::state(&id).unwrap();
-        if state.tasks.iter().any(|(_, s)| s == "RUNNING") {
-            break;
+        let seen = state.tasks.iter().any(|(_, s)| s == "RUNNING");
+        if !seen {
+            std::thread::sleep(Duration::from_millis(500));
         }
-        std::thread::sleep(Duration::from_millis(500));
-    }
+        seen
+    });
+    assert!(running, "job {id} never reached RUNNING within 30 s");
     slurm::cancel(&id).unwrap();
     let state = slurm::wait(&id, Duration::from_secs(60)).unwrap();
     assert!(
