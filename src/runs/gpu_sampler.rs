@@ -74,9 +74,17 @@ impl GpuSampler {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let path = metrics_path.to_path_buf();
+        // Sample at the end of each interval, and once more when stopped:
+        // every run gets at least one line, however short, and the first
+        // comes after the trainer has started metrics.jsonl afresh (a line
+        // written before that would be truncated with the old ones).
         let thread = std::thread::spawn(move || {
             let started = Instant::now();
-            while !flag.load(Ordering::SeqCst) {
+            loop {
+                let until = Instant::now() + interval;
+                while Instant::now() < until && !flag.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(50).min(interval));
+                }
                 let samples = sample(&nvml, count);
                 if !samples.is_empty() {
                     // One write per line in append mode: lines from the
@@ -86,9 +94,8 @@ impl GpuSampler {
                         let _ = file.write_all(line.as_bytes());
                     }
                 }
-                let until = Instant::now() + interval;
-                while Instant::now() < until && !flag.load(Ordering::SeqCst) {
-                    std::thread::sleep(Duration::from_millis(100));
+                if flag.load(Ordering::SeqCst) {
+                    break;
                 }
             }
         });

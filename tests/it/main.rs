@@ -25,6 +25,7 @@ mod gpt2_hf;
 mod hrm_cli;
 mod images;
 mod layering;
+mod nvml_standin;
 mod precision_cli;
 mod quantize_cli;
 mod rft_cli;
