@@ -34,7 +34,8 @@ fn standin_dir() -> &'static Path {
 /// A short CPU training run, with the stand-in NVML on the loader path or not.
 fn short_cpu_run(out: &Path, standin: bool) -> Output {
     let mut cmd = envgen();
-    cmd.env_remove("ENVGEN_NO_NVML").env_remove("LD_LIBRARY_PATH");
+    cmd.env_remove("ENVGEN_NO_NVML")
+        .env_remove("LD_LIBRARY_PATH");
     if standin {
         cmd.env("LD_LIBRARY_PATH", standin_dir());
     }
