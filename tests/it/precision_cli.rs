@@ -3,6 +3,9 @@
 //! learn like fp32, the precision is recorded in the manifest and never in
 //! `config_hash`, fp16's loss scaler reports itself in metrics.jsonl, and a
 //! bf16 run resumed midway ends on the same bits as an uninterrupted one.
+//! Learning "like fp32" alone would pass with the half types switched off
+//! (issue #26), so each half-precision run must also have moved its first
+//! step away from fp32's, bf16 further than fp16.
 //!
 //! The CPU computes bf16/fp16 the way a GPU does (half inputs, f32
 //! accumulation, f32 statistics and losses; see envgen_kernels::autocast),
@@ -29,6 +32,41 @@ const GPT2_VAL_LOSS_TOLERANCE: f64 = 0.06;
 /// 0.381 and 0.345, a spread of 0.037. Observed: bf16 and fp16 within
 /// 0.02 of fp32.
 const HRM_CELL_ACCURACY_TOLERANCE: f64 = 0.04;
+
+/// A value computed in f32 twice agrees to its last bits (the CPU backend is
+/// deterministic, whatever the thread count); 16 units of f32's roundoff
+/// (2^-24) is far above that and far below what a half type changes.
+const F32_NOISE: f64 = 16.0 / (1u64 << 24) as f64;
+
+/// How far `key` of step 1 (the first forward and backward, from the same
+/// initial weights) lies from the fp32 run's, relative. Only the precision
+/// differs there: without the autocast scope it is exactly 0.
+/// Measured (2026-11-25, tiny presets): gpt2 `grad_norm` bf16 3.1e-4,
+/// fp16 1.7e-5; hrm `lm_loss` bf16 2.4e-4, fp16 1.3e-5.
+fn first_step_deviation(doc: &Value, fp32: &Value, key: &str) -> f64 {
+    let first = |doc: &Value| {
+        let text = std::fs::read_to_string(run_dir_of(doc).join("metrics.jsonl")).unwrap();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|r| r["step"] == 1 && r.get(key).is_some())
+            .and_then(|r| r[key].as_f64())
+            .unwrap_or_else(|| panic!("no {key} at step 1"))
+    };
+    let (half, full) = (first(doc), first(fp32));
+    (half - full).abs() / full.abs()
+}
+
+/// The half types really computed: both moved step 1 beyond f32's noise,
+/// bf16 (8 significant bits) further than fp16 (11), and neither absurdly.
+fn assert_computed_in_half(bf16: f64, fp16: f64, what: &str) {
+    eprintln!("{what} at step 1 vs fp32: bf16 {bf16:.2e}, fp16 {fp16:.2e}");
+    assert!(fp16 > F32_NOISE, "fp16 {what} is fp32's: {fp16:e}");
+    assert!(
+        bf16 > fp16,
+        "bf16 ({bf16:e}) not coarser than fp16 ({fp16:e})"
+    );
+    assert!(bf16 < 1e-2, "bf16 {what} off by {bf16:e}");
+}
 
 fn run_at(experiment: &str, precision: &str, out: &Path, extra: &[&str]) -> Value {
     let mut args = vec![
@@ -91,8 +129,10 @@ fn gpt2_tiny_in_bf16_and_fp16_learns_like_fp32() {
     let tmp = tempfile::tempdir().unwrap();
     let fp32 = run_at("gpt2", "fp32", tmp.path(), &[]);
     let reference = metric(&fp32, "final_val_loss");
+    let mut deviation = Vec::new();
     for precision in ["bf16", "fp16"] {
         let doc = run_at("gpt2", precision, tmp.path(), &[]);
+        deviation.push(first_step_deviation(&doc, &fp32, "grad_norm"));
         let val = metric(&doc, "final_val_loss");
         let initial = metric(&doc, "initial_val_loss");
         eprintln!("gpt2 tiny {precision}: val loss {initial:.4} -> {val:.4} (fp32 {reference:.4})");
@@ -109,6 +149,7 @@ fn gpt2_tiny_in_bf16_and_fp16_learns_like_fp32() {
             assert_loss_scaler_reported(&doc);
         }
     }
+    assert_computed_in_half(deviation[0], deviation[1], "gpt2 grad_norm");
 }
 
 #[test]
@@ -117,8 +158,10 @@ fn hrm_tiny_in_bf16_and_fp16_learns_like_fp32() {
     let tmp = tempfile::tempdir().unwrap();
     let fp32 = run_at("hrm-sudoku", "fp32", tmp.path(), &[]);
     let reference = metric(&fp32, "cell_accuracy");
+    let mut deviation = Vec::new();
     for precision in ["bf16", "fp16"] {
         let doc = run_at("hrm-sudoku", precision, tmp.path(), &[]);
+        deviation.push(first_step_deviation(&doc, &fp32, "lm_loss"));
         let cell = metric(&doc, "cell_accuracy");
         eprintln!("hrm tiny {precision}: blank-cell accuracy {cell:.4} (fp32 {reference:.4})");
         assert!(
@@ -134,6 +177,7 @@ fn hrm_tiny_in_bf16_and_fp16_learns_like_fp32() {
             assert_loss_scaler_reported(&doc);
         }
     }
+    assert_computed_in_half(deviation[0], deviation[1], "hrm lm_loss");
 }
 
 #[test]
