@@ -184,6 +184,27 @@ fn cpu_image_builds_runs_doctor_as_non_root_and_reproduces_its_envgen_layer() {
         "-u",
     ]));
     assert_eq!(stdout(&uid), "1000");
+    // Not one setuid/setgid file (the Debian base has su, mount, passwd, …):
+    // nothing in the image can gain privileges (issue #21). As root, so that
+    // find reads every directory.
+    let special = ok(docker(&[
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--user",
+        "0:0",
+        "--entrypoint",
+        "/usr/bin/find",
+        "envgen-test/cpu:one",
+        "/",
+        "-xdev",
+        "-perm",
+        "/6000",
+        "-type",
+        "f",
+    ]));
+    assert_eq!(stdout(&special), "", "setuid/setgid files in the image");
     let doctor = ok(docker(&[
         "run",
         "--rm",
