@@ -307,6 +307,38 @@ fn cpu_image_builds_runs_doctor_as_non_root_and_reproduces_its_envgen_layer() {
     );
 }
 
+/// Rendered recipes pin their base by the committed lock's digest — from the
+/// repository's containers/ and from the copy embedded in the binary (any
+/// other directory), where they once said the bare `FROM debian:bookworm-slim`
+/// (issue #21). No daemon needed.
+#[test]
+fn rendered_recipes_carry_the_locked_digest_in_and_outside_the_repository() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("containers");
+    let lock = Lockfile::read(&repo.join("envgen.lock")).unwrap();
+    let digest = &lock.profiles["cpu"].digest;
+    assert!(digest.starts_with("sha256:"), "{digest}");
+    let pinned = format!("{BASE}@{digest}\n");
+    let anywhere = tempfile::tempdir().unwrap();
+    for containers in [Some(repo.as_path()), None] {
+        let mut command = Command::new(ENVGEN);
+        command
+            .current_dir(anywhere.path())
+            .env_remove("ENVGEN_CONTAINERS_DIR")
+            .args(["image", "render", "cpu"]);
+        if let Some(dir) = containers {
+            command.arg("--containers").arg(dir);
+        }
+        let output = ok(command.output().unwrap());
+        let rendered = String::from_utf8_lossy(&output.stdout);
+        for line in [format!("FROM {pinned}"), format!("From: {pinned}")] {
+            assert!(rendered.contains(&line), "{containers:?}: {line}{rendered}");
+        }
+        // Dockerfile, apptainer.def, charliecloud.Dockerfile: no bare tag.
+        assert_eq!(rendered.matches(&pinned).count(), 3, "{rendered}");
+        assert!(!text(&output).contains("NOT pinned"), "{}", text(&output));
+    }
+}
+
 #[test]
 fn lock_verify_names_drift_and_gpu_profiles_lock_without_their_bases() {
     let _turn = turn!();
