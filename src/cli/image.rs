@@ -222,13 +222,7 @@ pub fn execute(cmd: Command) -> Result<i32> {
 }
 
 fn read_lock(containers: &Containers) -> Result<Lockfile> {
-    match containers.lock_path() {
-        Some(path) => Lockfile::read(&path),
-        None => Ok(Lockfile {
-            schema: lock::SCHEMA,
-            ..Default::default()
-        }),
-    }
+    containers.lockfile()
 }
 
 fn list(containers: &Containers, json: bool) -> Result<i32> {
@@ -278,6 +272,12 @@ fn render_cmd(
         .filter(|l| l.base == base)
         .map(|l| l.resolution())
         .and_then(|r| r.pinnable().map(str::to_string));
+    if digest.is_none() {
+        eprintln!(
+            "warning: {name}: FROM {base} is NOT pinned by digest ({} has no pinned digest for that base; `envgen image lock {name}` pins it)",
+            containers.lock_name()
+        );
+    }
     let files = render::render(containers, &profile, &base, digest.as_deref())?;
     match out {
         Some(dir) => {
@@ -482,9 +482,7 @@ fn check_remote_cmd(containers: &Containers, profile: Option<&str>) -> Result<i3
 }
 
 fn verify_cmd(containers: &Containers, profile: Option<&str>, json: bool) -> Result<i32> {
-    let path = containers
-        .lock_path()
-        .unwrap_or_else(|| PathBuf::from("containers/envgen.lock"));
+    let path = containers.lock_name();
     let lockfile = read_lock(containers)?;
     let profiles = selected(containers, profile)?;
     let mut drifts = Vec::new();
@@ -497,7 +495,7 @@ fn verify_cmd(containers: &Containers, profile: Option<&str>, json: bool) -> Res
                 entry: "(whole profile)".into(),
                 locked: "(absent)".into(),
                 now: "not locked".into(),
-                source: path.display().to_string(),
+                source: path.clone(),
             });
             continue;
         };
@@ -567,7 +565,7 @@ fn verify_cmd(containers: &Containers, profile: Option<&str>, json: bool) -> Res
             );
         }
         if drifts.is_empty() {
-            println!("ok: {} profile(s) match {}", profiles.len(), path.display());
+            println!("ok: {} profile(s) match {path}", profiles.len());
         }
     }
     Ok(if drifts.is_empty() { 0 } else { 1 })

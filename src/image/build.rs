@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use super::daemon;
 use super::elf;
-use super::lock::{self, DigestSource, LockEntry, Lockfile};
+use super::lock::{self, DigestSource, LockEntry};
 use super::profile::{Containers, ImageProfile};
 use super::render;
 use crate::error::{Result, UserError};
@@ -123,24 +123,22 @@ pub fn check_lock(
     if policy == LockCheck::Skip {
         return Ok(None);
     }
-    let path = containers
-        .lock_path()
-        .unwrap_or_else(|| PathBuf::from("containers/envgen.lock"));
-    let lockfile = Lockfile::read(&path)?;
+    // The embedded profiles come with their embedded lock: a build outside
+    // the repository is pinned like one inside it.
+    let path = containers.lock_name();
+    let lockfile = containers.lockfile()?;
     let Some(locked) = lockfile.profiles.get(&profile.name) else {
         if policy == LockCheck::RecipeOnly {
             return Ok(None);
         }
-        return Err(UserError::usage(format!(
-            "profile {} is not locked in {}",
-            profile.name,
-            path.display()
-        ))
-        .with_fix(format!(
-            "run `envgen image lock {}` (or build with --unlocked)",
-            profile.name
-        ))
-        .into());
+        return Err(
+            UserError::usage(format!("profile {} is not locked in {path}", profile.name))
+                .with_fix(format!(
+                    "run `envgen image lock {}` (or build with --unlocked)",
+                    profile.name
+                ))
+                .into(),
+        );
     };
     let now = lock::compute_entry(containers, profile, base, &locked.resolution())?;
     let drifts = lock::compare(&profile.name, locked, &now);
@@ -150,9 +148,8 @@ pub fn check_lock(
             .map(|d| format!("{} ({})", d.entry, d.source))
             .collect();
         return Err(UserError::usage(format!(
-            "profile {} drifted from {}: {}",
+            "profile {} drifted from {path}: {}",
             profile.name,
-            path.display(),
             names.join(", ")
         ))
         .with_fix(format!("re-lock with `envgen image lock {}` after reviewing the change, or build with --unlocked", profile.name))

@@ -136,14 +136,18 @@ impl Lockfile {
             }
             Err(err) => return Err(anyhow::anyhow!("reading {}: {err}", path.display())),
         };
-        let lock: Lockfile = toml::from_str(&text).map_err(|err| {
-            UserError::usage(format!("{}: {err}", path.display()))
+        Lockfile::parse(&text, &path.display().to_string())
+    }
+
+    /// Parse a lockfile's text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Lockfile> {
+        let lock: Lockfile = toml::from_str(text).map_err(|err| {
+            UserError::usage(format!("{origin}: {err}"))
                 .with_fix("regenerate it with `envgen image lock`")
         })?;
         if lock.schema != SCHEMA {
             return Err(UserError::usage(format!(
-                "{}: schema = {} (this envgen reads schema {SCHEMA})",
-                path.display(),
+                "{origin}: schema = {} (this envgen reads schema {SCHEMA})",
                 lock.schema
             ))
             .with_fix("regenerate it with `envgen image lock`")

@@ -44,6 +44,13 @@ const EMBEDDED_TEMPLATES: &[(&str, &str)] = &[
     ),
 ];
 
+/// The lock of the embedded profiles and templates, so a rendered or built
+/// recipe pins its base by digest outside the repository too (without it,
+/// `FROM` carried the bare tag there).
+const EMBEDDED_LOCK: &str = include_str!("../../containers/envgen.lock");
+/// How the embedded lock is named in messages.
+pub const EMBEDDED_LOCK_NAME: &str = "<embedded>/envgen.lock";
+
 /// The default profile (what `envgen run --where docker` uses on CPU hosts).
 pub const DEFAULT_PROFILE: &str = "cpu";
 
@@ -206,6 +213,22 @@ impl Containers {
         self.root.as_ref().map(|root| root.join("envgen.lock"))
     }
 
+    /// The lockfile's name for messages: its path, or the embedded copy's name.
+    pub fn lock_name(&self) -> String {
+        self.lock_path()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| EMBEDDED_LOCK_NAME.into())
+    }
+
+    /// The lock of these profiles: `envgen.lock` in the directory (a missing
+    /// file is an empty lock), or the copy embedded with the embedded profiles.
+    pub fn lockfile(&self) -> Result<super::lock::Lockfile> {
+        match self.lock_path() {
+            Some(path) => super::lock::Lockfile::read(&path),
+            None => super::lock::Lockfile::parse(EMBEDDED_LOCK, EMBEDDED_LOCK_NAME),
+        }
+    }
+
     /// The profile's source text, for hashing into the lock.
     pub fn profile_text(&self, name: &str) -> Result<&str> {
         self.check_name(name)?;
@@ -347,6 +370,26 @@ mod tests {
         assert!(cpu.cuda.is_none());
         let cuda = containers.profile("cuda12.8").unwrap();
         assert!(cuda.cuda.unwrap().require.starts_with("cuda>=12.8"));
+    }
+
+    /// Outside the repository the embedded lock pins every embedded profile:
+    /// its recipes say `FROM base@sha256:…`, not the bare tag (issue #21).
+    #[test]
+    fn the_embedded_lock_pins_every_embedded_profile() {
+        let containers = Containers::embedded();
+        let lock = containers.lockfile().unwrap();
+        for profile in containers.profiles().unwrap() {
+            let entry = &lock.profiles[&profile.name];
+            let resolution = entry.resolution();
+            let digest = resolution.pinnable().unwrap();
+            let files =
+                super::super::render::render(&containers, &profile, &entry.base, Some(digest))
+                    .unwrap();
+            assert!(files[0]
+                .1
+                .contains(&format!("FROM {}@{digest}\n", entry.base)));
+        }
+        assert_eq!(containers.lock_name(), EMBEDDED_LOCK_NAME);
     }
 
     #[test]

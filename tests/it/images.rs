@@ -184,6 +184,27 @@ fn cpu_image_builds_runs_doctor_as_non_root_and_reproduces_its_envgen_layer() {
         "-u",
     ]));
     assert_eq!(stdout(&uid), "1000");
+    // Not one setuid/setgid file (the Debian base has su, mount, passwd, …):
+    // nothing in the image can gain privileges (issue #21). As root, so that
+    // find reads every directory.
+    let special = ok(docker(&[
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--user",
+        "0:0",
+        "--entrypoint",
+        "/usr/bin/find",
+        "envgen-test/cpu:one",
+        "/",
+        "-xdev",
+        "-perm",
+        "/6000",
+        "-type",
+        "f",
+    ]));
+    assert_eq!(stdout(&special), "", "setuid/setgid files in the image");
     let doctor = ok(docker(&[
         "run",
         "--rm",
@@ -284,6 +305,38 @@ fn cpu_image_builds_runs_doctor_as_non_root_and_reproduces_its_envgen_layer() {
         inspect(&envgen::image::build::default_tag("cpu"), "{{.Id}}"),
         first
     );
+}
+
+/// Rendered recipes pin their base by the committed lock's digest — from the
+/// repository's containers/ and from the copy embedded in the binary (any
+/// other directory), where they once said the bare `FROM debian:bookworm-slim`
+/// (issue #21). No daemon needed.
+#[test]
+fn rendered_recipes_carry_the_locked_digest_in_and_outside_the_repository() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("containers");
+    let lock = Lockfile::read(&repo.join("envgen.lock")).unwrap();
+    let digest = &lock.profiles["cpu"].digest;
+    assert!(digest.starts_with("sha256:"), "{digest}");
+    let pinned = format!("{BASE}@{digest}\n");
+    let anywhere = tempfile::tempdir().unwrap();
+    for containers in [Some(repo.as_path()), None] {
+        let mut command = Command::new(ENVGEN);
+        command
+            .current_dir(anywhere.path())
+            .env_remove("ENVGEN_CONTAINERS_DIR")
+            .args(["image", "render", "cpu"]);
+        if let Some(dir) = containers {
+            command.arg("--containers").arg(dir);
+        }
+        let output = ok(command.output().unwrap());
+        let rendered = String::from_utf8_lossy(&output.stdout);
+        for line in [format!("FROM {pinned}"), format!("From: {pinned}")] {
+            assert!(rendered.contains(&line), "{containers:?}: {line}{rendered}");
+        }
+        // Dockerfile, apptainer.def, charliecloud.Dockerfile: no bare tag.
+        assert_eq!(rendered.matches(&pinned).count(), 3, "{rendered}");
+        assert!(!text(&output).contains("NOT pinned"), "{}", text(&output));
+    }
 }
 
 #[test]

@@ -136,6 +136,48 @@ fn interrupted_without_container(dir: &Path, out: &std::process::Output) {
     assert_interrupted_then_resume(dir, 400);
 }
 
+/// The live container `name` cannot write to its root filesystem (issue
+/// #21): read-only, with a size-limited tmpfs at /tmp as its one scratch
+/// place — checked by the daemon's record and by writing from inside (the
+/// image's envgen renders recipes into a directory it creates).
+fn assert_read_only_but_scratch(
+    name: &str,
+    readonly_rootfs: &Option<bool>,
+    mounts: &Option<Vec<bollard::models::Mount>>,
+) {
+    assert_eq!(*readonly_rootfs, Some(true));
+    let scratch = mounts
+        .iter()
+        .flatten()
+        .find(|m| m.target.as_deref() == Some("/tmp"))
+        .expect("a scratch mount at /tmp");
+    assert_eq!(scratch.typ, Some(bollard::models::MountType::TMPFS));
+    let size = scratch.tmpfs_options.as_ref().and_then(|t| t.size_bytes);
+    assert!(size.is_some_and(|n| n > 0), "{scratch:?}");
+    let write = |dir: &str| {
+        crate::common::docker_base::docker(&[
+            "exec",
+            name,
+            "/usr/local/bin/envgen",
+            "image",
+            "render",
+            "cpu",
+            "-o",
+            dir,
+        ])
+    };
+    // EROFS, not EACCES: the mount refuses the write before any permission check.
+    let root = write("/envgen-rootfs-write");
+    assert!(!root.status.success(), "{}", crate::common::text(&root));
+    assert!(
+        crate::common::text(&root).contains("Read-only file system"),
+        "{}",
+        crate::common::text(&root)
+    );
+    let tmp = write("/tmp/envgen-scratch-write");
+    assert!(tmp.status.success(), "{}", crate::common::text(&tmp));
+}
+
 #[test]
 fn ctrl_c_stops_and_removes_the_container_and_the_run_resumes() {
     let _turn = turn!();
@@ -163,6 +205,7 @@ fn ctrl_c_stops_and_removes_the_container_and_the_run_resumes() {
         assert_eq!(host.network_mode.as_deref(), Some("none"));
         let run_mount = host
             .mounts
+            .clone()
             .unwrap_or_default()
             .into_iter()
             .find(|m| m.target.as_deref() == Some("/run/envgen/run"))
@@ -172,6 +215,7 @@ fn ctrl_c_stops_and_removes_the_container_and_the_run_resumes() {
         assert_ne!(run_mount.read_only, Some(true));
         let user = container.config.unwrap().user.unwrap_or_default();
         assert!(!user.is_empty() && !user.starts_with("0"), "user {user:?}");
+        assert_read_only_but_scratch(&name, &host.readonly_rootfs, &host.mounts);
         crate::common::run::send_signal(pid, "INT");
     });
     interrupted_without_container(&dir, &out);

@@ -1,7 +1,8 @@
 //! Every container's life, through the Engine API (bollard), never the
 //! docker CLI: created from one [`ContainerSpec`] by [`create_body`] (never
-//! root, never privileged, no network, GPUs only through device requests —
-//! NVIDIA runtime or CDI), then either followed to its end with its logs on
+//! root, never privileged, no network, a read-only root filesystem with a
+//! tmpfs at [`SCRATCH_DIR`], GPUs only through device requests — NVIDIA
+//! runtime or CDI), then either followed to its end with its logs on
 //! our stderr ([`run`], a training run) or run to completion with its output
 //! captured ([`run_once`], a check inside an image); removed either way.
 
@@ -9,7 +10,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use bollard::models::{ContainerCreateBody, DeviceRequest, HostConfig};
+use bollard::models::{ContainerCreateBody, DeviceRequest, HostConfig, MountTmpfsOptions};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, LogsOptionsBuilder, RemoveContainerOptionsBuilder,
     StopContainerOptionsBuilder, WaitContainerOptionsBuilder,
@@ -22,6 +23,15 @@ use crate::error::{Result, UserError};
 /// Processes (threads included) a container may have: far above what
 /// training uses (a rayon pool per core, a few helpers), far below a fork bomb.
 pub const PIDS_LIMIT: i64 = 16384;
+
+/// The one writable place in a container besides its mounts: a tmpfs (the
+/// root filesystem is read-only), which is also `HOME` unless the spec sets
+/// one, so caches that default to `~/.cache` (CubeCL's, CUDA's, Mesa's) land
+/// here instead of failing. Docker mounts a tmpfs `noexec,nosuid,nodev`.
+pub const SCRATCH_DIR: &str = "/tmp";
+/// The scratch tmpfs's size: it lives in the container's memory; training
+/// writes its results into the run directory, not here.
+pub const SCRATCH_BYTES: i64 = 1 << 30;
 
 /// The envgen binary inside an image.
 pub const IMAGE_ENVGEN: &str = "/usr/local/bin/envgen";
@@ -121,7 +131,7 @@ fn create_body(spec: &ContainerSpec) -> Result<ContainerCreateBody> {
     }
     // Typed mounts, not `host:container:ro` strings: a `:` in a path (an
     // `--out` like `runs:v2`) cannot change what is mounted where.
-    let mounts = spec
+    let mut mounts: Vec<bollard::models::Mount> = spec
         .mounts
         .iter()
         .map(|m| bollard::models::Mount {
@@ -132,6 +142,22 @@ fn create_body(spec: &ContainerSpec) -> Result<ContainerCreateBody> {
             ..Default::default()
         })
         .collect();
+    mounts.push(bollard::models::Mount {
+        target: Some(SCRATCH_DIR.into()),
+        typ: Some(bollard::models::MountType::TMPFS),
+        tmpfs_options: Some(MountTmpfsOptions {
+            size_bytes: Some(SCRATCH_BYTES),
+            // Sticky and world-writable like any /tmp: the container's user
+            // is whoever owns the run directory, not a uid known in advance.
+            mode: Some(0o1777),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    if !spec.env.iter().any(|(k, _)| k == "HOME") {
+        env.push(format!("HOME={SCRATCH_DIR}"));
+    }
     Ok(ContainerCreateBody {
         image: Some(spec.image.clone()),
         // Where every envgen profile image installs it (containers/templates).
@@ -141,7 +167,7 @@ fn create_body(spec: &ContainerSpec) -> Result<ContainerCreateBody> {
                 .unwrap_or_else(|| vec![IMAGE_ENVGEN.to_string()]),
         ),
         cmd: Some(spec.args.clone()),
-        env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+        env: Some(env),
         user: spec.user.clone(),
         labels: Some([("io.envgen.run".to_string(), spec.name.clone())].into()),
         // Training reads only its mounts: no network (the test daemon has no bridge either).
@@ -159,6 +185,9 @@ fn create_body(spec: &ContainerSpec) -> Result<ContainerCreateBody> {
             cap_drop: Some(vec!["ALL".into()]),
             security_opt: Some(vec!["no-new-privileges".into()]),
             pids_limit: Some(PIDS_LIMIT),
+            // Nothing in the image can be changed: the run writes into its
+            // run directory (a read-write mount) and scratch into SCRATCH_DIR.
+            readonly_rootfs: Some(true),
             ..Default::default()
         }),
         ..Default::default()
@@ -378,10 +407,18 @@ mod tests {
     fn container_is_unprivileged_with_ro_data_and_gpu_device_requests() {
         let body = create_body(&spec("1000:1000")).unwrap();
         let host = body.host_config.unwrap();
-        let mounts: Vec<(String, String, bool)> = host
-            .mounts
-            .clone()
-            .unwrap()
+        let mut mounts = host.mounts.clone().unwrap();
+        // Last: the scratch tmpfs, the only writable place outside the mounts.
+        let scratch = mounts.pop().unwrap();
+        assert_eq!(scratch.typ, Some(bollard::models::MountType::TMPFS));
+        assert_eq!(scratch.target.as_deref(), Some(SCRATCH_DIR));
+        let tmpfs = scratch.tmpfs_options.unwrap();
+        assert_eq!(tmpfs.size_bytes, Some(SCRATCH_BYTES));
+        assert_eq!(tmpfs.mode, Some(0o1777));
+        assert_eq!(host.readonly_rootfs, Some(true));
+        let env = body.env.clone().unwrap();
+        assert!(env.contains(&format!("HOME={SCRATCH_DIR}")), "{env:?}");
+        let mounts: Vec<(String, String, bool)> = mounts
             .into_iter()
             .map(|m| (m.source.unwrap(), m.target.unwrap(), m.read_only.unwrap()))
             .collect();
@@ -405,6 +442,15 @@ mod tests {
         assert_eq!(request.count, Some(2));
         assert_eq!(request.capabilities, Some(vec![vec!["gpu".to_string()]]));
         assert_eq!(body.user.as_deref(), Some("1000:1000"));
+    }
+
+    #[test]
+    fn a_home_the_spec_sets_is_kept() {
+        let mut spec = spec("1000:1000");
+        spec.env.push(("HOME".into(), "/run/envgen/run".into()));
+        let env = create_body(&spec).unwrap().env.unwrap();
+        let homes: Vec<&String> = env.iter().filter(|e| e.starts_with("HOME=")).collect();
+        assert_eq!(homes, ["HOME=/run/envgen/run"]);
     }
 
     #[test]

@@ -92,6 +92,10 @@ pub fn minimal_rootfs(root: &Path) {
     for dir in ["tmp", "home/envgen", "dev", "proc", "sys", "mnt", "etc"] {
         std::fs::create_dir_all(root.join(dir)).unwrap();
     }
+    // Sticky and world-writable, as in every Debian/Ubuntu image: the
+    // daemon's tmpfs over /tmp takes the mode of the image's directory.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(root.join("tmp"), std::fs::Permissions::from_mode(0o1777)).unwrap();
     std::fs::write(
         root.join("etc/passwd"),
         "root:x:0:0:root:/root:/bin/false\nenvgen:x:1000:1000::/home/envgen:/bin/false\n",
