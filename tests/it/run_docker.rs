@@ -383,6 +383,33 @@ fn a_resume_removes_a_stopped_leftover_container_and_refuses_a_running_one() {
     );
 }
 
+/// A container that cannot start (here: `--gpus all` on the test daemon,
+/// which has no GPU runtime) ends the run `failed` with the daemon's
+/// reason, instead of leaving it "running" forever; no container is left.
+#[test]
+fn a_container_that_does_not_start_fails_the_run() {
+    let _turn = turn!();
+    require_docker_host();
+    let image = import_image("no-start", "no-start");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = short_run(
+        tmp.path(),
+        &["--where", "docker", "--image", &image, "--gpus", "all"],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let dir = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let summary = read(&dir, "summary.json");
+    assert_eq!(summary["status"], "failed", "{summary}");
+    let why = summary["metrics"]["reason"].as_str().unwrap();
+    assert!(why.starts_with("the container did not start: "), "{why}");
+    assert!(leftover_containers(&dir).is_empty());
+}
+
 #[test]
 fn detach_is_for_slurm_only() {
     let _turn = turn!();

@@ -398,25 +398,27 @@ fn slurm_directive_values_cannot_inject_commands() {
     assert!(!marker.exists() && !tmp.path().join("runs").exists());
 }
 
-/// A flag refused after the config was read (exit 2) leaves no run
-/// directory behind (a refused `--partition` once left a half-made one).
+/// A flag or a sweep value refused (exit 2) leaves no run directory
+/// behind: a refused `--partition` once left a half-made one, and a bad
+/// second sweep value left the first value's directory and an empty one.
 #[test]
-fn a_refused_slurm_flag_leaves_no_run_directory() {
+fn a_refused_slurm_flag_or_sweep_value_leaves_no_run_directory() {
     let tmp = tempfile::tempdir().unwrap();
     let out_dir = tmp.path().join("runs");
-    let out = envgen()
-        .args(["run", "gpt2", "--where", "slurm", "--partition", "a;b"])
-        .arg("--out")
-        .arg(&out_dir)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("--partition"), "{stderr}");
-    let made: Vec<_> = std::fs::read_dir(&out_dir)
-        .map(|d| d.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default();
-    assert!(made.is_empty(), "{made:?}");
+    for (flag, value) in [("--partition", "a;b"), ("--sweep", "optim.lr=0.001,-1")] {
+        let out = envgen()
+            .args(["run", "gpt2", "--where", "slurm", flag, value])
+            .arg("--out")
+            .arg(&out_dir)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {stderr}");
+        let made: Vec<_> = std::fs::read_dir(&out_dir)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(made.is_empty(), "{flag} {value}: {made:?}");
+    }
 }
 
 /// sbatch refusing the job (a partition the cluster does not have) ends the
