@@ -104,6 +104,28 @@ fn cancel_stops_a_live_native_run_which_resumes() {
     assert_interrupted_then_resume(&dir, 400);
 }
 
+/// `--ranks 2`: rank 0 holds the lock, and names its launcher there;
+/// cancel signals the launcher, which stops every rank at one checkpoint.
+#[test]
+fn cancel_stops_every_rank_of_a_ranks_run() {
+    let _turn = turn!();
+    let tmp = tempfile::tempdir().unwrap();
+    let args = long_run_args(tmp.path(), &["--ranks", "2"]);
+    let mut stdout = String::new();
+    let (dir, out) = stop_after_two_steps(&args, tmp.path(), |launcher, dir| {
+        let lock = std::fs::read_to_string(dir.join(".envgen.lock")).unwrap();
+        let lock: Value = serde_json::from_str(&lock).unwrap();
+        assert_eq!(lock["launcher_pid"], launcher, "{lock}");
+        stdout = cancel(dir);
+    });
+    assert_exit_130(&out);
+    let resume = format!(
+        "resume with `envgen run gpt2 --ranks 2 --resume {}`",
+        dir.display()
+    );
+    assert_cancelled(&dir, &stdout, &resume);
+}
+
 #[test]
 fn a_docker_run_whose_container_is_gone_is_lost_and_cancel_ends_it() {
     let _turn = turn!();
