@@ -2,11 +2,11 @@
 
 use std::path::{Path, PathBuf};
 
-use envgen_experiments::engine::{rundir, Summary};
 use serde_json::{json, Value};
 
-use crate::error::{Result, UserError};
-use crate::launch::slurm;
+use crate::error::Result;
+use crate::launch::liveness::{self, Checker};
+use crate::launch::{self, slurm};
 use crate::runs::manifest;
 use crate::runs::{self, store::RunDir};
 
@@ -39,7 +39,8 @@ pub enum Command {
         #[arg(short = 'o', long = "out", value_name = "DIR")]
         out: Option<PathBuf>,
     },
-    /// Cancel a Slurm run (scancel) and mark it interrupted.
+    /// Stop a run (native: SIGINT; Docker: the container; Slurm: scancel) or
+    /// end a lost one; it is marked interrupted (resumable) or failed.
     Cancel { run: PathBuf },
 }
 
@@ -53,11 +54,13 @@ pub fn execute(cmd: Command) -> Result<i32> {
     }
 }
 
-/// What `runs show` and `runs list` say about one run directory.
-fn explain(dir: &Path) -> Result<Value> {
+/// What `runs show` and `runs list` say about one run directory. A run
+/// without a summary is asked after where it trains: `running`, `lost`
+/// (nothing trains it any more) or `unknown` (the place does not answer),
+/// with the reason.
+fn explain(dir: &Path, checker: &mut Checker) -> Result<Value> {
     let manifest = manifest::read(dir)?;
-    // A run still going (or killed hard) has no summary yet.
-    let summary: Option<Summary> = rundir::read_json(&dir.join("summary.json")).ok();
+    let summary = liveness::final_summary(dir);
     // A Slurm run without a summary yet: ask Slurm where its job is.
     let job = if summary.is_none() {
         slurm::live_state(&manifest)
@@ -69,12 +72,23 @@ fn explain(dir: &Path) -> Result<Value> {
             .map(serde_json::to_value)
             .transpose()?
     };
+    let (status, reason) = match &summary {
+        Some(s) => (
+            serde_json::to_value(s.status)?,
+            s.metrics.get("reason").cloned().unwrap_or(Value::Null),
+        ),
+        None => {
+            let live = checker.check(dir, &manifest);
+            (json!(live.status()), json!(live.reason()))
+        }
+    };
     Ok(json!({
         "run_dir": dir,
         "run_id": manifest.run_id,
         "experiment": manifest.experiment,
         "preset": manifest.preset,
-        "status": summary.as_ref().map_or(json!("running"), |s| json!(s.status)),
+        "status": status,
+        "status_reason": reason,
         "config_hash": manifest.config_hash,
         "profile": manifest.profile,
         "where": manifest.environment.place,
@@ -90,12 +104,13 @@ fn explain(dir: &Path) -> Result<Value> {
 
 fn list(out: &Path, as_json: bool) -> Result<i32> {
     let mut runs = Vec::new();
+    let mut checker = Checker::default();
     if let Ok(entries) = std::fs::read_dir(out) {
         let mut dirs: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
         dirs.sort();
         for dir in dirs {
             if dir.join("manifest.json").is_file() {
-                if let Ok(run) = explain(&dir) {
+                if let Ok(run) = explain(&dir, &mut checker) {
                     runs.push(run);
                 }
             }
@@ -108,12 +123,17 @@ fn list(out: &Path, as_json: bool) -> Result<i32> {
         );
     } else {
         for r in &runs {
-            println!(
-                "{}  {}  {}",
+            let status = r["status"].as_str().unwrap_or("");
+            print!(
+                "{}  {status}  {}",
                 r["run_id"].as_str().unwrap_or(""),
-                r["status"].as_str().unwrap_or(""),
                 r["config_hash"].as_str().unwrap_or("")
             );
+            // Why a run is lost (or cannot be told), on its line.
+            match (status, r["status_reason"].as_str()) {
+                ("lost" | "unknown", Some(why)) => println!("  ({why})"),
+                _ => println!(),
+            }
         }
     }
     Ok(0)
@@ -144,7 +164,7 @@ fn report(paths: &[PathBuf], out: Option<PathBuf>) -> Result<i32> {
 
 fn show(dir: &Path, as_json: bool) -> Result<i32> {
     let dir = RunDir::open(dir)?.path;
-    let run = explain(&dir)?;
+    let run = explain(&dir, &mut Checker::default())?;
     if as_json {
         println!("{}", serde_json::to_string_pretty(&run)?);
         return Ok(0);
@@ -155,7 +175,13 @@ fn show(dir: &Path, as_json: bool) -> Result<i32> {
         run["experiment"].as_str().unwrap_or(""),
         run["preset"].as_str().unwrap_or("-")
     );
-    println!("status      {}", run["status"].as_str().unwrap_or(""));
+    match run["status_reason"].as_str() {
+        Some(why) => println!(
+            "status      {} ({why})",
+            run["status"].as_str().unwrap_or("")
+        ),
+        None => println!("status      {}", run["status"].as_str().unwrap_or("")),
+    }
     println!("config_hash {}", run["config_hash"].as_str().unwrap_or(""));
     println!("profile     {}", run["profile"]);
     println!("where       {}", run["where"].as_str().unwrap_or("-"));
@@ -186,32 +212,39 @@ fn show(dir: &Path, as_json: bool) -> Result<i32> {
     Ok(0)
 }
 
-/// `runs cancel RUN`: scancel a Slurm run's job and mark the run interrupted
-/// (resumable with `envgen run EXP --resume RUN`).
+/// `runs cancel RUN`: stop a run that has not ended wherever it trains
+/// (it checkpoints and ends `interrupted`), or end a lost one; then say
+/// how to resume it.
 fn cancel(dir: &Path) -> Result<i32> {
     let dir = RunDir::open(dir)?.path;
     let manifest = manifest::read(&dir)?;
-    if let Ok(summary) = rundir::read_json::<Summary>(&dir.join("summary.json")) {
-        return Err(UserError::usage(format!(
-            "{} already ended ({})",
-            dir.display(),
-            serde_json::to_value(summary.status)?
-                .as_str()
-                .unwrap_or("?")
-        ))
-        .with_fix("only a pending or running run can be cancelled")
-        .into());
-    }
-    let outcome = slurm::cancel(&dir, &manifest)?;
+    let cancelled = launch::cancel::cancel(&dir)?;
+    let summary = &cancelled.outcome.summary;
     println!(
-        "{}: {} after {} steps; resume with `envgen run {} --resume {}`",
+        "{}: {} after {} steps ({}); resume with `{}`",
         dir.display(),
-        serde_json::to_value(outcome.summary.status)?
+        serde_json::to_value(summary.status)?
             .as_str()
             .unwrap_or("?"),
-        outcome.summary.steps_done,
-        manifest.experiment,
-        dir.display()
+        summary.steps_done,
+        cancelled.what,
+        resume_command(&manifest, &dir)
     );
     Ok(0)
+}
+
+/// `envgen run EXP --resume DIR`, in the place the run was launched to.
+fn resume_command(manifest: &manifest::Manifest, dir: &Path) -> String {
+    let mut words = vec![
+        "envgen".to_string(),
+        "run".into(),
+        manifest.experiment.clone(),
+    ];
+    let place = &manifest.environment.place;
+    if place != "native" {
+        words.extend(["--where".to_string(), place.clone()]);
+    }
+    words.extend(manifest.environment.launch_args.iter().flatten().cloned());
+    words.extend(["--resume".to_string(), dir.display().to_string()]);
+    shlex::try_join(words.iter().map(String::as_str)).unwrap_or_else(|_| words.join(" "))
 }

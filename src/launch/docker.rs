@@ -59,6 +59,15 @@ impl Launcher for Docker {
         let (reference, profile) = image_for(&runtime, req, &self.gpus)?;
         let facts = crate::image::profile_facts(profile);
         check_verdict(&host, &reference, facts)?;
+        if let Some(dir) = &req.flags.resume {
+            // Before the run directory is touched: a container left by an
+            // earlier attempt would make this one's creation fail (409).
+            let name = container_name(&std::path::absolute(dir)?);
+            runtime.block_on(async {
+                let daemon = crate::image::daemon::connect().await?;
+                clear_leftover(&daemon, &name, dir).await
+            })?;
+        }
         let (runs, _) = launched_runs(req)?;
         self.data_dirs = mounts::data_dirs(&science_of(&runs[0])?);
         self.image = reference;
@@ -79,11 +88,23 @@ impl Launcher for Docker {
         let started = runtime.block_on(async {
             let daemon = crate::image::daemon::connect().await?;
             let spec = self.container_spec(&daemon, req, &run_dir).await?;
+            clear_leftover(&daemon, &spec.name, &run_dir).await?;
             container::start(&daemon, &spec).await?;
             Ok::<_, anyhow::Error>((daemon, spec))
         });
         self.runtime = Some(runtime);
-        let (daemon, spec) = started?;
+        let (daemon, spec) = match started {
+            Ok(started) => started,
+            Err(err) => {
+                // Nothing will train it: say so in the run, not "running" forever.
+                mark_ended(
+                    &run_dir,
+                    Status::Failed,
+                    &format!("the container did not start: {err:#}"),
+                )?;
+                return Err(err);
+            }
+        };
         self.daemon = Some(daemon);
         self.spec = Some(spec);
         Ok(None)
@@ -236,6 +257,33 @@ impl Docker {
     }
 }
 
+/// A container named `name` left by an earlier attempt of the run in
+/// `dir` (dockerd stopped under it): removed when stopped; while it runs it
+/// is a second writer, refused (exit 2).
+async fn clear_leftover(daemon: &Daemon, name: &str, dir: &Path) -> Result<()> {
+    match container::present(daemon, name).await? {
+        None => Ok(()),
+        Some(c) if c.running => Err(UserError::usage(format!(
+            "container {name} still runs ({}): it trains {}, a second container would be a second writer",
+            c.status,
+            dir.display()
+        ))
+        .with_fix(format!(
+            "stop it with `envgen runs cancel {}`, then resume",
+            dir.display()
+        ))
+        .into()),
+        Some(c) => {
+            eprintln!(
+                "envgen: docker: removing the {} container {name} an earlier attempt left",
+                c.status
+            );
+            container::remove(daemon, name).await;
+            Ok(())
+        }
+    }
+}
+
 /// The image a Docker run uses and the profile its facts come from:
 /// --image, else the profile image for the backend (`cpu`, `cuda12.8`),
 /// built now if the daemon lacks one holding this very envgen binary.
@@ -327,7 +375,7 @@ fn container_user(run_dir: &Path) -> Result<String> {
 }
 
 /// A container name from the run id (Docker allows [a-zA-Z0-9][a-zA-Z0-9_.-]).
-fn container_name(run_dir: &Path) -> String {
+pub fn container_name(run_dir: &Path) -> String {
     let id: String = run_dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

@@ -13,13 +13,17 @@
 //!
 //! A launched run ends up in [`native`] on the node, in the container or
 //! once per rank (`envgen run EXP --launched --resume RUN_DIR`). The
-//! experiments never know where they run. Adding a place (Apptainer outside
+//! experiments never know where they run. Whether a run without a summary
+//! still trains in its place is [`liveness`]'s question (`runs list`), and
+//! stopping it there is [`cancel`]'s (`runs cancel`). Adding a place (Apptainer outside
 //! Slurm, Podman…) is one file implementing [`Launcher`] plus one arm in
 //! [`launcher_for`]; docs/architecture.md walks through it.
 
 pub mod auto;
+pub mod cancel;
 pub mod docker;
 pub mod dry_run;
+pub mod liveness;
 pub mod mounts;
 pub mod native;
 pub mod plan;
@@ -171,7 +175,7 @@ pub fn failed_summary(dir: &Path, err: &anyhow::Error) -> Summary {
 }
 
 /// The training state of `checkpoints/latest`, if the run has one.
-fn last_checkpoint_state(dir: &Path) -> Option<serde_json::Value> {
+pub(crate) fn last_checkpoint_state(dir: &Path) -> Option<serde_json::Value> {
     let latest = checkpoint::latest(&dir.join(checkpoint::CHECKPOINTS)).ok()?;
     rundir::read_json(&latest.join("state.json")).ok()
 }

@@ -18,6 +18,7 @@ use super::{mounts, Launcher, RunOutcome};
 use crate::error::{Result, UserError};
 use crate::profiles::Precision;
 use crate::runs::gpu_sampler::GpuSampler;
+use crate::runs::lock::{lock_run, RunLock};
 use crate::runs::manifest::{self, DistributedRecord, HardwareKnobs};
 
 /// This process trains (`--where native`, or launched by another place).
@@ -31,7 +32,7 @@ pub struct Native {
     backend: Option<Resolved>,
     prepared: Option<Prepared>,
     /// The leader's lock on the run directory, held while it trains.
-    lock: Option<manifest::RunLock>,
+    lock: Option<RunLock>,
 }
 
 /// A run directory ready to train in.
@@ -82,7 +83,7 @@ impl Launcher for Native {
             None => {
                 let (dir, science, knobs) =
                     create_run(req, &setup, &[], NewDir::Fresh(&flags.out), None)?;
-                self.lock = Some(manifest::lock_run(&dir)?);
+                self.lock = Some(lock_run(&dir)?);
                 let prepared = Prepared {
                     science,
                     knobs,
@@ -187,7 +188,7 @@ impl Native {
         let (loaded, mut record) = config_of_run(req.experiment, dir)?;
         if self.leader {
             // Before anything of the run is changed: one trainer at a time.
-            self.lock = Some(manifest::lock_run(dir)?);
+            self.lock = Some(lock_run(dir)?);
         }
         let resume = dir.join("checkpoints").join("latest").is_file();
         if !resume && !flags.launched {

@@ -174,11 +174,24 @@ pub fn create_run(
     new_dir: NewDir,
     sweep: Option<SweepRecord>,
 ) -> Result<(PathBuf, toml::Value, HardwareKnobs)> {
+    let planned = plan_run(req, setup, extra)?;
+    write_run(req, setup, planned, new_dir, sweep)
+}
+
+/// Make the run directory of a planned run (or fill the one made
+/// beforehand) with its config.toml and manifest.json.
+fn write_run(
+    req: &RunRequest,
+    setup: &Setup,
+    planned: PlannedRun,
+    new_dir: NewDir,
+    sweep: Option<SweepRecord>,
+) -> Result<(PathBuf, toml::Value, HardwareKnobs)> {
     let PlannedRun {
         loaded,
         hash,
         knobs,
-    } = plan_run(req, setup, extra)?;
+    } = planned;
     let id = rundir::new_run_id(req.experiment.name(), loaded.preset.as_deref(), &hash);
     let (run_id, dir) = match new_dir {
         NewDir::Fresh(out) => manifest::create_run_dir(out, &id)?,
@@ -325,6 +338,7 @@ pub fn launched_runs(req: &RunRequest) -> Result<(Vec<PathBuf>, Option<String>)>
     let flags = &req.flags;
     if let Some(dir) = &flags.resume {
         config_of_run(req.experiment, dir)?;
+        crate::runs::lock::ensure_not_training(dir)?;
         // Launched again: what the last attempt ended with is kept aside,
         // so this attempt's outcome is read from its own summary.
         manifest::keep_attempt(dir)?;
@@ -358,16 +372,28 @@ pub fn launched_runs(req: &RunRequest) -> Result<(Vec<PathBuf>, Option<String>)>
         loaded.preset.as_deref(),
         &loaded.config_hash()?,
     );
+    // Every value is planned (and refused) before any directory is made.
+    let planned = sweep
+        .values
+        .iter()
+        .map(|value| plan_run(req, &setup, &[format!("{}={value}", sweep.key)]))
+        .collect::<Result<Vec<_>>>()?;
     let (base, dirs) = manifest::create_sweep_dirs(&flags.out, &base, sweep.values.len())?;
-    for (index, (value, dir)) in sweep.values.iter().zip(&dirs).enumerate() {
-        let extra = [format!("{}={value}", sweep.key)];
+    for (index, ((value, dir), planned)) in sweep.values.iter().zip(&dirs).zip(planned).enumerate()
+    {
         let record = SweepRecord {
             key: sweep.key.clone(),
             value: value.clone(),
             index,
             of: sweep.values.len(),
         };
-        create_run(req, &setup, &extra, NewDir::Made(dir.clone()), Some(record))?;
+        write_run(
+            req,
+            &setup,
+            planned,
+            NewDir::Made(dir.clone()),
+            Some(record),
+        )?;
     }
     Ok((dirs, Some(base)))
 }

@@ -21,6 +21,7 @@ use super::auto::Place;
 use super::plan::{config_of_run, create_run, job_args, NewDir, Setup};
 use super::{mark_ended, Launcher, RunOutcome, RunRequest};
 use crate::error::{Result, UserError};
+use crate::runs::lock::LAUNCHER_PID_ENV;
 
 /// `--ranks N` on this machine: the run directory is made here, then N
 /// ranks train into it and rank 0 writes its files.
@@ -254,6 +255,9 @@ pub fn spawn_and_watch(launch: &RankLaunch, stop: &AtomicBool) -> Result<Vec<Ran
             .env("ENVGEN_LOCAL_RANK", rank.to_string())
             .env("ENVGEN_DATA_PORT", ports[rank + 1].to_string())
             .env("ENVGEN_NODE_HOST", "127.0.0.1")
+            // Rank 0 writes it into the run's lock: `runs cancel` stops the
+            // run through this process, which stops every rank.
+            .env(LAUNCHER_PID_ENV, std::process::id().to_string())
             // A rank's stdout (its summary line) would mix into ours.
             .stdout(Stdio::from(std::io::stderr().as_fd().try_clone_to_owned()?));
         if let Some(devices) = launch.devices {

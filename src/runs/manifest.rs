@@ -355,52 +355,6 @@ pub fn keep_attempt(dir: &Path) -> Result<()> {
     unreachable!("the loop returns")
 }
 
-/// The lock a training process holds on its run directory
-/// (`.envgen.lock`, an `flock`), released when dropped or when the
-/// process dies: two `--resume` of one run cannot both train into it.
-pub struct RunLock {
-    _file: std::fs::File,
-}
-
-/// Take the run directory's lock, or say who has it (exit 2).
-pub fn lock_run(dir: &Path) -> Result<RunLock> {
-    use std::io::{Read, Seek, Write};
-    use std::os::fd::AsRawFd;
-    let path = dir.join(".envgen.lock");
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| UserError::environment(format!("cannot open {}: {e}", path.display())))?;
-    // flock by hand: std's File::try_lock is newer than our rust-version.
-    // SAFETY: flock on an open descriptor of ours; no memory is involved.
-    let taken = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
-    let held_elsewhere =
-        !taken && std::io::Error::last_os_error().raw_os_error() == Some(libc::EWOULDBLOCK);
-    if !taken && !held_elsewhere {
-        // A filesystem without flock (some NFS mounts): train unlocked, as before.
-        tracing::warn!("{}: cannot lock, training without a lock", path.display());
-    }
-    if held_elsewhere {
-        let mut holder = String::new();
-        let _ = file.read_to_string(&mut holder);
-        return Err(UserError::usage(format!(
-            "{} is being trained by another envgen ({})",
-            dir.display(),
-            holder.trim()
-        ))
-        .with_fix("wait for it to end (or stop it with Ctrl-C / `envgen runs cancel`), then resume")
-        .into());
-    }
-    // Who holds it, for the message above (the lock itself is the flock).
-    let _ = file.set_len(0);
-    let _ = file.rewind();
-    let _ = write!(file, "pid {}", std::process::id());
-    Ok(RunLock { _file: file })
-}
-
 fn create_out(out: &Path) -> Result<()> {
     std::fs::create_dir_all(out).map_err(|e| {
         UserError::environment(format!("cannot create {}: {e}", out.display()))
@@ -519,21 +473,6 @@ mod tests {
                 .unwrap();
         assert_eq!(value["manifest_version"], MANIFEST_VERSION);
         assert_eq!(value["world_size"], 2);
-    }
-
-    #[test]
-    fn a_run_directory_is_trained_by_one_process_at_a_time() {
-        let dir = tempfile::tempdir().unwrap();
-        let held = lock_run(dir.path()).unwrap();
-        let err = lock_run(dir.path()).err().expect("second lock refused");
-        assert_eq!(crate::error::exit_code_of(&err), 2);
-        let text = format!("{err:#}");
-        assert!(
-            text.contains(&format!("pid {}", std::process::id())),
-            "{text}"
-        );
-        drop(held);
-        lock_run(dir.path()).unwrap();
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! Run directories (layout in docs/cli.md): the typed manifest and the one
-//! place it is written (`manifest`), and reading runs to answer questions
+//! place it is written (`manifest`), the lock of the one process that
+//! trains it (`lock`), and reading runs to answer questions
 //! across them: show, compare, report.
 
 pub mod compare;
 pub mod gpu_sampler;
+pub mod lock;
 pub mod manifest;
 pub mod report;
 pub mod store;

@@ -207,7 +207,7 @@ fn skip_reason(command: &DocCommand) -> Option<&'static str> {
         ("runs", "report") => {
             Some("writes a report directory (tests/runs_report in the runs tests)")
         }
-        ("runs", "cancel") => Some("calls scancel on a Slurm job"),
+        ("runs", "cancel") => Some("stops a live run (tests/it/runs_cli.rs)"),
         ("sudoku", _) => Some("solves or generates hundreds of puzzles (tests/it/sudoku_cli.rs)"),
         ("sample", _) => Some("samples from a trained model (tests/it/gpt2_cli.rs)"),
         ("warmup", _) => Some("compiles every CUDA kernel of a run (a GPU or the stand-in driver)"),

@@ -31,6 +31,7 @@ mod quantize_cli;
 mod rft_cli;
 mod run_docker;
 mod run_slurm;
+mod runs_cli;
 mod slurm;
 mod sudoku_cli;
 mod tune_cli;

@@ -4,67 +4,15 @@
 
 use std::path::Path;
 
-use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveImageOptionsBuilder};
+use bollard::query_parameters::RemoveImageOptionsBuilder;
 
 use crate::common::docker_base::{self, require_docker_host};
+use crate::common::docker_run::{
+    block_on, container_name, import_image, leftover_containers, make_container, remove_container,
+};
 use crate::common::experiment::metric_bits;
 use crate::common::run::*;
-use crate::common::{envgen, json_of, run_dir_of, turn};
-
-fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(future)
-}
-
-/// Import a root filesystem with this build's envgen as `envgen-test/run:TAG`;
-/// `marker` makes the layer (hence the image ID) differ between tags.
-fn import_image(tag: &str, marker: &str) -> String {
-    let root = tempfile::tempdir().unwrap();
-    minimal_rootfs(root.path());
-    // Like every Debian/Ubuntu image: root's home is private.
-    std::fs::create_dir_all(root.path().join("root")).unwrap();
-    set_mode(&root.path().join("root"), 0o700);
-    std::fs::write(root.path().join("etc/envgen-test-marker"), marker).unwrap();
-    let tar_dir = tempfile::tempdir().unwrap();
-    let tarball = tar_dir.path().join("rootfs.tar");
-    let mut builder = tar::Builder::new(std::fs::File::create(&tarball).unwrap());
-    builder.follow_symlinks(false);
-    builder.append_dir_all(".", root.path()).unwrap();
-    builder.finish().unwrap();
-    block_on(async {
-        let docker = envgen::image::daemon::connect().await.unwrap();
-        envgen::image::daemon::import_rootfs(&docker, &tarball, "envgen-test/run", tag)
-            .await
-            .unwrap();
-    });
-    format!("envgen-test/run:{tag}")
-}
-
-/// Containers envgen started for the run in `dir` that still exist (it must
-/// remove every one). Other tests' runs go on in parallel: filter by run.
-fn leftover_containers(dir: &Path) -> Vec<String> {
-    let label = format!(
-        "io.envgen.run=envgen-{}",
-        dir.file_name().unwrap().to_string_lossy()
-    );
-    block_on(async {
-        let docker = envgen::image::daemon::connect().await.unwrap();
-        let options = ListContainersOptionsBuilder::default()
-            .all(true)
-            .filters(&[("label", vec![label.as_str()])].into())
-            .build();
-        docker
-            .list_containers(Some(options))
-            .await
-            .unwrap()
-            .into_iter()
-            .flat_map(|c| c.names.unwrap_or_default())
-            .collect()
-    })
-}
+use crate::common::{envgen, json_of, run_dir_of, text, turn};
 
 fn image_id(reference: &str) -> String {
     block_on(async {
@@ -418,6 +366,92 @@ fn docker_kill_leaves_an_interrupted_resumable_run_and_no_container() {
         });
     });
     interrupted_without_container(&dir, &out);
+}
+
+/// A dockerd stopped under a Docker run leaves its container behind. A
+/// resume removes such a stopped container (before, creating the new one
+/// failed with 409 Conflict) and keeps the earlier summary under
+/// attempts/; a running one is a second writer: refused (exit 2) naming it
+/// and `envgen runs cancel`, with nothing of the run changed.
+#[test]
+fn a_resume_removes_a_stopped_leftover_container_and_refuses_a_running_one() {
+    let _turn = turn!();
+    require_docker_host();
+    docker_base::ensure_base_image();
+    let image = import_image("leftover", "leftover");
+    let tmp = tempfile::tempdir().unwrap();
+    let first = short_run(
+        tmp.path(),
+        &["--where", "docker", "--image", &image, "--stop-after", "2"],
+    );
+    assert_exit_130(&first);
+    let dir = run_dir_of(&json_of(&first));
+    let name = container_name(&dir);
+    let resume = || {
+        let mut args = vec!["run", "gpt2", "--backend", "cpu", "--json"];
+        args.extend(["--where", "docker", "--image", &image]);
+        args.extend(["--resume", dir.to_str().unwrap()]);
+        envgen().args(&args).output().unwrap()
+    };
+
+    make_container(&name, docker_base::BASE, &["sleep", "300"], true);
+    let before = std::fs::read(dir.join("summary.json")).unwrap();
+    let refused = resume();
+    remove_container(&name);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains(&format!("container {name} still runs"))
+            && stderr.contains("envgen runs cancel"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(dir.join("summary.json")).unwrap(), before);
+    assert!(!dir.join("attempts").exists());
+
+    make_container(
+        &name,
+        &image,
+        &["/usr/local/bin/envgen", "--version"],
+        false,
+    );
+    let resumed = resume();
+    assert_ok(&resumed, "resume over a stopped left-over container");
+    assert_eq!(json_of(&resumed)["summary"]["status"], "completed");
+    let earlier = read(&dir, "attempts/summary-1.json");
+    assert_eq!(earlier["status"], "interrupted", "{earlier}");
+    assert_eq!(earlier["steps_done"], 2);
+    assert!(
+        leftover_containers(&dir).is_empty(),
+        "{:?}",
+        leftover_containers(&dir)
+    );
+}
+
+/// A container that cannot start (here: `--gpus all` on the test daemon,
+/// which has no GPU runtime) ends the run `failed` with the daemon's
+/// reason, instead of leaving it "running" forever; no container is left.
+#[test]
+fn a_container_that_does_not_start_fails_the_run() {
+    let _turn = turn!();
+    require_docker_host();
+    let image = import_image("no-start", "no-start");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = short_run(
+        tmp.path(),
+        &["--where", "docker", "--image", &image, "--gpus", "all"],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let dir = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let summary = read(&dir, "summary.json");
+    assert_eq!(summary["status"], "failed", "{summary}");
+    let why = summary["metrics"]["reason"].as_str().unwrap();
+    assert!(why.starts_with("the container did not start: "), "{why}");
+    assert!(leftover_containers(&dir).is_empty());
 }
 
 #[test]

@@ -435,3 +435,81 @@ fn a_hostile_run_directory_path_trains_under_real_sbatch_and_runs_nothing_else()
         assert!(!tmp.path().join(pattern).exists());
     }
 }
+
+/// A flag or a sweep value refused (exit 2) leaves no run directory
+/// behind: a refused `--partition` once left a half-made one, and a bad
+/// second sweep value left the first value's directory and an empty one.
+#[test]
+fn a_refused_slurm_flag_or_sweep_value_leaves_no_run_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out_dir = tmp.path().join("runs");
+    for (flag, value) in [("--partition", "a;b"), ("--sweep", "optim.lr=0.001,-1")] {
+        let out = envgen()
+            .args(["run", "gpt2", "--where", "slurm", flag, value])
+            .arg("--out")
+            .arg(&out_dir)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {stderr}");
+        let made: Vec<_> = std::fs::read_dir(&out_dir)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(made.is_empty(), "{flag} {value}: {made:?}");
+    }
+}
+
+/// sbatch refusing the job (a partition the cluster does not have) ends the
+/// run `failed` with sbatch's reason instead of leaving it "running"; a run
+/// whose job Slurm no longer knows is `lost`, and `runs cancel` ends it.
+#[test]
+fn a_refused_submission_fails_the_run_and_a_vanished_job_is_lost() {
+    let _turn = turn!();
+    require_slurm_cluster();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = short_run(
+        tmp.path(),
+        &["--where", "slurm", "--partition", "nosuchpart"],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", crate::common::text(&out));
+    let dir = only_run_dir(tmp.path());
+    let summary = read(&dir, "summary.json");
+    assert_eq!(summary["status"], "failed", "{summary}");
+    let why = summary["metrics"]["reason"].as_str().unwrap();
+    assert!(
+        why.contains("not submitted") && why.contains("nosuchpart"),
+        "{summary}"
+    );
+    assert!(read(&dir, "manifest.json")["finished_at"].is_string());
+
+    // A job Slurm forgot (purged after MinJobAge), with no summary.
+    std::fs::remove_file(dir.join("summary.json")).unwrap();
+    let mut manifest = read(&dir, "manifest.json");
+    manifest["slurm"] = serde_json::json!({
+        "job_id": "99999999", "job": "99999999", "script": "job.sbatch",
+        "output": "slurm.out", "state": "RUNNING", "earlier_jobs": [],
+    });
+    std::fs::write(dir.join("manifest.json"), manifest.to_string()).unwrap();
+    let show = envgen()
+        .args(["runs", "show", "--json", dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let show = json_of(&show);
+    assert_eq!(show["status"], "lost", "{show}");
+    assert_eq!(
+        show["status_reason"],
+        "Slurm job 99999999 is not known to Slurm any more"
+    );
+    let cancel = envgen()
+        .args(["runs", "cancel", dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_ok(&cancel, "runs cancel of a lost run");
+    // No checkpoint to resume from: failed, with why.
+    let summary = read(&dir, "summary.json");
+    assert_eq!(summary["status"], "failed", "{summary}");
+    assert!(summary["metrics"]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("not known to Slurm"));
+}

@@ -307,7 +307,57 @@ async fn create(
     Ok(())
 }
 
-async fn remove(docker: &Docker, name: &str) {
+/// A container as the daemon has it now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Present {
+    /// Running, paused or restarting: its process may still write.
+    pub running: bool,
+    /// The daemon's word for its state: `created`, `exited`, `running`…
+    pub status: String,
+    pub exit_code: Option<i64>,
+}
+
+/// The container named `name`, or `None` when the daemon has none (an
+/// unreachable daemon is an error, never "gone").
+pub async fn present(docker: &Docker, name: &str) -> Result<Option<Present>> {
+    match docker.inspect_container(name, None).await {
+        Ok(info) => {
+            let state = info.state.unwrap_or_default();
+            let running = state.running.unwrap_or(false)
+                || state.paused.unwrap_or(false)
+                || state.restarting.unwrap_or(false);
+            Ok(Some(Present {
+                running,
+                status: state
+                    .status
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|| "unknown".into()),
+                exit_code: state.exit_code,
+            }))
+        }
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(None),
+        Err(e) => Err(super::unreachable(e)),
+    }
+}
+
+/// Stop a container (SIGTERM, then SIGKILL after `grace_s`; the daemon
+/// answers once it stopped) and remove it. Returns its exit code, unless
+/// someone else (the envgen following it) removed it first.
+pub async fn stop_and_remove(docker: &Docker, name: &str, grace_s: i32) -> Result<Option<i64>> {
+    let stop = StopContainerOptionsBuilder::default().t(grace_s).build();
+    // 304 (already stopped) and 404 (already gone) are fine: asked below.
+    let _ = docker.stop_container(name, Some(stop)).await;
+    let Some(stopped) = present(docker, name).await? else {
+        return Ok(None);
+    };
+    remove(docker, name).await;
+    Ok(stopped.exit_code)
+}
+
+/// Remove a container (stopped or not; its anonymous volumes too).
+pub async fn remove(docker: &Docker, name: &str) {
     let options = RemoveContainerOptionsBuilder::default()
         .force(true)
         .v(true)

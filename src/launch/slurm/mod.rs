@@ -43,6 +43,9 @@ impl Launcher for Slurm {
     /// the image each records.
     fn prepare(&mut self, req: &RunRequest) -> Result<Vec<PathBuf>> {
         let runtime = req.slurm_runtime()?;
+        // Every flag is checked before a run directory is made (a refused
+        // --partition must leave none behind).
+        let resources = req.slurm_resources()?;
         let (runs, sweep_base) = launched_runs(req)?;
         let output = match &sweep_base {
             Some(base) => sweep_output(base),
@@ -60,7 +63,7 @@ impl Launcher for Slurm {
             resources: SlurmResources {
                 nodes: Some(req.world.nodes as u32),
                 tasks_per_node: req.world.per_node as u32,
-                ..req.slurm_resources()?
+                ..resources
             },
             runtime,
             data_dirs: data,
@@ -82,7 +85,20 @@ impl Launcher for Slurm {
         _: &Arc<AtomicBool>,
     ) -> Result<Option<String>> {
         let submission = self.submission.as_ref().expect("prepared");
-        let job_id = submit(submission)?;
+        let job_id = match submit(submission) {
+            Ok(job_id) => job_id,
+            Err(err) => {
+                // Nothing will train them: say so in each run, not "running" forever.
+                for run in runs {
+                    mark_ended(
+                        run,
+                        Status::Failed,
+                        &format!("the Slurm job was not submitted: {err:#}"),
+                    )?;
+                }
+                return Err(err);
+            }
+        };
         eprintln!(
             "envgen: submitted Slurm job {job_id} ({} run{}): {}",
             runs.len(),

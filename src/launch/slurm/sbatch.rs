@@ -484,6 +484,12 @@ fn parse_scontrol(text: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Whether the Slurm controller answers (`scontrol ping`): a job it does
+/// not know is gone only when it could have been asked.
+pub fn controller_answers() -> bool {
+    slurm_command("scontrol", &["ping"]).is_ok()
+}
+
 /// Poll until every task finished or `timeout` passed.
 pub fn wait(job_id: &str, timeout: Duration) -> Result<JobState> {
     let start = Instant::now();

@@ -1,7 +1,8 @@
 //! Helpers shared by the test modules: the real `envgen` binary and what it
 //! prints (here), and per area: [`doctor`] (FAKE nvidia-smi hosts),
 //! [`experiment`] (runs, resume, quantize), [`run`] (`envgen run --where …`),
-//! [`docker_base`] (the test daemon's base image), [`turns`] (which areas
+//! [`docker_base`] (the test daemon's base image), [`docker_run`] (a test
+//! image with this envgen, a run's containers), [`turns`] (which areas
 //! may run beside each other).
 
 use std::path::{Path, PathBuf};
@@ -10,6 +11,7 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 pub mod docker_base;
+pub mod docker_run;
 pub mod doctor;
 pub mod experiment;
 pub mod run;
