@@ -126,6 +126,34 @@ fn assert_read_only_but_scratch(
     assert!(tmp.status.success(), "{}", crate::common::text(&tmp));
 }
 
+/// The data directory is mounted read-only in the live container (issue
+/// #26: the test named "read_only" once checked a mount it built itself):
+/// the daemon's record says so, and a write from inside is refused.
+fn assert_data_read_only(name: &str, mounts: &Option<Vec<bollard::models::Mount>>, data: &Path) {
+    let mount = mounts
+        .iter()
+        .flatten()
+        .find(|m| m.source.as_deref() == Some(data.to_str().unwrap()))
+        .unwrap_or_else(|| panic!("no mount of {} in {mounts:?}", data.display()));
+    assert_eq!(mount.read_only, Some(true), "{mount:?}");
+    let target = format!("{}/envgen-write", mount.target.as_deref().unwrap());
+    let write = crate::common::docker_base::docker(&[
+        "exec",
+        name,
+        "/usr/local/bin/envgen",
+        "image",
+        "render",
+        "cpu",
+        "-o",
+        &target,
+    ]);
+    let text = crate::common::text(&write);
+    assert!(
+        !write.status.success() && text.contains("Read-only file system"),
+        "{text}"
+    );
+}
+
 #[test]
 fn ctrl_c_stops_and_removes_the_container_and_the_run_resumes() {
     let _turn = turn!();
@@ -134,7 +162,24 @@ fn ctrl_c_stops_and_removes_the_container_and_the_run_resumes() {
     let tmp = tempfile::tempdir().unwrap();
     // A `:` in --out once split the bind-mount string (issue #21).
     let runs = tmp.path().join("runs:v2");
-    let args = long_run_args(&runs, &["--where", "docker", "--image", &image]);
+    // A data file, so the live container has a data mount to inspect.
+    let data = tempfile::tempdir().unwrap();
+    set_mode(data.path(), 0o755);
+    let corpus = corpus_in(data.path());
+    let source = format!("data.path={}", corpus.display());
+    let args = long_run_args(
+        &runs,
+        &[
+            "--where",
+            "docker",
+            "--image",
+            &image,
+            "--set",
+            "data.source=text",
+            "--set",
+            &source,
+        ],
+    );
     let (dir, out) = stop_after_two_steps(&args, &runs, |pid, dir| {
         // The training container as the daemon runs it (issue #21's hardening).
         let name = format!("envgen-{}", dir.file_name().unwrap().to_string_lossy());
@@ -164,6 +209,7 @@ fn ctrl_c_stops_and_removes_the_container_and_the_run_resumes() {
         let user = container.config.unwrap().user.unwrap_or_default();
         assert!(!user.is_empty() && !user.starts_with("0"), "user {user:?}");
         assert_read_only_but_scratch(&name, &host.readonly_rootfs, &host.mounts);
+        assert_data_read_only(&name, &host.mounts, corpus.parent().unwrap());
         crate::common::run::send_signal(pid, "INT");
     });
     interrupted_without_container(&dir, &out);
@@ -216,10 +262,16 @@ fn without_image_the_cpu_profile_image_is_built_on_demand() {
     require_docker_host();
     docker_base::ensure_base_image();
     let tmp = tempfile::tempdir().unwrap();
-    let out = short_run(tmp.path(), &["--where", "docker", "--set", "train.steps=2"]);
+    let out = short_run(tmp.path(), &["--where", "docker"]);
     assert_ok(&out, "docker run with the cpu profile image");
     let doc = json_of(&out);
     assert_eq!(doc["summary"]["status"], "completed");
+    // The real profile image (its own Debian userland, not this host's
+    // libraries as the imported test images have) trains the same bits as
+    // this machine does natively (issue #26).
+    let native = short_run(tmp.path(), &["--where", "native"]);
+    assert_ok(&native, "native run");
+    assert_same_bits(&json_of(&native), &doc);
     let manifest = read(&run_dir_of(&doc), "manifest.json");
     let tag = format!("envgen/cpu:{}", env!("CARGO_PKG_VERSION"));
     assert_eq!(manifest["image"]["ref"], tag);
