@@ -18,3 +18,17 @@ fn embedded_data_parses_and_is_complete() {
     assert_eq!(kb.cudnn_rows().len(), 8);
     assert!(kb.gpus.iter().all(|g| !g.source.is_empty()));
 }
+
+/// Precision features are looked up by name, each with its threshold.
+#[test]
+fn precision_features_are_found_by_name() {
+    let kb = KnowledgeBase::embedded();
+    let bf16 = kb.precision_feature("bf16").expect("bf16");
+    assert_eq!(bf16.name, "bf16");
+    assert_eq!(bf16.min_compute_capability, "8.0");
+    assert_eq!(
+        kb.precision_feature("fp8").unwrap().min_compute_capability,
+        "8.9"
+    );
+    assert!(kb.precision_feature("fp64x").is_none());
+}

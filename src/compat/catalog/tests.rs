@@ -185,3 +185,80 @@ fn image_references_are_normalized() {
         .is_some());
     assert!(kb().image("nvidia/cuda:99.0-runtime-ubuntu24.04").is_none());
 }
+
+/// The nvidia/cuda bases the catalog holds: the nearest at or below and at
+/// or above a CUDA version, by major.minor (what a doctor fix proposes).
+#[test]
+fn nearest_bases_are_found_by_major_minor_from_both_sides() {
+    let kb = kb();
+    let v = |s: &str| Version::parse(s).unwrap();
+    let bases: Vec<&Version> = kb.base_cudas.iter().collect();
+    assert!(bases.len() >= 3, "{bases:?}");
+    let (lowest, highest) = (bases[0], bases[bases.len() - 1]);
+    // Exactly a base's major.minor: that base (the newest patch of it).
+    let newest_of_lowest = bases
+        .iter()
+        .filter(|b| b.major_minor() == lowest.major_minor())
+        .last()
+        .unwrap();
+    assert_eq!(
+        kb.newest_base_at_most(&lowest.major_minor()),
+        Some(newest_of_lowest.to_string())
+    );
+    assert_eq!(
+        kb.oldest_base_at_least(&highest.major_minor())
+            .map(|s| v(&s).major_minor()),
+        Some(highest.major_minor())
+    );
+    // Outside the catalog's range: nothing on that side.
+    assert_eq!(kb.newest_base_at_most(&v("9.0")), None);
+    assert_eq!(kb.oldest_base_at_least(&v("99.0")), None);
+    // A version between two bases gets the one below, or the one above.
+    let (below, above) = bases
+        .windows(2)
+        .map(|w| (w[0], w[1]))
+        .find(|(a, b)| b.major_minor() > a.major_minor())
+        .unwrap();
+    let between = above.major_minor();
+    let just_below = v(&format!(
+        "{}.{}",
+        between.major(),
+        between.minor().saturating_sub(1)
+    ));
+    if just_below.major_minor() > below.major_minor() {
+        assert_eq!(
+            kb.newest_base_at_most(&just_below)
+                .map(|s| v(&s).major_minor()),
+            Some(below.major_minor())
+        );
+        assert_eq!(
+            kb.oldest_base_at_least(&just_below)
+                .map(|s| v(&s).major_minor()),
+            Some(above.major_minor())
+        );
+    }
+    assert!(kb
+        .images()
+        .iter()
+        .any(|i| i.reference.starts_with("nvidia/cuda:")));
+}
+
+/// A rule shape's UNCONFIRMED notes make the generated rule shaky; a shape
+/// without any does not.
+#[test]
+fn a_generated_rule_is_shaky_only_when_its_shape_is_unconfirmed() {
+    let shape = |unconfirmed: Vec<String>| data::RequireCudaShape {
+        cuda_major: 12,
+        brands: vec!["tesla".into()],
+        driver_branches: vec![535],
+        unconfirmed,
+        source: "test".into(),
+    };
+    let cuda = Version::parse("12.4.1").unwrap();
+    let (rule, shaky) = require_cuda_rule(&[shape(vec![])], &cuda).unwrap();
+    assert_eq!(rule, "cuda>=12.4 brand=tesla,driver>=535,driver<536");
+    assert!(!shaky);
+    let (_, shaky) = require_cuda_rule(&[shape(vec!["brand list".into()])], &cuda).unwrap();
+    assert!(shaky);
+    assert!(require_cuda_rule(&[shape(vec![])], &Version::parse("13.0").unwrap()).is_none());
+}
