@@ -256,6 +256,8 @@ fn a_killed_rank_fails_the_run_with_a_clear_message() {
         "{stderr}"
     );
     assert!(stderr.contains("--resume"), "{stderr}");
+    // The survivor's own error, not the collective's panics (patch C7).
+    assert!(!stderr.contains("panicked at"), "{stderr}");
     let summary = read_json(&dir.join("summary.json"));
     assert_eq!(summary["status"], "failed", "{summary}");
     assert!(dir.join("checkpoints/latest").is_file());

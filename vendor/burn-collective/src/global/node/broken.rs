@@ -23,14 +23,14 @@ pub(crate) struct BrokenChannel;
 
 impl CommunicationChannel for BrokenChannel {
     type Error = Gone;
-    fn send(&mut self, _: Message) -> impl Future<Output = Result<(), Gone>> + Send {
-        async { Err(Gone) }
+    async fn send(&mut self, _: Message) -> Result<(), Gone> {
+        Err(Gone)
     }
-    fn recv(&mut self) -> impl Future<Output = Result<Option<Message>, Gone>> + Send {
-        async { Err(Gone) }
+    async fn recv(&mut self) -> Result<Option<Message>, Gone> {
+        Err(Gone)
     }
-    fn close(&mut self) -> impl Future<Output = Result<(), Gone>> + Send {
-        async { Err(Gone) }
+    async fn close(&mut self) -> Result<(), Gone> {
+        Err(Gone)
     }
 }
 
@@ -66,11 +66,11 @@ impl ProtocolServer for BrokenServer {
             .push(Box::pin(callback(BrokenChannel)));
         self
     }
-    fn serve<F>(self, _: F) -> impl Future<Output = Result<(), Gone>> + Send + 'static
+    async fn serve<F>(self, _: F) -> Result<(), Gone>
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        async { Ok(()) }
+        Ok(())
     }
 }
 
