@@ -285,7 +285,10 @@ fn render_cmd(
                 UserError::usage(format!("cannot create {}: {err}", dir.display()))
             })?;
             for (file, text) in &files {
-                std::fs::write(dir.join(file), text)?;
+                let path = dir.join(file);
+                std::fs::write(&path, text).map_err(|e| {
+                    anyhow::Error::new(e).context(format!("writing {}", path.display()))
+                })?;
                 println!("{}", dir.join(file).display());
             }
         }

@@ -134,7 +134,11 @@ impl Lockfile {
                     ..Default::default()
                 })
             }
-            Err(err) => return Err(anyhow::anyhow!("reading {}: {err}", path.display())),
+            // Kept as the source: a binary lockfile (not UTF-8) is then exit 2
+            // with a fix (error::io_class), not an unexplained exit 1.
+            Err(err) => {
+                return Err(anyhow::Error::new(err).context(format!("reading {}", path.display())))
+            }
         };
         Lockfile::parse(&text, &path.display().to_string())
     }

@@ -202,7 +202,11 @@ fn write_run(
             dir,
         ),
     };
-    std::fs::write(dir.join("config.toml"), loaded.canonical_toml()?)?;
+    // Atomic and naming the file: a full disk leaves no half config behind.
+    envgen_experiments::fsutil::write_atomic(
+        &dir.join("config.toml"),
+        loaded.canonical_toml()?.as_bytes(),
+    )?;
     let decision = &req.decision;
     let mut environment = Environment::new(decision.place.name(), &decision.reason, setup.host);
     environment.world_size = Some(setup.world_size);
@@ -268,7 +272,9 @@ pub fn config_of_run(
 
 /// The science config of a run directory, as written.
 pub fn science_of(dir: &Path) -> Result<toml::Value> {
-    let text = std::fs::read_to_string(dir.join("config.toml"))?;
+    let path = dir.join("config.toml");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| anyhow::Error::new(e).context(format!("reading {}", path.display())))?;
     Ok(toml::from_str(&text)?)
 }
 

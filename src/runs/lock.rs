@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Result, UserError};
+use crate::error::{ErrorKind, Result, UserError};
 
 pub const LOCK_FILE: &str = ".envgen.lock";
 
@@ -109,7 +109,16 @@ pub fn lock_run(dir: &Path) -> Result<RunLock> {
         // A link planted in the run directory is never followed.
         .custom_flags(libc::O_NOFOLLOW)
         .open(&path)
-        .map_err(|e| UserError::environment(format!("cannot open {}: {e}", path.display())))?;
+        .map_err(|e| {
+            UserError::from_io(
+                format!("cannot open {}", path.display()),
+                &e,
+                (
+                    ErrorKind::Environment,
+                    "make the run directory writable for this user",
+                ),
+            )
+        })?;
     match try_flock(&file, libc::LOCK_EX) {
         Ok(true) => {}
         Ok(false) => return Err(held_elsewhere(dir, read_holder(&mut file).as_ref())),

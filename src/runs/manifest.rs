@@ -17,7 +17,7 @@ use envgen_experiments::engine::rundir::{self, now_rfc3339};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::error::{Result, UserError};
+use crate::error::{ErrorKind, Result, UserError};
 use crate::host::Host;
 
 /// The manifest format this envgen writes. 1: no `manifest_version` field
@@ -293,11 +293,7 @@ pub fn create_run_dir(out: &Path, run_id: &str) -> Result<(String, PathBuf)> {
         match std::fs::create_dir(&dir) {
             Ok(()) => return Ok((id, dir)),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => {
-                return Err(
-                    UserError::environment(format!("cannot create {}: {e}", dir.display())).into(),
-                )
-            }
+            Err(e) => return Err(cannot_create(&dir, &e)),
         }
     }
     unreachable!("the loop returns")
@@ -321,9 +317,7 @@ pub fn create_sweep_dirs(out: &Path, base: &str, n: usize) -> Result<(String, Ve
             continue;
         }
         for dir in &dirs {
-            std::fs::create_dir(dir).map_err(|e| {
-                UserError::environment(format!("cannot create {}: {e}", dir.display()))
-            })?;
+            std::fs::create_dir(dir).map_err(|e| cannot_create(dir, &e))?;
         }
         return Ok((candidate, dirs));
     }
@@ -356,11 +350,22 @@ pub fn keep_attempt(dir: &Path) -> Result<()> {
 }
 
 fn create_out(out: &Path) -> Result<()> {
-    std::fs::create_dir_all(out).map_err(|e| {
-        UserError::environment(format!("cannot create {}: {e}", out.display()))
-            .with_fix("pass a writable directory with --out")
-            .into()
-    })
+    std::fs::create_dir_all(out).map_err(|e| cannot_create(out, &e))
+}
+
+/// A run directory (or `--out`) that cannot be made: a full disk or a
+/// read-only parent is the environment (exit 3), a file in the way is the
+/// user's `--out` (exit 2); see `io_class`.
+fn cannot_create(dir: &Path, e: &std::io::Error) -> anyhow::Error {
+    UserError::from_io(
+        format!("cannot create {}", dir.display()),
+        e,
+        (
+            ErrorKind::Environment,
+            "pass a writable directory with --out",
+        ),
+    )
+    .into()
 }
 
 /// A complete manifest, for tests of its readers.

@@ -58,7 +58,8 @@ pub fn write_report(runs: &[RunDir], out: &Path) -> Result<Vec<PathBuf>> {
     let mut written = Vec::new();
     for (name, text) in files {
         let path = out.join(name);
-        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        // Atomic (and naming the path): a full disk leaves no half report.
+        envgen_experiments::fsutil::write_atomic(&path, text.as_bytes())?;
         written.push(path);
     }
     Ok(written)

@@ -68,11 +68,7 @@ impl RunDir {
     /// naming the line: a truncated last line from a killed run is skipped).
     pub fn metrics(&self) -> Result<Vec<Value>> {
         let path = self.path.join("metrics.jsonl");
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
-        };
+        let text = envgen_experiments::engine::rundir::read_metrics_text(&path)?;
         let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
         let mut rows = Vec::with_capacity(lines.len());
         for (i, line) in lines.iter().enumerate() {
@@ -85,6 +81,7 @@ impl RunDir {
                         path.display(),
                         i + 1
                     ))
+                    .with_fix("remove or repair that line (envgen writes one JSON object per line)")
                     .into())
                 }
             }

@@ -256,6 +256,8 @@ fn a_killed_rank_fails_the_run_with_a_clear_message() {
         "{stderr}"
     );
     assert!(stderr.contains("--resume"), "{stderr}");
+    // The survivor's own error, not the collective's panics (patch C7).
+    assert!(!stderr.contains("panicked at"), "{stderr}");
     let summary = read_json(&dir.join("summary.json"));
     assert_eq!(summary["status"], "failed", "{summary}");
     assert!(dir.join("checkpoints/latest").is_file());
@@ -376,6 +378,78 @@ fn a_lost_peer_times_out_instead_of_hanging() {
         "rank 0 gave up {:.1} s after rank 1 died",
         started.elapsed().as_secs_f64()
     );
+}
+
+/// Ranks 0 and 1 of `dir`, started by hand as the launcher does (so no
+/// launcher stops the survivor), with `timeout_s` on every collective wait.
+fn start_ranks(dir: &Path, timeout_s: u32) -> [Child; 2] {
+    let listeners: Vec<_> = (0..3)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let ports: Vec<u16> = listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect();
+    drop(listeners);
+    [0, 1].map(|r| {
+        envgen()
+            .args(["run", "gpt2", "--backend", "cpu", "--threads", "1"])
+            .args(["--launched", "--resume"])
+            .arg(dir)
+            .env("ENVGEN_RENDEZVOUS", format!("127.0.0.1:{}", ports[0]))
+            .env("ENVGEN_RANK", r.to_string())
+            .env("ENVGEN_WORLD_SIZE", "2")
+            .env("ENVGEN_DATA_PORT", ports[1 + r].to_string())
+            .env("ENVGEN_COLLECTIVE_TIMEOUT_S", timeout_s.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    })
+}
+
+/// A peer killed outright (SIGKILL: its sockets reset, no goodbye), with
+/// no launcher to stop the survivor: the survivor ends with an error
+/// naming the lost rank, not with the collective's worker tasks panicking
+/// (patch C7). Rank 1 killed: rank 0 notices at once and marks the run
+/// failed; rank 0 killed (and the orchestrator with it): rank 1 ends too.
+#[test]
+fn a_killed_peer_is_an_error_of_the_survivor_not_a_panic() {
+    let _turn = turn!();
+    let tmp = tempfile::tempdir().unwrap();
+    let stopped = output(tiny(
+        tmp.path(),
+        &[
+            "--ranks",
+            "2",
+            "--stop-after",
+            "1",
+            "--set",
+            "train.steps=100000",
+        ],
+    ));
+    let dir = stopped_after(&stopped, 1);
+    for victim in [1, 0] {
+        let survivor = 1 - victim;
+        let mut ranks = start_ranks(&dir, 20).map(Some);
+        let at = logged_steps(&dir).last().copied().unwrap_or(0) + 2;
+        wait_for_step(&dir, at, ranks[0].as_mut().unwrap());
+        let mut killed = ranks[victim].take().unwrap();
+        killed.kill().unwrap();
+        killed.wait().unwrap();
+        let done = finish_within(ranks[survivor].take().unwrap(), Duration::from_secs(60));
+        let stderr = String::from_utf8_lossy(&done.stderr);
+        assert!(!stderr.contains("panicked at"), "{stderr}");
+        assert_eq!(done.status.code(), Some(3), "{stderr}");
+        assert!(
+            stderr.contains(&format!("peer rank {victim} is gone")),
+            "{stderr}"
+        );
+        if survivor == 0 {
+            let summary = read_json(&dir.join("summary.json"));
+            assert_eq!(summary["status"], "failed", "{summary}");
+        }
+    }
 }
 
 /// `--ranks` is refused, before anything is written, where it cannot work.

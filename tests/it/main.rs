@@ -24,6 +24,7 @@ mod gpt2_data_cli;
 mod gpt2_hf;
 mod hrm_cli;
 mod images;
+mod io_errors_cli;
 mod layering;
 mod nvml_standin;
 mod precision_cli;

@@ -7,6 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
+use anyhow::Context as _;
+
 use burn::module::Module;
 use burn::prelude::Backend;
 
@@ -20,7 +22,7 @@ pub const CHECKPOINTS: &str = "checkpoints";
 /// Create (if needed) and return the directory of the checkpoint at `step`.
 pub fn step_dir(root: &Path, step: u64) -> anyhow::Result<PathBuf> {
     let dir = root.join(format!("step-{step:08}"));
-    std::fs::create_dir_all(&dir)?;
+    crate::fsutil::create_dir_all(&dir)?;
     Ok(dir)
 }
 
@@ -31,7 +33,8 @@ pub fn publish(root: &Path, dir: &Path) -> anyhow::Result<()> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     write_atomic(&root.join("latest"), format!("{name}\n").as_bytes())?;
-    for entry in std::fs::read_dir(root)?.flatten() {
+    let entries = std::fs::read_dir(root).with_context(|| format!("reading {}", root.display()))?;
+    for entry in entries.flatten() {
         let entry_name = entry.file_name().to_string_lossy().into_owned();
         if entry_name.starts_with("step-") && entry_name != name {
             let _ = std::fs::remove_dir_all(entry.path());

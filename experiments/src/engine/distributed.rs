@@ -289,12 +289,15 @@ fn collective_error(
         burn_collective::CollectiveError::Global(global)
             if format!("{global:?}").starts_with("PeerLost") =>
         {
-            format!("{global:?}: a rank died or its node is unreachable")
+            format!(
+                "{} is gone: it died or its node is unreachable ({global:?})",
+                lost_peer(world)
+            )
         }
-        burn_collective::CollectiveError::LocalServerMissing => {
-            "the collective's service stopped after a connection to another rank broke: a rank died"
-                .into()
-        }
+        burn_collective::CollectiveError::LocalServerMissing => format!(
+            "{} is gone: the collective's service stopped after a connection to it broke",
+            lost_peer(world)
+        ),
         other => format!("{other:?}"),
     };
     UserError::environment(format!(
@@ -305,6 +308,16 @@ fn collective_error(
         "look at the other ranks' output for the first failure; the run resumes from its last checkpoint with --resume",
     )
     .into()
+}
+
+/// The peer a lost connection was to, as far as this rank can tell: the
+/// collective numbers its nodes in the order they registered (`NodeId`),
+/// not by rank, so only a world of two names the rank.
+fn lost_peer(world: &World) -> String {
+    match world.size {
+        2 => format!("peer rank {}", 1 - world.rank),
+        _ => "a peer rank".into(),
+    }
 }
 
 /// Takes each parameter's gradient out of the map, flattened, in visit order.

@@ -7,6 +7,7 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
+use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
 use crate::error::UserError;
@@ -92,6 +93,8 @@ enum Keep {
 /// Appends one JSON object per line to `metrics.jsonl`.
 pub struct MetricsLog {
     file: std::fs::File,
+    /// For errors: a full disk mid-run names the file it could not grow.
+    path: std::path::PathBuf,
 }
 
 impl MetricsLog {
@@ -127,7 +130,7 @@ impl MetricsLog {
             write_atomic(path, b"")?;
         }
         if let Some(Keep::ThroughStep(last)) = keep {
-            let text = std::fs::read_to_string(path).unwrap_or_default();
+            let text = read_metrics_text(path)?;
             let kept: String = text
                 .lines()
                 .filter(|line| {
@@ -146,14 +149,40 @@ impl MetricsLog {
             .append(true)
             .custom_flags(libc::O_NOFOLLOW)
             .open(path)
-            .map_err(|e| anyhow::anyhow!("opening {}: {e}", path.display()))?;
-        Ok(Self { file })
+            .with_context(|| format!("opening {}", path.display()))?;
+        Ok(Self {
+            file,
+            path: path.to_path_buf(),
+        })
     }
 
     pub fn write(&mut self, record: &serde_json::Value) -> anyhow::Result<()> {
-        writeln!(self.file, "{record}")?;
-        Ok(())
+        writeln!(self.file, "{record}").with_context(|| format!("writing {}", self.path.display()))
     }
+}
+
+/// `metrics.jsonl` as text ("" when there is none), for a resume and for
+/// `envgen runs`. A line that is not UTF-8 is refused, naming it (exit 2):
+/// dropping it (and, with `read_to_string`, every other line) would lose
+/// the run's history.
+pub fn read_metrics_text(path: &Path) -> anyhow::Result<String> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(String::new()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    String::from_utf8(bytes).map_err(|e| {
+        let line = 1 + e.as_bytes()[..e.utf8_error().valid_up_to()]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count();
+        UserError::usage(format!(
+            "{} line {line}: not UTF-8 text, so not a metrics line envgen wrote",
+            path.display()
+        ))
+        .with_fix("remove or repair that line, or restore the file")
+        .into()
+    })
 }
 
 #[cfg(test)]
@@ -188,5 +217,21 @@ mod tests {
             .unwrap()
             .file_type()
             .is_symlink());
+    }
+
+    #[test]
+    fn a_resume_refuses_metrics_that_are_not_utf8_naming_the_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("metrics.jsonl");
+        let mut bytes = b"{\"step\":1}\n{\"step\":2}\n".to_vec();
+        bytes.extend_from_slice(b"\xff\xfe{\"step\":3}\n");
+        std::fs::write(&path, &bytes).unwrap();
+        let err = MetricsLog::open(&path, Some(2)).err().expect("refused");
+        assert_eq!(crate::error::exit_code_of(&err), 2, "{err:#}");
+        let text = err.to_string();
+        assert!(text.contains("metrics.jsonl line 3"), "{text}");
+        assert!(text.contains("fix:"), "{text}");
+        // Nothing was dropped.
+        assert_eq!(std::fs::read(&path).unwrap(), bytes);
     }
 }

@@ -164,9 +164,15 @@ pub fn write_packed(path: &Path, tensors: &[NamedTensor]) -> anyhow::Result<()> 
     })();
     written.map_err(|err| {
         let _ = std::fs::remove_file(&temp);
-        UserError::usage(format!("cannot write {}: {err}", path.display()))
-            .with_fix("check that the directory exists and is writable")
-            .into()
+        UserError::from_io(
+            format!("cannot write {}", path.display()),
+            &err,
+            (
+                crate::error::ErrorKind::Usage,
+                "check that the directory exists and is writable",
+            ),
+        )
+        .into()
     })
 }
 

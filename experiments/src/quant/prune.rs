@@ -332,7 +332,7 @@ fn recover(
     let done = read_json::<Summary>(&dir.join("summary.json"))
         .is_ok_and(|s| s.status == Status::Completed);
     if !(done && model_path.is_file()) {
-        std::fs::create_dir_all(dir)?;
+        crate::fsutil::create_dir_all(dir)?;
         // One micro-batch per step (the CLI's micro-batch counts quantize's
         // "rows", not the recovery's; the loss is the same); the test hook
         // stops each fine-tune after that many steps.
@@ -385,7 +385,7 @@ pub fn run_pruning(
     })?;
     let (heads, hidden) = config.shape(&gpt.model)?;
     let dir = control.run_dir.join("pruned");
-    std::fs::create_dir_all(&dir)?;
+    crate::fsutil::create_dir_all(&dir)?;
     let pruned = prune_weights(&gpt.model, source.weights(), heads, hidden)?;
     let pruned_path = dir.join(MODEL_FILE);
     let as_list = |w: &NamedTensors| -> Weights {

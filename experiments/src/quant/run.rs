@@ -171,7 +171,7 @@ pub fn run(config: &QuantizeConfig, control: &RunControl) -> anyhow::Result<Summ
     let started = Instant::now();
     let source = open_source(&config.source, EVAL_MICRO_BATCH)?;
     let packed_dir = control.run_dir.join("packed");
-    std::fs::create_dir_all(&packed_dir)?;
+    crate::fsutil::create_dir_all(&packed_dir)?;
 
     let baseline = source.evaluate(&named(source.weights()))?;
     let source_bytes = std::fs::metadata(config.source.join("model.safetensors"))?.len() as usize;

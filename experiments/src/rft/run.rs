@@ -56,7 +56,7 @@ pub fn run<B: FusedAutodiffBackend>(
     config.validate("config.toml")?;
     let started = Instant::now();
     let stages = control.run_dir.join(STAGES);
-    std::fs::create_dir_all(&stages)?;
+    crate::fsutil::create_dir_all(&stages)?;
     let mut log = MetricsLog::open(&control.run_dir.join("metrics.jsonl"), None)?;
     let split = config.split()?;
     let inner: burn::tensor::Device<B::InnerBackend> = Default::default();
@@ -104,7 +104,14 @@ pub fn run<B: FusedAutodiffBackend>(
         weights = dir.join(FINETUNE).join(MODEL_FILE);
         rounds.push(result);
     }
-    std::fs::copy(&weights, control.run_dir.join(MODEL_FILE))?;
+    let model = control.run_dir.join(MODEL_FILE);
+    std::fs::copy(&weights, &model).map_err(|e| {
+        anyhow::Error::new(e).context(format!(
+            "copying {} to {}",
+            weights.display(),
+            model.display()
+        ))
+    })?;
     let last = rounds.last().expect("rounds >= 1 (validated)");
     let last_dir = stages.join(format!("round-{}", last.round));
     let after = &last.eval;
@@ -215,7 +222,7 @@ pub(crate) fn rft_round<B: FusedAutodiffBackend>(
     device: &B::Device,
 ) -> anyhow::Result<Option<RoundResult>> {
     let inner: burn::tensor::Device<B::InnerBackend> = Default::default();
-    std::fs::create_dir_all(dir)?;
+    crate::fsutil::create_dir_all(dir)?;
     // (b) rejection sampling; each round draws from its own seed.
     let datagen_path = dir.join("datagen.json");
     let datagen: DatagenRecord = if datagen_path.exists() {
@@ -330,7 +337,7 @@ pub(crate) fn train_stage<B: FusedAutodiffBackend>(
             return Ok(done);
         }
     }
-    std::fs::create_dir_all(dir)?;
+    crate::fsutil::create_dir_all(dir)?;
     let stage_control = control.stage(dir, control.micro_batch, stop_after);
     engine::train::<B, RftTrainTask>(task, &stage_control, device)
 }

@@ -124,13 +124,14 @@ impl<B: Backend, P: Protocol> TensorDataService<B, P> {
         // Send a closing message to every open WebSocket stream
 
         let mut streams = self.channels.lock().await;
-        for (_, stream) in streams.drain() {
+        for (address, stream) in streams.drain() {
             let mut stream = stream.lock().await;
 
-            stream
-                .close()
-                .await
-                .expect("Failed to close WebSocket stream");
+            // envgen patch C7: a peer that is gone has closed (or reset) the
+            // stream already; that is no reason to panic while closing.
+            if let Err(err) = stream.close().await {
+                log::warn!("Closing the data stream to {address}: {err:?}");
+            }
         }
     }
 
@@ -144,7 +145,9 @@ impl<B: Backend, P: Protocol> TensorDataService<B, P> {
     ) -> Option<TensorData> {
         log::info!("Downloading tensor from {remote:?}");
 
-        let stream = self.get_data_stream(remote).await;
+        // envgen patch C7: a peer that cannot be reached, or whose stream
+        // breaks, is a `None` (the caller's `PeerLost`), not a panic.
+        let stream = self.get_data_stream(remote).await?;
         let mut stream = stream.lock().await;
 
         // Send the download request with the download id
@@ -152,10 +155,10 @@ impl<B: Backend, P: Protocol> TensorDataService<B, P> {
             rmp_serde::to_vec(&DataServiceMessage::TensorRequest(transfer_id))
                 .unwrap()
                 .into();
-        stream
-            .send(Message::new(bytes))
-            .await
-            .expect("Failed to send download id");
+        if let Err(err) = stream.send(Message::new(bytes)).await {
+            log::warn!("Sending a download request: {err:?}");
+            return None;
+        }
 
         if let Ok(msg) = stream.recv().await {
             let Some(msg) = msg else {
@@ -174,26 +177,26 @@ impl<B: Backend, P: Protocol> TensorDataService<B, P> {
         None
     }
 
-    /// Get the WebSocket stream for the given address, or create a new one if it doesn't exist.
+    /// Get the WebSocket stream for the given address, or create a new one
+    /// if it doesn't exist; `None` if the peer cannot be reached.
     async fn get_data_stream(
         &self,
         address: Address,
-    ) -> Arc<Mutex<<P::Client as ProtocolClient>::Channel>> {
+    ) -> Option<Arc<Mutex<<P::Client as ProtocolClient>::Channel>>> {
         let mut streams = self.channels.lock().await;
         match streams.get(&address) {
-            Some(stream) => stream.clone(),
+            Some(stream) => Some(stream.clone()),
             None => {
                 // Open a new WebSocket connection to the address
-                let stream = P::Client::connect(address.clone(), "data").await;
-
-                let Some(stream) = stream else {
-                    panic!("Failed to connect to data server at {address:?}");
+                let Some(stream) = P::Client::connect(address.clone(), "data").await else {
+                    log::warn!("Failed to connect to data server at {address:?}");
+                    return None;
                 };
 
                 let stream = Arc::new(Mutex::new(stream));
                 streams.insert(address.clone(), stream.clone());
 
-                stream
+                Some(stream)
             }
         }
     }
@@ -249,13 +252,22 @@ impl<B: Backend, P: Protocol> TensorDataService<B, P> {
 
                         let bytes = self.get_exposed_tensor_bytes(transfer_id).await.unwrap();
 
-                        channel.send(Message::new(bytes)).await.unwrap();
+                        // envgen patch C7: the peer that asked may be gone.
+                        if let Err(err) = channel.send(Message::new(bytes)).await {
+                            log::warn!("[Data Handler] Sending a tensor: {err:?}");
+                            return;
+                        }
                     } else {
                         log::info!("Closed connection");
                         return;
                     }
                 }
-                Err(err) => panic!("Failed to receive message from websocket: {err:?}"),
+                // envgen patch C7: a peer that died resets the connection;
+                // this connection is over, the process is not.
+                Err(err) => {
+                    log::warn!("[Data Handler] Connection lost: {err:?}");
+                    return;
+                }
             };
         }
         log::info!("[Data Service] Closing connection for download.");

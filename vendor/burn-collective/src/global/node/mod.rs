@@ -1,4 +1,6 @@
 pub mod base;
+#[cfg(test)]
+mod broken;
 pub mod centralized;
 pub mod ring;
 pub mod sync;

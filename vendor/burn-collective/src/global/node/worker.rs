@@ -237,10 +237,11 @@ impl<C: ProtocolClient> GlobalClientWorker<C> {
         }
 
         log::info!("Worker closing connection");
-        stream_response
-            .close()
-            .await
-            .expect("Can close the websocket stream.");
+        // envgen patch C7: after the orchestrator's end went away the stream
+        // is closed already; closing it again is no reason to panic.
+        if let Err(err) = stream_response.close().await {
+            log::warn!("Closing the response stream: {err:?}");
+        }
     }
 
     async fn request_sender(
@@ -272,19 +273,28 @@ impl<C: ProtocolClient> GlobalClientWorker<C> {
                     let bytes = rmp_serde::to_vec::<CollectiveMessage>(&request)
                         .expect("Can serialize tasks to bytes.")
                         .into();
-                    stream_request
-                        .send(Message::new(bytes))
-                        .await
-                        .expect("Can send the message on the websocket.");
+                    // envgen patch C7: with the orchestrator gone the request
+                    // gets no answer, as when the answer is lost: the caller
+                    // waits till its operation timeout (C3) instead of this
+                    // task panicking.
+                    if let Err(err) = stream_request.send(Message::new(bytes)).await {
+                        log::error!("Sending a request to the orchestrator: {err:?}");
+                    }
                 }
             }
         }
 
         log::info!("Worker closing connection");
-        stream_request
-            .close()
-            .await
-            .expect("Can send the close message on the websocket.");
+        if let Err(err) = stream_request.close().await {
+            log::warn!("Closing the request stream: {err:?}");
+        }
+    }
+
+    /// The response loop on `channel`, with no requests waiting (tests).
+    #[cfg(test)]
+    pub(crate) async fn response_loop_for_test(channel: C::Channel) {
+        let state = Arc::new(Mutex::new(GlobalClientWorkerState::new()));
+        Self::response_loader(state, channel, CancellationToken::new()).await
     }
 
     pub(crate) async fn request(&self, req: RemoteRequest) -> RemoteResponse {
