@@ -356,15 +356,31 @@ pub async fn stop_and_remove(docker: &Docker, name: &str, grace_s: i32) -> Resul
     Ok(stopped.exit_code)
 }
 
-/// Remove a container (stopped or not; its anonymous volumes too).
+/// Remove a container (stopped or not; its anonymous volumes too), and
+/// wait (up to 30 s) until the daemon no longer knows it: when envgen's
+/// follower and `runs cancel` both remove one container, the second request
+/// answers "removal in progress" at once, and a caller that then says
+/// "removed" must not be early.
 pub async fn remove(docker: &Docker, name: &str) {
     let options = RemoveContainerOptionsBuilder::default()
         .force(true)
         .v(true)
         .build();
     if let Err(e) = docker.remove_container(name, Some(options)).await {
-        tracing::warn!("removing container {name}: {e}");
+        tracing::debug!("removing container {name}: {e}");
     }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        match present(docker, name).await {
+            Ok(None) => return,
+            Ok(Some(_)) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+            Err(e) => {
+                tracing::warn!("asking whether container {name} is gone: {e:#}");
+                return;
+            }
+        }
+    }
+    tracing::warn!("container {name} was still there 30 s after its removal");
 }
 
 async fn follow_logs(
