@@ -7,6 +7,7 @@
 pub mod checkpoint;
 pub mod config;
 pub mod distributed;
+pub mod health;
 pub mod optim;
 pub mod params;
 pub mod precision;

@@ -31,7 +31,7 @@ use crate::engine::checkpoint;
 use crate::engine::rundir::{finish_run, read_json, write_json, MetricsLog, Status, Summary};
 use crate::engine::safetensors_io;
 use crate::engine::train::{inner_device_of, progress_bar, RunControl};
-use crate::engine::LossScaler;
+use crate::engine::{health, LossScaler, ScaledStep};
 use crate::error::UserError;
 use crate::experiment::{self, ExperimentInfo, TypedExperiment};
 use crate::fsutil::write_atomic;
@@ -218,6 +218,8 @@ where
     let wall_before = state.wall_s;
     let session_first_step = state.step;
     let mut status = Status::Completed;
+    let mut failure: Option<String> = None;
+    let panics = health::PanicWatch::start();
     while state.step < plan.total_steps {
         let fresh = sampler.batch::<B>(state.step + 1, device);
         let started = Instant::now();
@@ -245,6 +247,22 @@ where
         metrics.write(&record)?;
         bar.set_position(state.step);
         bar.set_message(format!("loss {:.4} {:.2} steps/s", m.loss, 1.0 / step_s));
+
+        // As engine::train: a loss that is not a number (fp16's skipped
+        // overflow steps aside) or a panic on any thread fails the run at
+        // this step, before its weights are checkpointed.
+        let applied = m
+            .loss_scale
+            .is_none_or(|(_, decision)| matches!(decision, ScaledStep::Apply { .. }));
+        failure = panics.failure(state.step).or_else(|| {
+            applied
+                .then(|| health::diverged(m.loss, state.step, "train.lr"))
+                .flatten()
+        });
+        if failure.is_some() {
+            status = Status::Failed;
+            break;
+        }
 
         let interrupted = control.stop.load(Ordering::SeqCst)
             || control
@@ -277,6 +295,9 @@ where
         steps_done: state.step,
         metrics: {
             let mut m = summary_metrics(&state, preset, &ds, plan, session_steps, session_s);
+            if let Some(why) = &failure {
+                m.insert("error".into(), json!(why));
+            }
             if let Some(scaler) = &trainer.loss_scaler {
                 scaler.summarize(&mut m);
             }
