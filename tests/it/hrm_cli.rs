@@ -280,3 +280,22 @@ fn a_diverging_run_fails_at_the_step_it_diverged() {
         );
     }
 }
+
+/// A model or puzzle set no memory can hold is refused before anything is
+/// made (exit 2: the key, the estimate, the limit, a fix), not killed by
+/// the allocator (SIGABRT) halfway through (issue #21).
+#[test]
+fn a_run_too_big_for_memory_is_refused_before_it_starts() {
+    let _turn = turn!();
+    let tmp = tempfile::tempdir().unwrap();
+    for (set, key) in [
+        ("model.hidden=4000000", "model.hidden = 4000000"),
+        (
+            "data.train_puzzles=100000000000000",
+            "data.train_puzzles = ",
+        ),
+    ] {
+        let out = short_run(tmp.path(), &["--set", set]);
+        assert_too_big(&out, set, key, tmp.path());
+    }
+}
