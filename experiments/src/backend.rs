@@ -49,8 +49,26 @@ impl Resolved {
     }
 }
 
+/// Whether this process resolved the CUDA backend to train on (a process
+/// trains on one backend): its parameters then live in device memory, which
+/// the memory check (engine::budget) does not count against the host's.
+pub fn trains_on_gpu() -> bool {
+    ON_GPU.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+static ON_GPU: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// `auto` = CUDA when compiled in and ready (see [`cuda_ready`]), else CPU.
 pub fn resolve(choice: BackendChoice) -> anyhow::Result<Resolved> {
+    let resolved = resolve_choice(choice)?;
+    ON_GPU.store(
+        resolved == Resolved::Cuda,
+        std::sync::atomic::Ordering::SeqCst,
+    );
+    Ok(resolved)
+}
+
+fn resolve_choice(choice: BackendChoice) -> anyhow::Result<Resolved> {
     match choice {
         BackendChoice::Cpu => Ok(Resolved::Cpu),
         BackendChoice::Auto => {

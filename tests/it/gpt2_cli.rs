@@ -560,3 +560,26 @@ fn a_diverging_run_fails_at_the_step_it_diverged() {
         "{error}"
     );
 }
+
+/// A model or corpus no memory can hold is refused before anything is made
+/// (exit 2: the key, the estimate, the limit, a fix), not killed by the
+/// allocator (SIGABRT) halfway through (issue #21).
+#[test]
+fn a_run_too_big_for_memory_is_refused_before_it_starts() {
+    let _turn = turn!();
+    let tmp = tempfile::tempdir().unwrap();
+    for (set, key) in [
+        ("model.n_embd=1000000", "model.n_embd = 1000000"),
+        (
+            "data.corpus_bytes=10000000000000",
+            "data.corpus_bytes = 10000000000000",
+        ),
+        (
+            "model.vocab_size=100000000000",
+            "model.vocab_size = 100000000000",
+        ),
+    ] {
+        let out = short_run(tmp.path(), &["--set", set]);
+        assert_too_big(&out, set, key, tmp.path());
+    }
+}

@@ -235,3 +235,74 @@ fn describe_reports_the_paper_parameter_count() {
     let list = String::from_utf8_lossy(&run_ok(&["experiments", "list"]).stdout).to_string();
     assert!(list.contains("hrm-sudoku"), "{list}");
 }
+
+/// A learning rate that blows the weights up (finite and positive, so the
+/// config is accepted) makes the loss not a number: the run fails at that
+/// step (exit 1, status `failed`, the step and `train.lr` in the error)
+/// instead of "completing" (issue #21). Out-of-range optimizer numbers are
+/// refused before the run (exit 2), as gpt2's are.
+#[test]
+fn a_diverging_run_fails_at_the_step_it_diverged() {
+    let _turn = turn!();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = short_run(tmp.path(), &["--set", "train.lr=1e6"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = json_of(&out);
+    let summary = &doc["summary"];
+    assert_eq!(summary["status"], "failed", "{summary}");
+    let step = summary["steps_done"].as_u64().unwrap();
+    assert!(
+        step < 16,
+        "stopped at the divergence, not the end: {summary}"
+    );
+    let error = summary["metrics"]["error"].as_str().unwrap();
+    assert!(
+        error.contains(&format!("at step {step}")) && error.contains("train.lr"),
+        "{error}"
+    );
+    let dir = run_dir_of(&doc);
+    assert!(
+        !dir.join("model.safetensors").exists(),
+        "a diverged run exported its weights"
+    );
+
+    for (key, value) in [
+        ("train.beta1", "1"),
+        ("train.lr", "inf"),
+        ("train.weight_decay", "-1"),
+    ] {
+        let set = format!("{key}={value}");
+        let out = short_run(&tmp.path().join("refused"), &["--set", &set]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{set}: {stderr}");
+        assert!(stderr.contains(&format!("{key} = ")), "{set}: {stderr}");
+        assert!(
+            !tmp.path().join("refused").exists(),
+            "{set}: a run directory"
+        );
+    }
+}
+
+/// A model or puzzle set no memory can hold is refused before anything is
+/// made (exit 2: the key, the estimate, the limit, a fix), not killed by
+/// the allocator (SIGABRT) halfway through (issue #21).
+#[test]
+fn a_run_too_big_for_memory_is_refused_before_it_starts() {
+    let _turn = turn!();
+    let tmp = tempfile::tempdir().unwrap();
+    for (set, key) in [
+        ("model.hidden=4000000", "model.hidden = 4000000"),
+        (
+            "data.train_puzzles=100000000000000",
+            "data.train_puzzles = ",
+        ),
+    ] {
+        let out = short_run(tmp.path(), &["--set", set]);
+        assert_too_big(&out, set, key, tmp.path());
+    }
+}

@@ -82,57 +82,89 @@ impl OptimConfig {
     /// the schedule are defined for. A NaN or negative learning rate trains
     /// garbage that would still end "completed". `origin` is the config's file or preset, `key` the table's name.
     pub fn validate(&self, origin: &str, key: &str) -> Result<(), UserError> {
-        let checks: [(&str, f64, bool, &str); 7] = [
-            (
-                "lr",
-                self.lr,
-                self.lr > 0.0,
-                "a positive learning rate, e.g. 6e-4",
-            ),
-            (
-                "min_lr_frac",
-                self.min_lr_frac,
-                (0.0..=1.0).contains(&self.min_lr_frac),
-                "a fraction of lr in [0, 1]",
-            ),
-            (
-                "beta1",
-                self.beta1,
-                (0.0..1.0).contains(&self.beta1),
-                "a value in [0, 1), e.g. 0.9",
-            ),
-            (
-                "beta2",
-                self.beta2,
-                (0.0..1.0).contains(&self.beta2),
-                "a value in [0, 1), e.g. 0.95",
-            ),
-            (
-                "eps",
-                self.eps,
-                self.eps > 0.0,
-                "a small positive value, e.g. 1e-8",
-            ),
-            (
-                "weight_decay",
-                self.weight_decay,
-                self.weight_decay >= 0.0,
-                "0 or a positive value, e.g. 0.1",
-            ),
-            (
-                "grad_clip",
-                self.grad_clip,
-                self.grad_clip >= 0.0,
-                "0 (off) or a positive norm, e.g. 1.0",
-            ),
-        ];
-        for (field, value, in_range, fix) in checks {
-            if !value.is_finite() || !in_range {
-                return Err(invalid(origin, key, field, &value.to_string(), fix));
-            }
-        }
-        Ok(())
+        use Bound::*;
+        check_ranges(
+            origin,
+            key,
+            &[
+                (
+                    "lr",
+                    self.lr,
+                    Positive,
+                    "a positive learning rate, e.g. 6e-4",
+                ),
+                (
+                    "min_lr_frac",
+                    self.min_lr_frac,
+                    Fraction,
+                    "a fraction of lr in [0, 1]",
+                ),
+                ("beta1", self.beta1, Beta, "a value in [0, 1), e.g. 0.9"),
+                ("beta2", self.beta2, Beta, "a value in [0, 1), e.g. 0.95"),
+                (
+                    "eps",
+                    self.eps,
+                    Positive,
+                    "a small positive value, e.g. 1e-8",
+                ),
+                (
+                    "weight_decay",
+                    self.weight_decay,
+                    NonNegative,
+                    "0 or a positive value, e.g. 0.1",
+                ),
+                (
+                    "grad_clip",
+                    self.grad_clip,
+                    NonNegative,
+                    "0 (off) or a positive norm, e.g. 1.0",
+                ),
+            ],
+        )
     }
+}
+
+/// The range an optimizer or schedule number must be in (always finite
+/// too: NaN and infinity are refused whatever the bound).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound {
+    /// > 0: learning rates, epsilons.
+    Positive,
+    /// >= 0: weight decay, clipping (0 = off).
+    NonNegative,
+    /// [0, 1]: fractions of a learning rate.
+    Fraction,
+    /// [0, 1): Adam's betas (1 never forgets, the moments never move).
+    Beta,
+}
+
+impl Bound {
+    pub fn holds(self, value: f64) -> bool {
+        value.is_finite()
+            && match self {
+                Bound::Positive => value > 0.0,
+                Bound::NonNegative => value >= 0.0,
+                Bound::Fraction => (0.0..=1.0).contains(&value),
+                Bound::Beta => (0.0..1.0).contains(&value),
+            }
+    }
+}
+
+/// The first of `checks` — (field, value, bound, what to give instead) —
+/// whose value is out of its bound, as a usage error naming
+/// `origin: key.field = value` and the `--set` that fixes it. Every
+/// experiment's optimizer settings go through here (gpt2, rft, HRM).
+pub fn check_ranges(
+    origin: &str,
+    key: &str,
+    checks: &[(&str, f64, Bound, &str)],
+) -> Result<(), UserError> {
+    for (field, value, bound, fix) in checks {
+        if !bound.holds(*value) {
+            return Err(invalid(origin, key, field, &value.to_string(), fix));
+        }
+    }
+    Ok(())
 }
 
 fn invalid(origin: &str, key: &str, field: &str, value: &str, fix: &str) -> UserError {

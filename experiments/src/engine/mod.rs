@@ -4,9 +4,11 @@
 //! ([`optim`]), the iteration-based loop with gradient accumulation, eval,
 //! checkpoints and resume ([`train`]), and the run directory ([`rundir`]).
 
+pub mod budget;
 pub mod checkpoint;
 pub mod config;
 pub mod distributed;
+pub mod health;
 pub mod optim;
 pub mod params;
 pub mod precision;

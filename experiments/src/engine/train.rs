@@ -20,7 +20,7 @@ use super::distributed::{writes_files, Collective, World};
 use super::optim::{clip_scale, global_grad_norm, learning_rate, AdamW};
 use super::precision::{LossScaler, Precision, ScaledStep};
 use super::rundir::{finish_run, read_json, write_json, MetricsLog, Status, Summary};
-use super::{checkpoint, safetensors_io};
+use super::{checkpoint, health, safetensors_io};
 use crate::fsutil::write_atomic;
 
 /// What an experiment supplies to the loop. Data order must be a pure
@@ -213,6 +213,7 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
     let mut status = Status::Completed;
     let mut diverged: Option<String> = None;
     let mut session_units = 0u64;
+    let panics = health::PanicWatch::start();
 
     while state.step < train_cfg.steps {
         let step = state.step;
@@ -300,14 +301,19 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
             units_per_step as f64 / step_s
         ));
 
-        // A loss that is not a number trains nothing from here on: the run
-        // fails at this step (its weights are not checkpointed) instead of
-        // going on to "complete". fp16's skipped overflow steps are not this.
-        if !loss_sum.is_finite() && matches!(decision, ScaledStep::Apply { .. }) {
-            diverged = Some(format!(
-                "diverged: the training loss is {loss_sum} at step {}; lower optim.lr or use fp32",
-                state.step
-            ));
+        // A loss that is not a number trains nothing from here on, and a
+        // panic on any thread (a backend's worker) leaves the tensors
+        // untrustworthy: the run fails at this step (its weights are not
+        // checkpointed) instead of going on to "complete". fp16's skipped
+        // overflow steps are not divergence.
+        let applied = matches!(decision, ScaledStep::Apply { .. });
+        let failure = panics.failure(state.step).or_else(|| {
+            applied
+                .then(|| health::diverged(loss_sum, state.step, "optim.lr"))
+                .flatten()
+        });
+        if let Some(why) = failure {
+            diverged = Some(why);
             status = Status::Failed;
             break;
         }
@@ -455,149 +461,5 @@ pub fn train_on<T: AnyBackendTask>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::backend::CpuTrain;
-    use burn::nn::{Linear, LinearConfig};
-
-    #[derive(Module, Debug)]
-    struct Line<B: Backend> {
-        layer: Linear<B>,
-    }
-
-    /// Least squares on fixed data; the loss of step `poisoned` (0-based) is
-    /// multiplied by +inf, so that step's gradients overflow whatever the
-    /// loss scale: a forced fp16 overflow.
-    struct Regression {
-        train: TrainConfig,
-        optim: OptimConfig,
-        poisoned: Option<u64>,
-    }
-
-    impl Regression {
-        fn new(steps: u64, poisoned: Option<u64>) -> Self {
-            let train: TrainConfig = toml::from_str(&format!(
-                "steps = {steps}\nbatch_size = 8\neval_every = 100\neval_batches = 1\nseed = 3"
-            ))
-            .unwrap();
-            Self {
-                train,
-                optim: toml::from_str("lr = 0.05\nwarmup_steps = 0").unwrap(),
-                poisoned,
-            }
-        }
-
-        fn mse<B: Backend>(layer: &Linear<B>, device: &B::Device) -> Tensor<B, 1> {
-            let x: Vec<f32> = (0..32).map(|i| (i % 7) as f32 / 7.0 - 0.4).collect();
-            let y: Vec<f32> = (0..8).map(|i| i as f32 / 4.0 - 1.0).collect();
-            let x = Tensor::<B, 2>::from_data(burn::tensor::TensorData::new(x, [8, 4]), device);
-            let y = Tensor::<B, 2>::from_data(burn::tensor::TensorData::new(y, [8, 1]), device);
-            let err = layer.forward(x) - y;
-            (err.clone() * err).mean()
-        }
-    }
-
-    impl Task<CpuTrain> for Regression {
-        type Model = Line<CpuTrain>;
-        fn train_config(&self) -> &TrainConfig {
-            &self.train
-        }
-        fn optim_config(&self) -> &OptimConfig {
-            &self.optim
-        }
-        fn init_model(
-            &self,
-            device: &burn::tensor::Device<CpuTrain>,
-        ) -> anyhow::Result<Self::Model> {
-            // A constant start, not the backend's RNG: that generator is
-            // global, and other tests running in parallel threads draw
-            // from it, which made the two runs compared below start apart.
-            Ok(Line {
-                layer: LinearConfig::new(4, 1)
-                    .with_initializer(burn::nn::Initializer::Constant { value: 0.1 })
-                    .init(device),
-            })
-        }
-        fn loss(
-            &self,
-            model: &Self::Model,
-            step: u64,
-            _rows: Range<usize>,
-            device: &burn::tensor::Device<CpuTrain>,
-        ) -> Tensor<CpuTrain, 1> {
-            let loss = Self::mse(&model.layer, device);
-            if self.poisoned == Some(step) {
-                loss * f64::INFINITY
-            } else {
-                loss
-            }
-        }
-        fn evaluate(
-            &self,
-            model: &Line<crate::backend::Cpu>,
-            _micro_batch: usize,
-            device: &burn::tensor::Device<crate::backend::Cpu>,
-        ) -> f64 {
-            Self::mse(&model.layer, device).into_scalar().elem::<f64>()
-        }
-        fn units_per_row(&self) -> (usize, &'static str) {
-            (1, "rows")
-        }
-    }
-
-    fn control(dir: &Path, stop_after: Option<u64>) -> RunControl {
-        RunControl {
-            run_dir: dir.to_path_buf(),
-            micro_batch: 8,
-            stop_after,
-            precision: Precision::Fp16,
-            ..Default::default()
-        }
-    }
-
-    fn records(dir: &Path) -> Vec<Value> {
-        std::fs::read_to_string(dir.join("metrics.jsonl"))
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    }
-
-    /// An overflowing fp16 step is skipped: counted, the scale halved for
-    /// the next step, the weights left exactly as they were.
-    #[test]
-    fn an_overflowing_fp16_step_is_skipped_and_leaves_the_weights() {
-        let tmp = tempfile::tempdir().unwrap();
-        let (a, b) = (tmp.path().join("two"), tmp.path().join("poisoned"));
-        for dir in [&a, &b] {
-            std::fs::create_dir_all(dir).unwrap();
-        }
-        // Run A: steps 0 and 1 of a 3-step run (its step-2 checkpoint).
-        let task = Regression::new(3, None);
-        let summary =
-            train::<CpuTrain, _>(&task, &control(&a, Some(2)), &Default::default()).unwrap();
-        assert_eq!(summary.status, Status::Interrupted);
-        // Run B: the same 3 steps, the last one overflowing.
-        let task = Regression::new(3, Some(2));
-        let summary = train::<CpuTrain, _>(&task, &control(&b, None), &Default::default()).unwrap();
-        assert_eq!(summary.status, Status::Completed);
-        assert_eq!(summary.metrics["skipped_steps"], 1);
-        assert_eq!(summary.metrics["loss_scale"], 32768.0);
-
-        let steps = records(&b);
-        let last = steps.last().unwrap();
-        assert_eq!(last["step"], 3);
-        assert_eq!(last["skipped"], true);
-        assert!(last["grad_norm"].is_null());
-        assert_eq!(last["loss_scale"], 65536.0, "the step ran at the old scale");
-        assert_eq!(steps[1]["skipped"], false);
-
-        let weights = |dir: &Path, step: &str| {
-            std::fs::read(dir.join("checkpoints").join(step).join("model.safetensors")).unwrap()
-        };
-        assert!(
-            weights(&a, "step-00000002") == weights(&b, "step-00000003"),
-            "the skipped step changed the weights"
-        );
-    }
-}
+#[path = "train_tests.rs"]
+mod tests;

@@ -97,7 +97,21 @@ impl TypedExperiment for Gpt2Experiment {
     fn validate(&self, config: &Gpt2Config, origin: &str) -> anyhow::Result<()> {
         config.train.validate(origin, "train")?;
         config.optim.validate(origin, "optim")?;
-        Ok(config.model.validate(origin)?)
+        config.model.validate(origin)?;
+        let mut parts = config.model.memory_parts();
+        if config.data.source == data::DataSource::Generated {
+            // The corpus text and its u32 tokens, both in memory.
+            let bytes = config
+                .data
+                .corpus_bytes
+                .unwrap_or(data::corpus::DEFAULT_CORPUS_BYTES);
+            parts.push(engine::budget::Part::data(
+                "data.corpus_bytes",
+                bytes,
+                bytes as f64 * 5.0,
+            ));
+        }
+        Ok(engine::budget::check(origin, &parts)?)
     }
     fn batch_size(&self, config: &Gpt2Config) -> usize {
         config.train.batch_size

@@ -67,6 +67,34 @@ impl ModelConfig {
         self.vocab_size * d + self.block_size * d + self.n_layer * (12 * d * d + 13 * d) + 2 * d
     }
 
+    /// What training this model holds in memory at least (engine::budget):
+    /// its parameters' training state and one row's activations. In f64, so
+    /// that an absurd width cannot overflow before it is refused. The
+    /// parameters are named by the key that sizes them most: the vocabulary
+    /// (or context) when the embeddings dominate, else the width (or the
+    /// depth, when it is the larger number).
+    pub fn memory_parts(&self) -> Vec<crate::engine::budget::Part> {
+        use crate::engine::budget::Part;
+        let (v, t) = (self.vocab_size as f64, self.block_size as f64);
+        let (d, l) = (self.n_embd as f64, self.n_layer as f64);
+        let embeddings = (v + t) * d;
+        let layers = l * (12.0 * d * d + 13.0 * d);
+        let parameters = embeddings + layers + 2.0 * d;
+        let (key, value) = if embeddings > layers && v >= t {
+            ("model.vocab_size", self.vocab_size)
+        } else if embeddings > layers {
+            ("model.block_size", self.block_size)
+        } else if self.n_layer > self.n_embd {
+            ("model.n_layer", self.n_layer)
+        } else {
+            ("model.n_embd", self.n_embd)
+        };
+        vec![
+            Part::parameters(key, value, parameters),
+            Part::activations("model.block_size", self.block_size, t, d, l),
+        ]
+    }
+
     /// Reject values the model cannot be built with (a usage error naming the key).
     pub fn validate(&self, origin: &str) -> Result<(), crate::error::UserError> {
         let bad = |key: &str, value: String, fix: &str| {

@@ -152,20 +152,46 @@ impl HrmPreset {
                 return bad(field, "0".into(), "use a value of at least 1");
             }
         }
-        if !(train.lr > 0.0 && train.puzzle_emb_lr >= 0.0) {
-            return bad(
-                "train.lr",
-                train.lr.to_string(),
-                "use a positive learning rate",
-            );
-        }
-        if !(0.0..=1.0).contains(&train.lr_min_ratio) {
-            return bad(
-                "train.lr_min_ratio",
-                train.lr_min_ratio.to_string(),
-                "use a ratio in [0, 1] (1 = constant after warmup)",
-            );
-        }
+        // The optimizers' numbers, checked as gpt2's and rft's are.
+        use crate::engine::config::{check_ranges, Bound::*};
+        check_ranges(
+            origin,
+            "train",
+            &[
+                (
+                    "lr",
+                    train.lr,
+                    Positive,
+                    "a positive learning rate, e.g. 7e-5",
+                ),
+                (
+                    "lr_min_ratio",
+                    train.lr_min_ratio,
+                    Fraction,
+                    "a ratio in [0, 1] (1 = constant after warmup)",
+                ),
+                ("beta1", train.beta1, Beta, "a value in [0, 1), e.g. 0.9"),
+                ("beta2", train.beta2, Beta, "a value in [0, 1), e.g. 0.95"),
+                (
+                    "weight_decay",
+                    train.weight_decay,
+                    NonNegative,
+                    "0 or a positive value, e.g. 1.0",
+                ),
+                (
+                    "puzzle_emb_lr",
+                    train.puzzle_emb_lr,
+                    NonNegative,
+                    "0 (frozen) or a positive learning rate, e.g. 7e-5",
+                ),
+                (
+                    "puzzle_emb_weight_decay",
+                    train.puzzle_emb_weight_decay,
+                    NonNegative,
+                    "0 or a positive value, e.g. 1.0",
+                ),
+            ],
+        )?;
         let data = &self.data;
         if data.train_csv.is_some() != data.test_csv.is_some() {
             return bad(

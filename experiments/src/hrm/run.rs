@@ -31,7 +31,7 @@ use crate::engine::checkpoint;
 use crate::engine::rundir::{finish_run, read_json, write_json, MetricsLog, Status, Summary};
 use crate::engine::safetensors_io;
 use crate::engine::train::{inner_device_of, progress_bar, RunControl};
-use crate::engine::LossScaler;
+use crate::engine::{health, LossScaler, ScaledStep};
 use crate::error::UserError;
 use crate::experiment::{self, ExperimentInfo, TypedExperiment};
 use crate::fsutil::write_atomic;
@@ -87,9 +87,11 @@ impl TypedExperiment for HrmExperiment {
     }
 }
 
-/// The preset's own checks plus: data paths it names exist.
+/// The preset's own checks plus: data paths it names exist, and the run
+/// fits in memory.
 fn check(preset: &HrmPreset, origin: &str) -> anyhow::Result<()> {
     preset.validate(origin)?;
+    crate::engine::budget::check(origin, &memory_parts(preset))?;
     let data = &preset.data;
     for (key, path) in [
         ("data.dir", &data.dir),
@@ -105,6 +107,47 @@ fn check(preset: &HrmPreset, origin: &str) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// What an HRM run holds in memory at least (engine::budget): the
+/// parameters' training state (as [`parameter_count`], in f64 so that an
+/// absurd width cannot overflow before it is refused), one row's
+/// activations over both modules, and generated puzzles (each example's
+/// 81 input and 81 label cells, at least a byte each).
+fn memory_parts(preset: &HrmPreset) -> Vec<crate::engine::budget::Part> {
+    use crate::engine::budget::Part;
+    let m = &preset.model;
+    let d = m.hidden as f64;
+    let inter = (m.expansion * d * 2.0 / 3.0 / 256.0).ceil() * 256.0;
+    let layers = (m.h_layers as f64) + (m.l_layers as f64);
+    let vocab = m.vocab as f64;
+    let blocks = layers * (4.0 * d * d + 3.0 * d * inter);
+    let embeddings = 2.0 * vocab * d + (m.num_puzzle_ids as f64) * (m.puzzle_emb_len as f64) * d;
+    let (key, value) = match (embeddings > blocks, m.h_layers.max(m.l_layers) > m.hidden) {
+        (true, _) if m.num_puzzle_ids > m.vocab => ("model.num_puzzle_ids", m.num_puzzle_ids),
+        (true, _) => ("model.vocab", m.vocab),
+        (false, true) => ("model.h_layers/l_layers", m.h_layers.max(m.l_layers)),
+        (false, false) => ("model.hidden", m.hidden),
+    };
+    let seq = (m.seq_len as f64) + (m.puzzle_emb_len as f64);
+    let mut parts = vec![
+        Part::parameters(key, value, blocks + embeddings + 2.0 * d + 2.0),
+        Part::activations("model.hidden", m.hidden, seq, d, layers),
+    ];
+    let data = &preset.data;
+    if data.dir.is_none() && data.train_csv.is_none() {
+        let examples = (data.train_puzzles as f64) * (1.0 + data.augmentations as f64)
+            + data.test_puzzles as f64;
+        parts.push(Part::data(
+            "data.train_puzzles",
+            format!(
+                "{} (× {} augmentations)",
+                data.train_puzzles, data.augmentations
+            ),
+            examples * 2.0 * (m.seq_len as f64),
+        ));
+    }
+    parts
 }
 
 /// Trainable parameters (what `experiments describe` reports).
@@ -218,6 +261,8 @@ where
     let wall_before = state.wall_s;
     let session_first_step = state.step;
     let mut status = Status::Completed;
+    let mut failure: Option<String> = None;
+    let panics = health::PanicWatch::start();
     while state.step < plan.total_steps {
         let fresh = sampler.batch::<B>(state.step + 1, device);
         let started = Instant::now();
@@ -245,6 +290,22 @@ where
         metrics.write(&record)?;
         bar.set_position(state.step);
         bar.set_message(format!("loss {:.4} {:.2} steps/s", m.loss, 1.0 / step_s));
+
+        // As engine::train: a loss that is not a number (fp16's skipped
+        // overflow steps aside) or a panic on any thread fails the run at
+        // this step, before its weights are checkpointed.
+        let applied = m
+            .loss_scale
+            .is_none_or(|(_, decision)| matches!(decision, ScaledStep::Apply { .. }));
+        failure = panics.failure(state.step).or_else(|| {
+            applied
+                .then(|| health::diverged(m.loss, state.step, "train.lr"))
+                .flatten()
+        });
+        if failure.is_some() {
+            status = Status::Failed;
+            break;
+        }
 
         let interrupted = control.stop.load(Ordering::SeqCst)
             || control
@@ -277,6 +338,9 @@ where
         steps_done: state.step,
         metrics: {
             let mut m = summary_metrics(&state, preset, &ds, plan, session_steps, session_s);
+            if let Some(why) = &failure {
+                m.insert("error".into(), json!(why));
+            }
             if let Some(scaler) = &trainer.loss_scaler {
                 scaler.summarize(&mut m);
             }

@@ -143,6 +143,7 @@ impl RftConfig {
         self.pretrain.optim.validate(origin, "pretrain.optim")?;
         self.finetune.train.validate(origin, "finetune.train")?;
         self.finetune.optim.validate(origin, "finetune.optim")?;
+        engine::budget::check(origin, &self.model.memory_parts())?;
         if self.finetune.mode == FinetuneMode::Full && self.finetune.lora.is_some() {
             return Err(UserError::usage(
                 "[finetune.lora] is set but finetune.mode = \"full\" trains every weight",

@@ -187,3 +187,26 @@ pub fn assert_reported(computed: f64, reported: f64, what: &str) {
         "{what}: computed {computed:e}, reported {reported:e} ({ulps} ulps apart)"
     );
 }
+
+/// A run refused for the memory it needs: exit 2, the key and value, the
+/// estimate, the limit and a fix; no abort, and nothing made under `out`.
+pub fn assert_too_big(out: &Output, set: &str, key: &str, runs: &Path) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{set}: {stderr}");
+    for needle in [
+        key,
+        "needs more memory than this machine has",
+        "the limit is",
+        "fix: lower",
+    ] {
+        assert!(stderr.contains(needle), "{set}: no {needle:?} in {stderr}");
+    }
+    assert!(!stderr.contains("memory allocation"), "{set}: {stderr}");
+    let made = std::fs::read_dir(runs).map_or(0, |d| d.count());
+    assert_eq!(
+        made,
+        0,
+        "{set}: a run directory was made in {}",
+        runs.display()
+    );
+}
