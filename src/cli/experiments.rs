@@ -75,6 +75,9 @@ fn describe(
     as_json: bool,
 ) -> Result<i32> {
     let experiment = find_experiment(experiment)?;
+    // Describing is not training: a preset too big for this machine is
+    // still described (its run is refused where it would train).
+    envgen_experiments::engine::budget::trains_elsewhere();
     let loaded = resolve_config(experiment, preset, None, overrides)?;
     let doc = json!({
         "experiment": experiment.name(),

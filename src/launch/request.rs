@@ -137,6 +137,8 @@ impl RunRequest {
             world_plan(&flags, experiment, decision.place)?
         };
         if decision.place == Place::Slurm && !flags.launched {
+            // The job trains on a node: its memory is checked there.
+            envgen_experiments::engine::budget::trains_elsewhere();
             for dir in [Some(&flags.out), flags.resume.as_ref()]
                 .into_iter()
                 .flatten()

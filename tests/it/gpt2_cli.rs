@@ -582,4 +582,20 @@ fn a_run_too_big_for_memory_is_refused_before_it_starts() {
         let out = short_run(tmp.path(), &["--set", set]);
         assert_too_big(&out, set, key, tmp.path());
     }
+    // Describing such a config is not training it: no refusal.
+    let describe = envgen()
+        .args([
+            "experiments",
+            "describe",
+            "gpt2",
+            "--set",
+            "model.n_embd=1000000",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        describe.status.success(),
+        "{}",
+        String::from_utf8_lossy(&describe.stderr)
+    );
 }

@@ -513,3 +513,23 @@ fn a_refused_submission_fails_the_run_and_a_vanished_job_is_lost() {
         .unwrap()
         .contains("not known to Slurm"));
 }
+
+/// A login node's memory says nothing about the compute node's: a run too
+/// big for this machine is planned for Slurm all the same (the launched
+/// envgen checks on its node), while natively it is refused.
+#[test]
+fn the_memory_check_is_left_to_the_node_that_trains() {
+    require_slurm_cluster();
+    let tmp = tempfile::tempdir().unwrap();
+    let big = ["--set", "model.n_embd=1000000", "--dry-run"];
+    let slurm = short_run(tmp.path(), &[&big[..], &["--where", "slurm"]].concat());
+    assert_ok(&slurm, "dry run of a big Slurm job");
+    let native = short_run(tmp.path(), &[&big[..], &["--where", "native"]].concat());
+    assert_eq!(
+        native.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&native.stderr)
+    );
+    assert!(!tmp.path().exists() || std::fs::read_dir(tmp.path()).unwrap().next().is_none());
+}

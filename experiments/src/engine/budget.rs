@@ -18,8 +18,11 @@
 //! process: the cgroup limit when there is one, `MemAvailable` of
 //! /proc/meminfo, the smaller of the two. A run on a GPU keeps parameters
 //! and activations in device memory, whose size is not known here: for it
-//! only the data is checked. The check runs where the run is planned and
-//! again where it trains (a launched run re-reads its config on its node).
+//! only the data is checked. The check runs where the run trains: natively
+//! and in a container on this machine before anything is made; for a Slurm
+//! job on its node, when the launched envgen reads the config
+//! ([`trains_elsewhere`] turns it off on the submitting host and in
+//! `experiments describe`).
 
 use std::path::Path;
 
@@ -34,6 +37,16 @@ const STATE_COPIES: f64 = 4.0;
 /// rough transformer figure: q, k, v, attention output, two norms, the MLP's
 /// 4× hidden before and after its activation, residuals.
 pub const ACTIVATION_FLOATS: f64 = 16.0;
+
+/// Set by a process that only plans or describes runs which train on
+/// another machine (a Slurm job's node, whose memory a login node's says
+/// nothing about): the check is left to the process that trains.
+static ELSEWHERE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// From now on, [`check`] passes in this process: its runs train elsewhere.
+pub fn trains_elsewhere() {
+    ELSEWHERE.store(true, std::sync::atomic::Ordering::Relaxed);
+}
 
 /// One part of a run's memory: the config key that sizes it (named in the
 /// refusal when it is the largest part), its value, and its bytes.
@@ -91,6 +104,9 @@ pub struct Limit {
 /// Refuse (exit 2) a run whose `parts` cannot fit in this machine's memory,
 /// naming the largest part's key and value, the estimate, the limit and a fix.
 pub fn check(origin: &str, parts: &[Part]) -> Result<(), UserError> {
+    if ELSEWHERE.load(std::sync::atomic::Ordering::Relaxed) {
+        return Ok(());
+    }
     let gpu = crate::backend::trains_on_gpu();
     match host_limit() {
         Some(limit) => check_against(origin, parts, gpu, &limit),
