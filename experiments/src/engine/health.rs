@@ -14,11 +14,25 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, Once};
 
+/// A loss this close to zero is no training result: cross-entropy in f32
+/// cannot get there by learning (a memorized batch still costs ~1e-7 per
+/// token), while a backend that computed nothing reads back zeros or
+/// denormals (the 1e-42 losses of issue #21).
+const DEGENERATE_LOSS: f64 = 1e-30;
+
 /// The error of a run whose loss stopped being a number at `step`
-/// (1-based); `lr_key` is the config key to lower.
+/// (1-based), or became degenerate; `lr_key` is the config key to lower.
 pub fn diverged(loss: f64, step: u64, lr_key: &str) -> Option<String> {
-    (!loss.is_finite()).then(|| {
-        format!("diverged: the training loss is {loss} at step {step}; lower {lr_key} or use fp32")
+    if !loss.is_finite() {
+        return Some(format!(
+            "diverged: the training loss is {loss} at step {step}; lower {lr_key} or use fp32"
+        ));
+    }
+    (loss.abs() < DEGENERATE_LOSS).then(|| {
+        format!(
+            "degenerate: the training loss is {loss:e} at step {step}, which no model reaches by \
+             training: the backend computed nothing (check `envgen doctor`, or use --backend cpu)"
+        )
     })
 }
 
@@ -112,5 +126,14 @@ mod tests {
             "{why}"
         );
         assert!(diverged(f64::INFINITY, 1, "optim.lr").is_some());
+        // What a backend that computed nothing reads back.
+        for nothing in [0.0, -0.0, 1.4e-42] {
+            let why = diverged(nothing, 2, "optim.lr").unwrap();
+            assert!(
+                why.starts_with("degenerate:") && why.contains("step 2"),
+                "{why}"
+            );
+        }
+        assert_eq!(diverged(1e-6, 2, "optim.lr"), None);
     }
 }
