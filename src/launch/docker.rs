@@ -374,8 +374,13 @@ fn container_user(run_dir: &Path) -> Result<String> {
     Ok(format!("{id}:{id}"))
 }
 
-/// A container name from the run id (Docker allows [a-zA-Z0-9][a-zA-Z0-9_.-]).
+/// The container name of the run in `run_dir`: the run id (in Docker's
+/// alphabet, [a-zA-Z0-9][a-zA-Z0-9_.-]) and 8 hex digits of the directory's
+/// absolute path. Names are global on a daemon, and run ids are not: two
+/// runs of one config started in the same second under two `--out`
+/// directories (two users, two test runs) have the same id.
 pub fn container_name(run_dir: &Path) -> String {
+    use sha2::Digest as _;
     let id: String = run_dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -389,7 +394,9 @@ pub fn container_name(run_dir: &Path) -> String {
             }
         })
         .collect();
-    format!("envgen-{id}")
+    let path = std::path::absolute(run_dir).unwrap_or_else(|_| run_dir.to_path_buf());
+    let digest = sha2::Sha256::digest(path.as_os_str().as_encoded_bytes());
+    format!("envgen-{id}-{}", &hex::encode(digest)[..8])
 }
 
 #[cfg(test)]
@@ -450,10 +457,21 @@ mod tests {
     }
 
     #[test]
-    fn container_names_keep_to_dockers_alphabet() {
+    fn container_names_keep_to_dockers_alphabet_and_differ_per_directory() {
+        let name = container_name(Path::new("/runs/gpt2-tiny-20261123-0801-ab12 x"));
+        assert!(
+            name.starts_with("envgen-gpt2-tiny-20261123-0801-ab12-x-"),
+            "{name}"
+        );
         assert_eq!(
-            container_name(Path::new("/runs/gpt2-tiny-20261123-0801-ab12 x")),
-            "envgen-gpt2-tiny-20261123-0801-ab12-x"
+            name.len(),
+            "envgen-gpt2-tiny-20261123-0801-ab12-x-".len() + 8
+        );
+        let other = container_name(Path::new("/home/b/runs/gpt2-tiny-20261123-0801-ab12 x"));
+        assert_ne!(name, other);
+        assert_eq!(
+            name,
+            container_name(Path::new("/runs/gpt2-tiny-20261123-0801-ab12 x"))
         );
     }
 }

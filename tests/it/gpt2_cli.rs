@@ -540,25 +540,7 @@ fn a_diverging_run_fails_at_the_step_it_diverged() {
     let tmp = tempfile::tempdir().unwrap();
     // Finite and positive, so the config is accepted; it blows the weights up.
     let out = short_run(tmp.path(), &["--set", "optim.lr=1e30"]);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc = json_of(&out);
-    let summary = &doc["summary"];
-    assert_eq!(summary["status"], "failed", "{summary}");
-    let error = summary["metrics"]["error"].as_str().unwrap();
-    let step = summary["steps_done"].as_u64().unwrap();
-    assert!(
-        step < 24,
-        "stopped at the divergence, not the end: {summary}"
-    );
-    assert!(
-        error.contains(&format!("at step {step}")) && error.contains("optim.lr"),
-        "{error}"
-    );
+    assert_diverged(&out, 24, "optim.lr");
 }
 
 /// A model or corpus no memory can hold is refused before anything is made

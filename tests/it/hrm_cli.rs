@@ -246,25 +246,7 @@ fn a_diverging_run_fails_at_the_step_it_diverged() {
     let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let out = short_run(tmp.path(), &["--set", "train.lr=1e6"]);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc = json_of(&out);
-    let summary = &doc["summary"];
-    assert_eq!(summary["status"], "failed", "{summary}");
-    let step = summary["steps_done"].as_u64().unwrap();
-    assert!(
-        step < 16,
-        "stopped at the divergence, not the end: {summary}"
-    );
-    let error = summary["metrics"]["error"].as_str().unwrap();
-    assert!(
-        error.contains(&format!("at step {step}")) && error.contains("train.lr"),
-        "{error}"
-    );
+    let doc = assert_diverged(&out, 16, "train.lr");
     let dir = run_dir_of(&doc);
     assert!(
         !dir.join("model.safetensors").exists(),

@@ -102,18 +102,7 @@ fn assert_read_only_but_scratch(
     assert_eq!(scratch.typ, Some(bollard::models::MountType::TMPFS));
     let size = scratch.tmpfs_options.as_ref().and_then(|t| t.size_bytes);
     assert!(size.is_some_and(|n| n > 0), "{scratch:?}");
-    let write = |dir: &str| {
-        crate::common::docker_base::docker(&[
-            "exec",
-            name,
-            "/usr/local/bin/envgen",
-            "image",
-            "render",
-            "cpu",
-            "-o",
-            dir,
-        ])
-    };
+    let write = |dir: &str| write_inside(name, dir);
     // EROFS, not EACCES: the mount refuses the write before any permission check.
     let root = write("/envgen-rootfs-write");
     assert!(!root.status.success(), "{}", crate::common::text(&root));
@@ -124,6 +113,21 @@ fn assert_read_only_but_scratch(
     );
     let tmp = write("/tmp/envgen-scratch-write");
     assert!(tmp.status.success(), "{}", crate::common::text(&tmp));
+}
+
+/// Make the directory `dir` inside the live container `name` and write
+/// files into it: the image's envgen renders the cpu profile's recipes there.
+fn write_inside(name: &str, dir: &str) -> std::process::Output {
+    crate::common::docker_base::docker(&[
+        "exec",
+        name,
+        "/usr/local/bin/envgen",
+        "image",
+        "render",
+        "cpu",
+        "-o",
+        dir,
+    ])
 }
 
 /// The data directory is mounted read-only in the live container (issue
@@ -137,16 +141,7 @@ fn assert_data_read_only(name: &str, mounts: &Option<Vec<bollard::models::Mount>
         .unwrap_or_else(|| panic!("no mount of {} in {mounts:?}", data.display()));
     assert_eq!(mount.read_only, Some(true), "{mount:?}");
     let target = format!("{}/envgen-write", mount.target.as_deref().unwrap());
-    let write = crate::common::docker_base::docker(&[
-        "exec",
-        name,
-        "/usr/local/bin/envgen",
-        "image",
-        "render",
-        "cpu",
-        "-o",
-        &target,
-    ]);
+    let write = write_inside(name, &target);
     let text = crate::common::text(&write);
     assert!(
         !write.status.success() && text.contains("Read-only file system"),
@@ -182,7 +177,7 @@ fn ctrl_c_stops_and_removes_the_container_and_the_run_resumes() {
     );
     let (dir, out) = stop_after_two_steps(&args, &runs, |pid, dir| {
         // The training container as the daemon runs it (issue #21's hardening).
-        let name = format!("envgen-{}", dir.file_name().unwrap().to_string_lossy());
+        let name = envgen::launch::docker::container_name(dir);
         let container = block_on(async {
             let docker = envgen::image::daemon::connect().await.unwrap();
             docker.inspect_container(&name, None).await.unwrap()

@@ -28,7 +28,7 @@ pub fn diverged(loss: f64, step: u64, lr_key: &str) -> Option<String> {
             "diverged: the training loss is {loss} at step {step}; lower {lr_key} or use fp32"
         ));
     }
-    (loss.abs() < DEGENERATE_LOSS).then(|| {
+    (loss.abs() < DEGENERATE_LOSS && !crate::backend::computes_nothing()).then(|| {
         format!(
             "degenerate: the training loss is {loss:e} at step {step}, which no model reaches by \
              training: the backend computed nothing (check `envgen doctor`, or use --backend cpu)"

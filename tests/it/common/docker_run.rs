@@ -46,10 +46,7 @@ pub fn import_image(tag: &str, marker: &str) -> String {
 /// Containers envgen started for the run in `dir` that still exist (it must
 /// remove every one). Other tests' runs go on in parallel: filter by run.
 pub fn leftover_containers(dir: &Path) -> Vec<String> {
-    let label = format!(
-        "io.envgen.run=envgen-{}",
-        dir.file_name().unwrap().to_string_lossy()
-    );
+    let label = format!("io.envgen.run={}", container_name(dir));
     block_on(async {
         let docker = envgen::image::daemon::connect().await.unwrap();
         let options = ListContainersOptionsBuilder::default()
@@ -106,5 +103,5 @@ pub fn remove_container(name: &str) {
 
 /// The name envgen gives the container of the run in `dir`.
 pub fn container_name(dir: &Path) -> String {
-    format!("envgen-{}", dir.file_name().unwrap().to_string_lossy())
+    envgen::launch::docker::container_name(dir)
 }

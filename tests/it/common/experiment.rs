@@ -210,3 +210,29 @@ pub fn assert_too_big(out: &Output, set: &str, key: &str, runs: &Path) {
         runs.display()
     );
 }
+
+/// A run that diverged: exit 1, status `failed` before its last step
+/// (`steps` in all), the step and the config key to lower in the error.
+/// Returns the run's JSON document.
+pub fn assert_diverged(out: &Output, steps: u64, lr_key: &str) -> Value {
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = json_of(out);
+    let summary = &doc["summary"];
+    assert_eq!(summary["status"], "failed", "{summary}");
+    let step = summary["steps_done"].as_u64().unwrap();
+    assert!(
+        step < steps,
+        "stopped at the divergence, not the end: {summary}"
+    );
+    let error = summary["metrics"]["error"].as_str().unwrap();
+    assert!(
+        error.contains(&format!("at step {step}")) && error.contains(lr_key),
+        "{error}"
+    );
+    doc
+}

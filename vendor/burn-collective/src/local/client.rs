@@ -70,7 +70,13 @@ impl<B: Backend> LocalCollectiveClient<B> {
         F: FnOnce(SyncSender<Result<T, CollectiveError>>) -> Message<B>,
     {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        self.channel.send((builder)(tx)).unwrap();
+        if self.channel.send((builder)(tx)).is_err() {
+            // envgen C7: the local server is gone (its thread ended after a
+            // peer was lost): the operation fails, the caller does not panic.
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            let _ = tx.send(Err(CollectiveError::LocalServerMissing));
+            return PendingCollectiveOperation { rx };
+        }
         PendingCollectiveOperation { rx }
     }
 

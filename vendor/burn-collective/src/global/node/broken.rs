@@ -117,3 +117,15 @@ fn a_lost_orchestrator_ends_the_response_loop_without_a_panic() {
         super::worker::GlobalClientWorker::<BrokenClient>::response_loop_for_test(BrokenChannel),
     );
 }
+
+/// A peer killed while it synced (a barrier): its connection resets, and
+/// the sync handler returns instead of panicking (C7, found by a full test
+/// run after the first C7 patch).
+#[test]
+fn a_lost_peer_is_no_panic_in_the_sync_handler() {
+    runtime().block_on(async {
+        let service =
+            super::sync::SyncService::<Broken>::new(Arc::new(tokio::sync::RwLock::new(None)));
+        service.handle_sync_connection(BrokenChannel).await;
+    });
+}

@@ -82,7 +82,7 @@ where
     };
 
     // Wait for all nodes to finish
-    sync_service.sync().await;
+    sync_service.sync().await?;
 
     Ok(res)
 }

@@ -107,7 +107,7 @@ where
     .await?;
 
     // Wait for all nodes to finish
-    sync_service.sync().await;
+    sync_service.sync().await?;
 
     // merge slices
     Ok(B::float_cat(slices, slice_dim))

@@ -8,7 +8,7 @@ use burn_communication::{CommunicationChannel, Message, Protocol, ProtocolClient
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, RwLock};
 
-use crate::{NodeId, node::base::NodeState};
+use crate::{NodeId, global::shared::GlobalCollectiveError, node::base::NodeState};
 
 /// Handles the status of sync requests from other nodes
 pub(crate) struct SyncService<P: Protocol> {
@@ -40,8 +40,9 @@ impl<P: Protocol> SyncService<P> {
         syncing_peers.push(peer);
     }
 
-    /// Sync with all peers.
-    pub async fn sync(&self) {
+    /// Sync with all peers. envgen C7: a peer that cannot be reached (it
+    /// died) is `PeerLost`, not a panic of the caller's task.
+    pub async fn sync(&self) -> Result<(), GlobalCollectiveError> {
         // we can't sync while we register
         let node_state = self.node_state.read().await;
         let node_state = node_state
@@ -55,15 +56,18 @@ impl<P: Protocol> SyncService<P> {
                 continue;
             }
 
-            let mut connection = P::Client::connect(addr.clone(), "sync")
-                .await
-                .expect("Couldn't connect to peer for sync");
+            let Some(mut connection) = P::Client::connect(addr.clone(), "sync").await else {
+                return Err(GlobalCollectiveError::PeerLost(*id));
+            };
             let msg = SyncRequest(node_state.node_id);
             let sync_bytes = rmp_serde::to_vec(&msg).unwrap();
-            connection
+            if connection
                 .send(Message::new(sync_bytes.into()))
                 .await
-                .expect("Peer closed connection unexpectedly");
+                .is_err()
+            {
+                return Err(GlobalCollectiveError::PeerLost(*id));
+            }
         }
         loop {
             // envgen patch C2: register for the notification *before*
@@ -89,7 +93,7 @@ impl<P: Protocol> SyncService<P> {
                         let pos = guard.iter().position(|p| p == id).unwrap();
                         guard.remove(pos);
                     }
-                    return;
+                    return Ok(());
                 }
             }
             // Wait for the next sync to come in
@@ -98,12 +102,24 @@ impl<P: Protocol> SyncService<P> {
     }
 
     pub async fn handle_sync_connection<C: CommunicationChannel>(&self, mut channel: C) {
-        let msg = channel.recv().await.unwrap();
-        let Some(msg) = msg else {
-            return;
+        // envgen C7: a peer killed while it synced resets the connection;
+        // that ends this connection, not the task (the barrier's caller
+        // times out, C3). Same for a message that is not a sync request.
+        let msg = match channel.recv().await {
+            Ok(Some(msg)) => msg,
+            Ok(None) => return,
+            Err(err) => {
+                log::warn!("sync connection from a peer failed: {err:?}");
+                return;
+            }
         };
-
-        let msg = rmp_serde::from_slice::<SyncRequest>(&msg.data).unwrap();
+        let msg = match rmp_serde::from_slice::<SyncRequest>(&msg.data) {
+            Ok(msg) => msg,
+            Err(err) => {
+                log::warn!("a peer sent a sync message that is not one: {err}");
+                return;
+            }
+        };
 
         self.add_syncing_peer(msg.0);
 
