@@ -7,6 +7,7 @@ use std::process::Output;
 use serde_json::Value;
 
 use crate::common::experiment::*;
+use crate::common::run::resume_stopping_after;
 use crate::common::{envgen, json_of, read_json, run_dir_of, run_ok, turn};
 
 /// A short tiny run: 24 steps, checkpoint every 8 (enough to test mechanics).
@@ -442,20 +443,7 @@ fn a_run_being_trained_cannot_be_resumed_beside_it() {
         crate::common::run::send_signal(pid, "INT");
     });
     assert_exit_130(&first);
-    let resumed = envgen()
-        .args([
-            "run",
-            "gpt2",
-            "--backend",
-            "cpu",
-            "--json",
-            "--stop-after",
-            "1",
-        ])
-        .arg("--resume")
-        .arg(&dir)
-        .output()
-        .unwrap();
+    let resumed = resume_stopping_after(&dir, 1);
     assert_exit_130(&resumed);
 }
 
@@ -508,20 +496,7 @@ fn a_restart_from_step_0_logs_each_step_once() {
         logged_steps(&dir).len() >= 2,
         "the killed attempt logged steps"
     );
-    let out = envgen()
-        .args([
-            "run",
-            "gpt2",
-            "--backend",
-            "cpu",
-            "--json",
-            "--stop-after",
-            "3",
-        ])
-        .arg("--resume")
-        .arg(&dir)
-        .output()
-        .unwrap();
+    let out = resume_stopping_after(&dir, 3);
     crate::common::run::assert_exit_130(&out);
     let steps = logged_steps(&dir);
     assert!(

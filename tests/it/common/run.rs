@@ -107,6 +107,18 @@ pub fn minimal_rootfs(root: &Path) {
     }
 }
 
+/// `envgen run gpt2 --backend cpu --json --stop-after STEP --resume DIR`:
+/// resume the CPU gpt2 run in `dir` and stop it (exit 130) after `step`.
+pub fn resume_stopping_after(dir: &Path, step: u64) -> Output {
+    envgen()
+        .args(["run", "gpt2", "--backend", "cpu", "--json", "--stop-after"])
+        .arg(step.to_string())
+        .arg("--resume")
+        .arg(dir)
+        .output()
+        .expect("spawn envgen")
+}
+
 /// The run in `dir` (of `steps` steps) ended interrupted with a checkpoint
 /// (a hard kill may land between a step's metrics line and its checkpoint,
 /// so at least step 1), and resumes from it: two more steps natively.
@@ -115,20 +127,7 @@ pub fn assert_interrupted_then_resume(dir: &Path, steps: u64) {
     assert_eq!(summary["status"], "interrupted", "{summary}");
     let done = summary["steps_done"].as_u64().unwrap();
     assert!((1..steps).contains(&done), "{summary}");
-    let resumed = envgen()
-        .args([
-            "run",
-            "gpt2",
-            "--backend",
-            "cpu",
-            "--json",
-            "--stop-after",
-            &(done + 2).to_string(),
-            "--resume",
-            dir.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
+    let resumed = resume_stopping_after(dir, done + 2);
     assert_eq!(resumed.status.code(), Some(130), "{resumed:?}");
     let resumed = json_of(&resumed);
     assert_eq!(resumed["summary"]["steps_done"], done + 2);
