@@ -6,7 +6,7 @@
 //! each alternative is conditions separated by commas, AND-ed; a condition is
 //! `property operator value` with properties `cuda`, `driver`, `arch` (versions)
 //! and `brand` (a name), operators `= != < <= > >=`. No crate parses this DSL,
-//! so it is written here (small, and fuzzed by proptest in tests/it/verdicts/).
+//! so it is written here (small, and fuzzed by proptest in compat/verdict/tests/).
 
 use std::fmt;
 
@@ -276,5 +276,53 @@ mod tests {
             assert!(RequireRule::parse(bad).is_err(), "{bad:?} should not parse");
         }
         assert!(RequireRule::parse("arch>=7.5 cuda!=12.0").is_ok());
+        // A brand is a name, not a version: only its operator and value
+        // guard it.
+        for bad in ["brand==tesla", "brand=", "brand=!tesla"] {
+            assert!(RequireRule::parse(bad).is_err(), "{bad:?} should not parse");
+        }
+    }
+
+    /// The error says what is wrong and where, for `doctor`'s message.
+    #[test]
+    fn parse_errors_name_the_condition() {
+        let err = RequireRule::parse("cuda>=12.0 gpu>=1").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown property `gpu` in `gpu>=1` (expected cuda, driver, arch or brand)"
+        );
+    }
+
+    #[test]
+    fn brand_not_equal_excludes_that_brand() {
+        let rule = RequireRule::parse("cuda>=12.0,brand!=geforce").unwrap();
+        assert_eq!(
+            rule.evaluate(&facts("12.8", "570.124.06", &["tesla"])),
+            Outcome::Satisfied
+        );
+        assert_eq!(
+            rule.evaluate(&facts("12.8", "570.124.06", &["GeForce"])),
+            Outcome::Unsatisfied {
+                first_failed: "brand!=geforce".into(),
+                alternatives: 1
+            }
+        );
+    }
+
+    /// The NVML brands per class, as docs/doctor.md lists them.
+    #[test]
+    fn brands_follow_the_gpu_class() {
+        use crate::host::GpuClass;
+        assert_eq!(brands_for_class(Some(GpuClass::Datacenter)), ["tesla"]);
+        assert_eq!(
+            brands_for_class(Some(GpuClass::Workstation)),
+            ["quadro", "quadrortx", "nvidiartx", "nvidia"]
+        );
+        assert_eq!(
+            brands_for_class(Some(GpuClass::Consumer)),
+            ["geforce", "geforcertx", "titan", "titanrtx"]
+        );
+        assert_eq!(brands_for_class(Some(GpuClass::Embedded)), ["unknown"]);
+        assert_eq!(brands_for_class(None), ["unknown"]);
     }
 }

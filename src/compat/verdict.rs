@@ -583,6 +583,9 @@ fn check_image(
     reasons
 }
 
+#[cfg(test)]
+mod tests;
+
 /// A verdict on GPU 0 with one reason `code`, for tests of its readers.
 #[cfg(test)]
 pub(crate) fn example(image: &str, status: VerdictStatus, code: &str) -> Verdict {

@@ -36,4 +36,3 @@ mod runs_cli;
 mod slurm;
 mod sudoku_cli;
 mod tune_cli;
-mod verdicts;

@@ -5,11 +5,11 @@
 //! Facts: env/cuda.toml (`[[architecture]]`, Table 3) and env/images.toml
 //! (`[ngc_runtime]`), each row with its source.
 
-use envgen::compat::version::Version;
-use envgen::compat::{
+use crate::compat::version::Version;
+use crate::compat::{
     evaluate, CheckRequest, HardwarePrecision, ImageFacts, Verdict, VerdictStatus,
 };
-use envgen::host::{Gpu, GpuClass, Host, HostSource};
+use crate::host::{Gpu, GpuClass, Host, HostSource};
 
 use super::{catalog, expect, host, kb, local_image, only_verdict};
 

@@ -1,10 +1,10 @@
 //! Verdict table: host × image / PyTorch wheel / precision → expected status
 //! and reason codes. Each case cites the fact (recorded with its source in env/*.toml) that makes the expectation true.
 
-use envgen::compat::{
+use crate::compat::{
     evaluate, CheckRequest, HardwarePrecision, ImageFacts, KnowledgeBase, Verdict, VerdictStatus,
 };
-use envgen::host::{Gpu, Host, HostSource};
+use crate::host::{Gpu, Host, HostSource};
 use proptest::prelude::*;
 
 // Issue #27's cases at the edges, with the helpers below.
@@ -867,13 +867,13 @@ fn whole_catalog_for_one_gpu_is_fast_and_well_formed() {
 proptest! {
     #[test]
     fn require_cuda_parser_never_panics(text in ".{0,200}") {
-        let _ = envgen::compat::require::RequireRule::parse(&text);
+        let _ = crate::compat::require::RequireRule::parse(&text);
     }
 
     #[test]
     fn require_cuda_like_strings_never_panic(text in "[a-z]{0,7}(<=|>=|!=|=|<|>)?[0-9.a-z]{0,8}([ ,][a-z]{0,7}(<=|>=|=|<)?[0-9.]{0,6}){0,6}") {
-        if let Ok(rule) = envgen::compat::require::RequireRule::parse(&text) {
-            let facts = envgen::compat::require::RuntimeFacts { cuda: None, driver: None, arch: None, brands: &["tesla"] };
+        if let Ok(rule) = crate::compat::require::RequireRule::parse(&text) {
+            let facts = crate::compat::require::RuntimeFacts { cuda: None, driver: None, arch: None, brands: &["tesla"] };
             let _ = rule.evaluate(&facts);
         }
     }
@@ -892,7 +892,7 @@ proptest! {
 /// the GPU or driver (containers/profiles/cpu.toml: debian:bookworm-slim + envgen).
 #[test]
 fn envgen_cpu_profile_is_ok_on_any_gpu_host() {
-    let facts = envgen::image::profile_facts("cpu").expect("containers/profiles/cpu.toml");
+    let facts = crate::image::profile_facts("cpu").expect("containers/profiles/cpu.toml");
     let verdict = image_verdict("RTX 5070 Ti", "535.261.03", facts);
     expect(&verdict, VerdictStatus::Ok, &["cpu-only"]);
 }
