@@ -15,9 +15,13 @@
 //! on the loss) leaves room for a different autotuned kernel while still
 //! catching any layout or dtype bug, which shows up as O(1) differences.
 //! gpt2 also takes one AdamW step on each backend (the optimizer's kernels
-//! run on wgpu too) and must land on the same weights.
+//! run on wgpu too) and must land on the same weights, and its attention
+//! must have run through burn-cubecl's autotuned attention kernels (the
+//! autotune cache, fresh for this process, says so).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use burn::backend::wgpu::WgpuDevice;
 use burn::backend::{Autodiff, Flex, Wgpu};
@@ -41,9 +45,44 @@ use envgen_experiments::hrm::model::HrmModel;
 type Cpu = Autodiff<Flex>;
 type Gpu = Autodiff<Wgpu>;
 
+/// Where CubeCL keeps this process's autotune results: a fresh directory,
+/// set before the first kernel runs, so what it holds afterwards says which
+/// kernel families this process tuned (the attention check below).
+fn autotune_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        use cubecl_runtime::config::{cache::CacheConfig, CubeClRuntimeConfig, RuntimeConfig};
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("lavapipe-autotune-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut storage = CubeClRuntimeConfig::storage().lock();
+        assert!(storage.is_none(), "CubeCL was configured before this test could");
+        let mut config = CubeClRuntimeConfig::default().override_from_env();
+        config.autotune.cache = CacheConfig::File(dir.clone());
+        *storage = Some(std::sync::Arc::new(config));
+        dir
+    })
+}
+
+/// The names of the files under `dir`, recursively.
+fn file_names(dir: &Path) -> Vec<String> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            names.extend(file_names(&path));
+        } else {
+            names.push(entry.file_name().to_string_lossy().into_owned());
+        }
+    }
+    names
+}
+
 /// The wgpu device, or `None` with the reason printed when this machine has
 /// no Vulkan driver and the test command did not promise one.
 fn gpu_device() -> Option<WgpuDevice> {
+    autotune_dir();
     let device = WgpuDevice::DefaultDevice;
     let probe = catch_unwind(AssertUnwindSafe(|| {
         let t = Tensor::<Wgpu, 1>::from_floats([1.0, 2.0], &device);
@@ -250,6 +289,14 @@ fn a_tiny_gpt2_step_on_cubecl_matches_the_cpu() {
             cpu_grad_values.clone(),
             grads_of::<Gpu, _>(&gpu_model, &gpu_grads),
         ),
+    );
+    // Attention went through burn-cubecl's own attention kernels (the
+    // flash-attention family, picked by autotune), not a matmul-softmax
+    // composition: only those leave attention autotune results.
+    let tuned = file_names(autotune_dir());
+    assert!(
+        tuned.iter().any(|name| name.contains("attention")),
+        "no attention kernel was tuned on wgpu; CubeCL tuned: {tuned:?}"
     );
     // And the optimizer's update, on each backend's own gradients.
     let lr = 1e-3;
