@@ -57,7 +57,10 @@ fn autotune_dir() -> &'static Path {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let mut storage = CubeClRuntimeConfig::storage().lock();
-        assert!(storage.is_none(), "CubeCL was configured before this test could");
+        assert!(
+            storage.is_none(),
+            "CubeCL was configured before this test could"
+        );
         let mut config = CubeClRuntimeConfig::default().override_from_env();
         config.autotune.cache = CacheConfig::File(dir.clone());
         *storage = Some(std::sync::Arc::new(config));
