@@ -395,6 +395,27 @@ mod tests {
         assert!(all.contains("a:1"), "{all}");
     }
 
+    /// What was not probed says "unknown"; an assumed host has no
+    /// toolkit or runtimes to report, so those lines are left out.
+    #[test]
+    fn host_summary_of_probed_and_assumed_hosts() {
+        let mut host = Host {
+            source: HostSource::NvidiaSmi,
+            gpus: vec![crate::host::Gpu {
+                name: "NVIDIA A30".into(),
+                ..Default::default()
+            }],
+            ..Host::default()
+        };
+        let probed = render_host(&host);
+        assert!(probed.contains("NVIDIA A30  CC unknown"), "{probed}");
+        assert!(probed.contains("toolkit: CUDA none"), "{probed}");
+        host.source = HostSource::Assumed;
+        let assumed = render_host(&host);
+        assert!(assumed.starts_with("Host (source: assumed"), "{assumed}");
+        assert!(!assumed.contains("toolkit:"), "{assumed}");
+    }
+
     #[test]
     fn no_gpu_catalog_view_is_one_line_with_the_way_out() {
         let verdicts = vec![

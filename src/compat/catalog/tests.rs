@@ -262,3 +262,34 @@ fn a_generated_rule_is_shaky_only_when_its_shape_is_unconfirmed() {
     assert!(shaky);
     assert!(require_cuda_rule(&[shape(vec![])], &Version::parse("13.0").unwrap()).is_none());
 }
+
+/// Each generated `nvidia/cuda` flavour keeps its own facts: cuDNN only in
+/// the cudnn flavours, and the "tag existence" doubt on every flavour but
+/// the `-cudnn-devel` tags the source lists.
+#[test]
+fn cuda_base_flavours_carry_their_own_facts() {
+    let doubts_tag = |facts: &ImageFacts| {
+        facts
+            .unconfirmed
+            .iter()
+            .any(|u| u.starts_with("tag existence"))
+    };
+    let flavour = |name: &str| {
+        kb().image(&format!("nvidia/cuda:12.8.1-{name}-ubuntu24.04"))
+            .unwrap_or_else(|| panic!("{name} flavour missing"))
+    };
+    let listed = flavour("cudnn-devel");
+    assert_eq!(listed.cudnn.as_deref(), Some("9"));
+    assert_eq!(listed.origin, "catalog");
+    assert!(!doubts_tag(&listed), "{:?}", listed.unconfirmed);
+    assert!(listed
+        .unconfirmed
+        .iter()
+        .any(|u| u == "cudnn minor version"));
+    for name in ["runtime", "devel", "cudnn-runtime"] {
+        let facts = flavour(name);
+        assert!(doubts_tag(&facts), "{name}: {:?}", facts.unconfirmed);
+        assert_eq!(facts.cudnn.is_some(), name.starts_with("cudnn"), "{name}");
+        assert_eq!(facts.origin, "catalog");
+    }
+}

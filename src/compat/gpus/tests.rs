@@ -395,6 +395,26 @@ fn assumed_host_derives_the_driver_cuda() {
         .unwrap();
     assert_eq!(host.gpus[0].class, None);
     assert_eq!(host.gpus[1].class, Some(GpuClass::Datacenter));
+    assert_eq!(host.gpus[1].name, "NVIDIA A30");
+    assert_eq!(host.gpus[1].catalog_id.as_deref(), Some("a30"));
+}
+
+/// An unknown name lists the known GPUs whose names are close, once each.
+#[test]
+fn an_unknown_gpu_name_suggests_the_close_ones() {
+    let err = kb().resolve_gpu("H10").unwrap_err();
+    let text = crate::error::render(&err);
+    println!("{text}");
+    let fix = text
+        .split("use one of: ")
+        .nth(1)
+        .expect("a list of choices");
+    let choices: Vec<&str> = fix.split(';').next().unwrap().split(", ").collect();
+    assert!(choices.contains(&"h100"), "{text}");
+    assert!(!choices.contains(&"a30"), "{text}");
+    let mut unique = choices.clone();
+    unique.dedup();
+    assert_eq!(unique, choices, "{text}");
 }
 
 #[test]
