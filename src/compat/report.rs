@@ -416,6 +416,81 @@ mod tests {
         assert!(!assumed.contains("toolkit:"), "{assumed}");
     }
 
+    /// GPUs merge only when their verdicts agree: same subject, status
+    /// and reasons.
+    #[test]
+    fn requested_verdicts_keep_gpus_with_other_outcomes_apart() {
+        let mut host = Host::default();
+        for index in 0..2 {
+            host.gpus.push(crate::host::Gpu {
+                index,
+                name: format!("GPU model {index}"),
+                ..Default::default()
+            });
+        }
+        let verdicts = vec![
+            Verdict {
+                gpu_index: Some(0),
+                ..verdict("img:1", VerdictStatus::Ok, "ok")
+            },
+            Verdict {
+                gpu_index: Some(1),
+                ..verdict("img:1", VerdictStatus::Fail, "ok")
+            },
+        ];
+        let text = render_requested(&host, &verdicts);
+        assert!(text.contains("img:1 on GPU 0 (GPU model 0): ok"), "{text}");
+        assert!(
+            text.contains("img:1 on GPU 1 (GPU model 1): fail"),
+            "{text}"
+        );
+    }
+
+    /// A failure that starts and ends at one image names it once.
+    #[test]
+    fn a_family_stop_of_one_image_names_it_once() {
+        let stop = |first: &str, last: &str, count| crate::compat::summary::Boundary {
+            first: first.into(),
+            last: last.into(),
+            to_newest: false,
+            count,
+            reason: verdict("x", VerdictStatus::Fail, "driver-too-old").reasons[0].clone(),
+        };
+        let family = FamilySummary {
+            family: crate::compat::summary::Family::NvidiaCuda,
+            checked: 3,
+            newest_clean: None,
+            newest_with_caveat: None,
+            stops: vec![stop("a:1", "a:1", 1), stop("b:1", "b:2", 2)],
+        };
+        let mut out = String::new();
+        render_family(&mut out, &family);
+        assert!(out.contains("fails a:1 (1 image): driver-too-old"), "{out}");
+        assert!(out.contains("fails b:1 … b:2 (2 images)"), "{out}");
+    }
+
+    /// The table lists a failing verdict's problems, not its passed checks;
+    /// with every verdict shown there is no "not listed" line.
+    #[test]
+    fn catalog_table_lists_problem_codes_only() {
+        let host = Host {
+            gpus: vec![crate::host::Gpu::default()],
+            ..Host::default()
+        };
+        let mut failing = verdict("b:1", VerdictStatus::Fail, "driver-too-old");
+        failing.reasons.insert(
+            0,
+            verdict("b:1", VerdictStatus::Ok, "kernels-match").reasons[0].clone(),
+        );
+        let verdicts = vec![verdict("a:1", VerdictStatus::Ok, "kernels-match"), failing];
+        let text = render_catalog(&host, &verdicts, true);
+        let row = text.lines().find(|l| l.contains("b:1")).expect("b:1 row");
+        assert!(row.ends_with("driver-too-old"), "{text}");
+        let ok_row = text.lines().find(|l| l.contains("a:1")).expect("a:1 row");
+        assert!(ok_row.ends_with("kernels-match"), "{text}");
+        assert!(!text.contains("not listed"), "{text}");
+    }
+
     #[test]
     fn no_gpu_catalog_view_is_one_line_with_the_way_out() {
         let verdicts = vec![

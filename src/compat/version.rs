@@ -140,6 +140,11 @@ mod tests {
         assert_eq!(v("12.8.1").major_minor(), v("12.8"));
         assert_eq!(v("12.8"), v("12.8.0"));
         assert!(Version::parse("12.x").is_none() && Version::parse("").is_none());
+        // Nine digits a part at most: "1234567890" fits a u32 but is no
+        // version anyone writes.
+        assert!(Version::parse("123456789").is_some());
+        assert!(Version::parse("1234567890").is_none());
+        assert!(Version::parse("1.2.3.4").is_some() && Version::parse("1.2.3.4.5").is_none());
     }
 
     #[test]
@@ -154,5 +159,7 @@ mod tests {
             Some(Some('a'))
         );
         assert!(cc("sm_").is_none() && cc("1").is_none() && cc("a100").is_none());
+        assert!(cc("1000").is_none() && cc("8x").is_none() && cc("sm_9").is_none());
+        assert_eq!(cc("sm_100").as_deref(), Some("10.0"));
     }
 }

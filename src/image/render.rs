@@ -115,6 +115,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn apptainer_definition_wraps_the_archive() {
+        let containers = Containers::embedded();
+        let def = apptainer_archive_def(
+            &containers,
+            "cpu",
+            "envgen-cpu.tar",
+            "envgen-cpu.def",
+            "sha256:abc",
+        )
+        .unwrap();
+        assert!(
+            def.contains("Bootstrap: docker-archive\nFrom: envgen-cpu.tar\n"),
+            "{def}"
+        );
+        assert!(
+            def.contains("apptainer build envgen-cpu.sif envgen-cpu.def"),
+            "{def}"
+        );
+        assert!(def.contains("io.envgen.image-id sha256:abc"), "{def}");
+    }
+
+    #[test]
     fn cuda_profile_pins_packages_and_requirement() {
         let containers = Containers::embedded();
         let profile = containers.profile("cuda12.8").unwrap();

@@ -664,6 +664,22 @@ mod tests {
         Ok(true)
     }
 
+    /// Control characters, C1 ones too, reach bash as themselves: ASCII
+    /// ones as `\xNN` escapes, others as `\uNNNN` (a `\x80` would be the
+    /// raw byte, not the character).
+    #[test]
+    fn control_characters_are_escaped_by_code_point() {
+        assert_eq!(quote("a\nb"), "$'a\\x0ab'");
+        assert_eq!(quote("\u{80}"), "$'\\u0080'");
+        for word in ["tab\there", "\u{7f}", "\u{80}x", "\u{9f}", "é\n'\\"] {
+            let out = std::process::Command::new("bash")
+                .args(["-c", &format!("printf '%s' {}", quote(word))])
+                .output()
+                .unwrap();
+            assert_eq!(String::from_utf8_lossy(&out.stdout), word, "{word:?}");
+        }
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::test_runner::Config::with_cases(96))]
         /// Any string in an `#SBATCH` field, one field at a time.

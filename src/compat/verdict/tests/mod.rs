@@ -9,6 +9,7 @@ use proptest::prelude::*;
 
 // Issue #27's cases at the edges, with the helpers below.
 mod edges;
+mod messages;
 
 fn kb() -> &'static KnowledgeBase {
     KnowledgeBase::embedded()
