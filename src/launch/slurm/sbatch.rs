@@ -421,7 +421,11 @@ fn slurm_command_in(cwd: Option<&Path>, program: &str, args: &[&str]) -> Result<
 pub fn submit(script: &Path, workdir: &Path) -> Result<String> {
     let script = script.to_string_lossy();
     let out = slurm_command_in(Some(workdir), "sbatch", &["--parsable", script.as_ref()])?;
-    // `--parsable` prints "ID" or "ID;cluster".
+    job_id_of(&out)
+}
+
+/// The job ID in what `sbatch --parsable` printed: "ID" or "ID;cluster".
+fn job_id_of(out: &str) -> Result<String> {
     let id = out.trim().split(';').next().unwrap_or_default().to_owned();
     if id.is_empty() || !id.chars().all(|c| c.is_ascii_digit()) {
         return Err(UserError::environment(format!("sbatch printed no job ID: {out:?}")).into());
@@ -800,6 +804,33 @@ mod tests {
     }
 
     #[test]
+    fn sbatch_parsable_output_gives_the_job_id() {
+        assert_eq!(job_id_of("4242\n").unwrap(), "4242");
+        assert_eq!(job_id_of("4242;cluster-a\n").unwrap(), "4242");
+        for bad in ["", "\n", ";x", "42a", "Submitted batch job 42"] {
+            assert!(job_id_of(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    /// The client commands run where asked; a failure or a missing tool is
+    /// an environment error naming the command.
+    #[test]
+    fn client_commands_run_in_their_directory_and_fail_clearly() {
+        let dir = tempfile::tempdir().unwrap();
+        let here = slurm_command_in(Some(dir.path()), "pwd", &[]).unwrap();
+        assert_eq!(
+            Path::new(here.trim()).canonicalize().unwrap(),
+            dir.path().canonicalize().unwrap()
+        );
+        let err = slurm_command_in(None, "false", &["x"]).unwrap_err();
+        assert!(format!("{err:#}").contains("`false x` failed"), "{err:#}");
+        let err = slurm_command("envgen-no-such-slurm-tool", &[]).unwrap_err();
+        assert!(format!("{err:#}").contains("not found on PATH"), "{err:#}");
+        // scancel refuses a job ID that is none (or is missing: an error too).
+        assert!(cancel("not-a-job").is_err());
+    }
+
+    #[test]
     fn parses_scontrol_and_squeue_lines() {
         let show = "JobId=13 ArrayJobId=12 ArrayTaskId=1 JobName=x JobState=COMPLETED Reason=None\n\
                     JobId=12 ArrayJobId=12 ArrayTaskId=0 JobName=x JobState=FAILED Reason=NonZeroExitCode\n";
@@ -816,5 +847,18 @@ mod tests {
             tasks: vec![("1".into(), "CANCELLED".into())],
         };
         assert!(done.finished() && !done.all_completed());
+        // A job with nothing known, or with a task still going, is not over.
+        let state = |tasks: &[&str]| JobState {
+            job_id: "1".into(),
+            tasks: tasks
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (format!("1_{i}"), s.to_string()))
+                .collect(),
+        };
+        assert!(!state(&[]).finished() && !state(&[]).all_completed());
+        assert!(!state(&["COMPLETED", "RUNNING"]).finished());
+        assert!(state(&["COMPLETED", "COMPLETED"]).all_completed());
+        assert!(!state(&["COMPLETED", "FAILED"]).all_completed());
     }
 }
