@@ -96,13 +96,6 @@ impl KnowledgeBase {
         self.cuda_file().map(|cuda| &cuda.forward_compat)
     }
 
-    /// The data-center driver branches table.
-    pub fn driver_branches(&self) -> &[data::DriverBranch] {
-        self.cuda_file()
-            .map(|c| c.driver_branch.as_slice())
-            .unwrap_or_default()
-    }
-
     /// The architecture a compute capability belongs to, with the oldest
     /// driver that can drive it (`[[architecture]]` in env/cuda.toml).
     pub fn architecture(&self, cc: &Version) -> Option<&Architecture> {

@@ -279,6 +279,7 @@ fn cuda_base_flavours_carry_their_own_facts() {
             .unwrap_or_else(|| panic!("{name} flavour missing"))
     };
     let listed = flavour("cudnn-devel");
+    assert_eq!(listed.ubuntu.as_deref(), Some("24.04"));
     assert_eq!(listed.cudnn.as_deref(), Some("9"));
     assert_eq!(listed.origin, "catalog");
     assert!(!doubts_tag(&listed), "{:?}", listed.unconfirmed);
@@ -292,4 +293,16 @@ fn cuda_base_flavours_carry_their_own_facts() {
         assert_eq!(facts.cudnn.is_some(), name.starts_with("cudnn"), "{name}");
         assert_eq!(facts.origin, "catalog");
     }
+}
+
+/// An NGC row's facts reach its image: PyTorch, cuDNN, Ubuntu.
+#[test]
+fn ngc_images_keep_their_rows_facts() {
+    let image = kb()
+        .image("nvcr.io/nvidia/pytorch:24.05-py3")
+        .expect("24.05");
+    assert_eq!(image.cudnn.as_deref(), Some("9.1.0.70"));
+    assert_eq!(image.ubuntu.as_deref(), Some("22.04"));
+    assert!(image.pytorch.is_some() && image.ngc_entrypoint);
+    assert_eq!(image.origin, "catalog");
 }
