@@ -407,8 +407,24 @@ mod tests {
             }],
             ..Host::default()
         };
+        host.software.container_runtimes = vec![
+            crate::host::ContainerRuntime {
+                name: "docker".into(),
+                version: Some("27.5".into()),
+                notes: vec!["nvidia runtime".into(), "cdi".into()],
+            },
+            crate::host::ContainerRuntime {
+                name: "ch-run".into(),
+                version: None,
+                notes: Vec::new(),
+            },
+        ];
         let probed = render_host(&host);
         assert!(probed.contains("NVIDIA A30  CC unknown"), "{probed}");
+        assert!(
+            probed.contains("docker 27.5 (nvidia runtime; cdi), ch-run ?\n"),
+            "{probed}"
+        );
         assert!(probed.contains("toolkit: CUDA none"), "{probed}");
         host.source = HostSource::Assumed;
         let assumed = render_host(&host);
@@ -442,6 +458,63 @@ mod tests {
         assert!(text.contains("img:1 on GPU 0 (GPU model 0): ok"), "{text}");
         assert!(
             text.contains("img:1 on GPU 1 (GPU model 1): fail"),
+            "{text}"
+        );
+        // Same status, other reasons: still apart.
+        let verdicts = vec![
+            Verdict {
+                gpu_index: Some(0),
+                ..verdict("img:1", VerdictStatus::Fail, "driver-too-old")
+            },
+            Verdict {
+                gpu_index: Some(1),
+                ..verdict("img:1", VerdictStatus::Fail, "no-kernel-image")
+            },
+        ];
+        let text = render_requested(&host, &verdicts);
+        assert!(
+            text.contains("img:1 on GPU 0 (GPU model 0): fail"),
+            "{text}"
+        );
+        assert!(
+            text.contains("img:1 on GPU 1 (GPU model 1): fail"),
+            "{text}"
+        );
+    }
+
+    /// Each GPU group of the summary is named by its own GPUs.
+    #[test]
+    fn summary_names_each_groups_own_gpus() {
+        let mut host = Host {
+            driver_version: Some("570.124.06".into()),
+            ..Host::default()
+        };
+        for (index, name) in ["Alpha", "Beta"].into_iter().enumerate() {
+            host.gpus.push(crate::host::Gpu {
+                index: index as u32,
+                name: name.into(),
+                compute_capability: Some("8.0".into()),
+                ..Default::default()
+            });
+        }
+        let image = "nvcr.io/nvidia/pytorch:25.01-py3";
+        let verdicts = vec![
+            Verdict {
+                gpu_index: Some(0),
+                ..verdict(image, VerdictStatus::Ok, "ok")
+            },
+            Verdict {
+                gpu_index: Some(1),
+                ..verdict(image, VerdictStatus::Fail, "driver-too-old")
+            },
+        ];
+        let text = render_summary(&host, &verdicts);
+        assert!(
+            text.contains("GPU 0 (Alpha, CC 8.0) on driver 570.124.06:"),
+            "{text}"
+        );
+        assert!(
+            text.contains("GPU 1 (Beta, CC 8.0) on driver 570.124.06:"),
             "{text}"
         );
     }

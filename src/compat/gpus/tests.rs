@@ -412,6 +412,10 @@ fn an_unknown_gpu_name_suggests_the_close_ones() {
     let choices: Vec<&str> = fix.split(';').next().unwrap().split(", ").collect();
     assert!(choices.contains(&"h100"), "{text}");
     assert!(!choices.contains(&"a30"), "{text}");
+    // A typed name that contains a known one suggests it.
+    let err = kb().resolve_gpu("A30X").unwrap_err();
+    let text = crate::error::render(&err);
+    assert!(text.contains("use one of: a30"), "{text}");
     let mut unique = choices.clone();
     unique.dedup();
     assert_eq!(unique, choices, "{text}");
