@@ -794,6 +794,20 @@ fn no_gpu_host_warns_once_per_subject() {
         expect(v, VerdictStatus::Warn, &["no-gpu"]);
         assert_eq!(v.gpu_index, None);
     }
+    // Without a GPU an image envgen knows nothing about says so too; its
+    // own CPU image does not.
+    let unknown = only_verdict(
+        &host,
+        CheckRequest::only_images(vec![local_image("mine:1", None, None)]),
+    );
+    expect(&unknown, VerdictStatus::Warn, &["no-gpu", "unknown-image"]);
+    let cpu = ImageFacts {
+        reference: "envgen-cpu:1".into(),
+        origin: "profile".into(),
+        ..ImageFacts::default()
+    };
+    let cpu = only_verdict(&host, CheckRequest::only_images(vec![cpu]));
+    expect(&cpu, VerdictStatus::Ok, &["no-gpu"]);
 }
 
 #[test]
