@@ -110,5 +110,12 @@ mod tests {
             "{text}"
         );
         assert_eq!(crate::error::exit_code_of(&err), 2);
+        assert!(
+            text.contains("is not a PyTorch wheel build envgen knows"),
+            "{text}"
+        );
+        // A bare release is a different mistake, said differently.
+        let text = crate::error::render(&kb.wheel("2.6.0").unwrap_err());
+        assert!(text.contains("but not its CUDA variant"), "{text}");
     }
 }
