@@ -803,6 +803,22 @@ mod tests {
         check_job_dir(Path::new("/runs/a b'$(x)\n\t")).unwrap();
     }
 
+    /// The written script names itself, quoted, for re-submission.
+    #[test]
+    fn a_written_script_names_its_own_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("job dir").join("job.sbatch");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        write_script(&spec(), &path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with("#!/bin/bash"), "{text}");
+        assert!(text.contains(&quote_path(&path)), "{text}");
+        assert_eq!(
+            text,
+            render_with_path(&spec(), &path.display().to_string()).unwrap()
+        );
+    }
+
     #[test]
     fn sbatch_parsable_output_gives_the_job_id() {
         assert_eq!(job_id_of("4242\n").unwrap(), "4242");
