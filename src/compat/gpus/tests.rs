@@ -351,6 +351,17 @@ fn a_family_merges_only_rows_that_agree_and_shows_a_memory_range() {
             "memory unknown"
         ]
     );
+    // Variants that agree on memory give a plain figure.
+    let ada = kb.lookup_gpu("RTX 4000 Ada").unwrap();
+    assert_eq!((ada.memory_mib, ada.memory_range_mib), (Some(20480), None));
+    // A probed name that is a row's own keeps that row.
+    let mut sff = Host::default();
+    sff.gpus.push(Gpu {
+        name: "NVIDIA RTX 4000 SFF Ada Generation".into(),
+        ..Gpu::default()
+    });
+    kb.enrich(&mut sff);
+    assert_eq!(sff.gpus[0].catalog_id.as_deref(), Some("rtx-4000-sff-ada"));
     // A probed GPU keeps its exact row, not its family.
     let mut probed = Host::default();
     probed.gpus.push(Gpu {
@@ -396,6 +407,7 @@ fn assumed_host_derives_the_driver_cuda() {
     assert_eq!(host.gpus[0].class, None);
     assert_eq!(host.gpus[1].class, Some(GpuClass::Datacenter));
     assert_eq!(host.gpus[1].name, "NVIDIA A30");
+    assert_eq!(host.source, HostSource::Assumed);
     assert_eq!(host.gpus[1].catalog_id.as_deref(), Some("a30"));
 }
 
@@ -404,7 +416,6 @@ fn assumed_host_derives_the_driver_cuda() {
 fn an_unknown_gpu_name_suggests_the_close_ones() {
     let err = kb().resolve_gpu("H10").unwrap_err();
     let text = crate::error::render(&err);
-    println!("{text}");
     let fix = text
         .split("use one of: ")
         .nth(1)

@@ -31,7 +31,6 @@ fn volta_runs_up_to_cuda_12_9_inclusive() {
         built("mine:13.0", "13.0.0", &[], &[], false),
     );
     let dropped = message_of(&v, "arch-dropped");
-    println!("{}", dropped.message);
     assert!(
         dropped.message.contains("CUDA 13.0 dropped GPU 0 ("),
         "{}",
@@ -55,7 +54,6 @@ fn missing_kernels_are_listed() {
         built("mine:hopper", "12.8.1", &["8.0", "9.0"], &[], false),
     );
     let reason = message_of(&v, "no-kernel-image");
-    println!("{}", reason.message);
     assert!(
         reason.message.starts_with(
             "mine:hopper has kernels for sm_80, sm_90 (PTX: none), none of which runs on GPU 0 ("
