@@ -393,6 +393,10 @@ mod tests {
 
         let all = render_catalog(&host, &verdicts, true);
         assert!(all.contains("a:1"), "{all}");
+        assert_eq!(all.matches("REASONS").count(), 1, "{all}");
+        // Nothing to list (every verdict ok, not asked for all): no header.
+        let quiet = render_catalog(&host, &verdicts[..1], false);
+        assert!(!quiet.contains("REASONS"), "{quiet}");
     }
 
     /// What was not probed says "unknown"; an assumed host has no

@@ -295,7 +295,12 @@ mod tests {
         assert!(cuda("12.8.1-runtime-ubuntu22.04") < cuda("12.8.1-runtime-ubuntu24.04"));
         assert!(cuda("12.8.1-cudnn-devel-ubuntu24.04") < cuda("12.8.1-runtime-ubuntu24.04"));
         assert!(cuda("12.8.1-devel-ubuntu24.04") < cuda("12.8.1-runtime-ubuntu24.04"));
+        // Of one version: runtime, devel, cudnn-runtime, cudnn-devel.
+        assert!(cuda("12.8.1-cudnn-runtime-ubuntu24.04") < cuda("12.8.1-devel-ubuntu24.04"));
+        assert!(cuda("12.8.1-cudnn-devel-ubuntu24.04") < cuda("12.8.1-cudnn-runtime-ubuntu24.04"));
         assert_eq!(Family::of("debian:bookworm-slim"), None);
+        assert_eq!(Family::NgcPytorch.label(), "NGC PyTorch");
+        assert_eq!(Family::NvidiaCuda.label(), "nvidia/cuda");
     }
 
     #[test]
