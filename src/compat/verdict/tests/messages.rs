@@ -100,3 +100,17 @@ fn the_runtime_refusal_joins_the_driver_reason() {
         "{v:#?}"
     );
 }
+
+/// An image known only by its NVIDIA_REQUIRE_CUDA (no CUDA version) is
+/// checked against the runtime gate and still flagged: its driver needs
+/// were not checked.
+#[test]
+fn an_image_without_a_cuda_version_is_flagged() {
+    let v = image_verdict(
+        "A30",
+        "570.124.06",
+        local_image("mine:2", None, Some("cuda>=12.0")),
+    );
+    assert!(v.codes().contains(&"unknown-image"), "{v:#?}");
+    assert_ne!(v.status, VerdictStatus::Ok, "{v:#?}");
+}
