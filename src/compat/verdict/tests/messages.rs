@@ -114,3 +114,23 @@ fn an_image_without_a_cuda_version_is_flagged() {
     assert!(v.codes().contains(&"unknown-image"), "{v:#?}");
     assert_ne!(v.status, VerdictStatus::Ok, "{v:#?}");
 }
+
+/// A driver known only by its CUDA (no version) drives a GPU whose first
+/// CUDA is that same release.
+#[test]
+fn a_driver_for_the_gpus_first_cuda_drives_it() {
+    let mut blackwell = host("RTX 5070 Ti", "570.124.06");
+    blackwell.driver_version = None;
+    blackwell.cuda_driver_version = Some("12.8".into());
+    let v = one(
+        &blackwell,
+        CheckRequest::only_images(vec![built("mine:12.8", "12.8.1", &["12.0"], &[], false)]),
+    );
+    assert!(!v.codes().contains(&"driver-predates-gpu"), "{v:#?}");
+    blackwell.cuda_driver_version = Some("12.6".into());
+    let v = one(
+        &blackwell,
+        CheckRequest::only_images(vec![built("mine:12.8", "12.8.1", &["12.0"], &[], false)]),
+    );
+    assert!(v.codes().contains(&"driver-predates-gpu"), "{v:#?}");
+}
