@@ -761,6 +761,14 @@ mod tests {
             let err = check_directive(flag, bad).unwrap_err();
             assert_eq!(crate::error::exit_code_of(&err), 2, "{flag} {bad:?}");
             assert!(format!("{err:#}").contains(flag));
+            // The fix shows a value of that flag's own kind.
+            let example = match flag {
+                "--time" => "e.g. --time 01:30:00",
+                "--mem" => "e.g. --mem 32G",
+                _ => "a Slurm name: letters, digits",
+            };
+            let text = crate::error::render(&err);
+            assert!(text.contains(example), "{text}");
         }
         // The renderer refuses them too, whatever built the spec.
         let mut spec = spec();
