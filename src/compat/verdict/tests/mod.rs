@@ -902,12 +902,3 @@ proptest! {
         let _ = kb().assumed_host(std::slice::from_ref(&text), Some(&text));
     }
 }
-
-/// envgen's `cpu` profile has no CUDA at all: it runs on any host, whatever
-/// the GPU or driver (containers/profiles/cpu.toml: debian:bookworm-slim + envgen).
-#[test]
-fn envgen_cpu_profile_is_ok_on_any_gpu_host() {
-    let facts = crate::image::profile_facts("cpu").expect("containers/profiles/cpu.toml");
-    let verdict = image_verdict("RTX 5070 Ti", "535.261.03", facts);
-    expect(&verdict, VerdictStatus::Ok, &["cpu-only"]);
-}
