@@ -9,6 +9,8 @@
 #     SHARD  k/n: mutant i runs in shard i mod n (default: all of them)
 #   BUDGET=SECONDS (default 3600): stop after that long; rerun with
 #   `-- --iterate` to go on where it stopped (caught mutants are skipped).
+#   Give --iterate without SHARD: cargo-mutants shards what is left after
+#   skipping, so `k/n -- --iterate` picks a different set of mutants.
 #
 # It never edits your checkout: the mutants are applied in a git worktree
 # of HEAD at $WORK (default ../envgen-mutants), whose target/ starts as a
