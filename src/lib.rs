@@ -11,6 +11,7 @@ pub mod host;
 pub mod image;
 pub mod launch;
 pub mod logging;
+pub mod output;
 pub mod probe;
 pub mod profiles;
 pub mod runs;

@@ -1,5 +1,7 @@
 //! `envgen`: parse the command line, run it, map the outcome to an exit code.
 
+use std::io::Write;
+
 use clap::Parser;
 
 fn main() {
@@ -9,7 +11,8 @@ fn main() {
     let code = match envgen::cli::dispatch(cli) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {}", envgen::error::render(&err));
+            // Best effort: a closed stderr must not turn an error into a panic.
+            let _ = writeln!(std::io::stderr(), "error: {}", envgen::error::render(&err));
             envgen::error::exit_code_of(&err)
         }
     };

@@ -52,6 +52,8 @@ pub trait Experiment: Sync {
     /// Bundled presets: (name, TOML text). The first is not necessarily the default.
     fn presets(&self) -> &'static [(&'static str, &'static str)];
     fn default_preset(&self) -> &'static str;
+    /// See [`ExperimentInfo::headline_metric`].
+    fn headline_metric(&self) -> &'static str;
     /// Parse and validate a config text (from `origin`: a file name or
     /// `preset NAME`) with overrides. Errors are [`UserError`]s (exit 2).
     fn resolve(
@@ -82,6 +84,9 @@ pub struct ExperimentInfo {
     pub description: &'static str,
     pub presets: &'static [(&'static str, &'static str)],
     pub default_preset: &'static str,
+    /// The `summary.json` metric that says how a run went, in one number
+    /// (`runs list`'s "final metric" column).
+    pub headline_metric: &'static str,
 }
 
 /// An experiment with a typed science config. Everything that only moves
@@ -123,6 +128,9 @@ impl<T: TypedExperiment> Experiment for T {
     }
     fn default_preset(&self) -> &'static str {
         T::INFO.default_preset
+    }
+    fn headline_metric(&self) -> &'static str {
+        T::INFO.headline_metric
     }
     fn resolve(
         &self,

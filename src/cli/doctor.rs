@@ -120,7 +120,7 @@ pub fn execute(args: Args) -> Result<i32> {
             catalog: catalog.as_deref(),
             cuda_backend: cuda_backend.clone(),
         };
-        write_stdout(&format!("{}\n", serde_json::to_string_pretty(&document)?))?;
+        crate::output::outln!("{}", serde_json::to_string_pretty(&document)?);
     } else {
         let mut text = render_host(&host);
         if args.asks_something() {
@@ -137,22 +137,9 @@ pub fn execute(args: Args) -> Result<i32> {
         if let Some(backend) = cuda_backend.as_ref().filter(|_| !host.gpus.is_empty()) {
             text += &backend.render();
         }
-        write_stdout(&text)?;
+        crate::output::out!("{text}");
     }
     Ok(exit_code(&args, &host, &verdicts))
-}
-
-/// Print to stdout; a closed pipe (`envgen doctor | head`) is not an error.
-fn write_stdout(text: &str) -> Result<()> {
-    use std::io::Write;
-    let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
-        Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => Err(err.into()),
-        _ => Ok(()),
-    }
 }
 
 /// 1 only when something the user asked for by name fails on a GPU that

@@ -64,10 +64,10 @@ pub fn execute(args: Args) -> Result<i32> {
         args.checkpoint.display().to_string().into(),
     );
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&metrics)?);
+        crate::output::outln!("{}", serde_json::to_string_pretty(&metrics)?);
     } else {
         for (key, value) in &metrics {
-            println!("{key:<20} {value}");
+            crate::output::outln!("{key:<20} {value}");
         }
     }
     Ok(0)

@@ -49,14 +49,14 @@ fn list(as_json: bool) -> Result<i32> {
         })
         .collect();
     if as_json {
-        println!(
+        crate::output::outln!(
             "{}",
             serde_json::to_string_pretty(&json!({ "experiments": experiments }))?
         );
     } else {
         for e in registry::all() {
             let presets: Vec<&str> = e.presets().iter().map(|(n, _)| *n).collect();
-            println!(
+            crate::output::outln!(
                 "{:<11} presets: {} (default {}) — {}",
                 e.name(),
                 presets.join(", "),
@@ -88,21 +88,21 @@ fn describe(
         "hardware": loaded.hardware,
     });
     if as_json {
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        crate::output::outln!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
-        println!(
+        crate::output::outln!(
             "# {} preset {}",
             experiment.name(),
             loaded.preset.as_deref().unwrap_or("-")
         );
-        println!(
+        crate::output::outln!(
             "# config_hash {}",
             doc["config_hash"].as_str().unwrap_or("")
         );
         if let Some(n) = loaded.parameters {
-            println!("# parameters {n}");
+            crate::output::outln!("# parameters {n}");
         }
-        print!("{}", loaded.canonical_toml()?);
+        crate::output::out!("{}", loaded.canonical_toml()?);
     }
     Ok(0)
 }

@@ -28,7 +28,7 @@ pub fn execute(cmd: Command) -> Result<i32> {
             let model = hf::load(config.model.init::<Cpu>(&device), &eval::run_weights(&run)?)?;
             let out = out.unwrap_or_else(|| run.join("hf"));
             hf::save_pretrained(&model, &config.model, &out)?;
-            println!("{}", out.display());
+            crate::output::outln!("{}", out.display());
             Ok(0)
         }
     }

@@ -166,7 +166,7 @@ pub fn execute(cmd: Command) -> Result<i32> {
                 if let Some(digest) = &outcome.repo_digest {
                     eprintln!("pushed {digest}");
                 }
-                println!("{}", outcome.image_id);
+                crate::output::outln!("{}", outcome.image_id);
             }
             Ok(0)
         }
@@ -213,7 +213,7 @@ pub fn execute(cmd: Command) -> Result<i32> {
                 format,
             ))?;
             for path in &exported.paths {
-                println!("{}", path.display());
+                crate::output::outln!("{}", path.display());
             }
             eprintln!("next: {}", exported.next);
             Ok(0)
@@ -243,10 +243,10 @@ fn list(containers: &Containers, json: bool) -> Result<i32> {
         })
         .collect();
     if json {
-        println!("{}", serde_json::Value::Array(rows));
+        crate::output::outln!("{}", serde_json::Value::Array(rows));
     } else {
         for row in rows {
-            println!(
+            crate::output::outln!(
                 "{:<20} {:<45} digest: {}",
                 row["name"].as_str().unwrap_or(""),
                 row["base"].as_str().unwrap_or(""),
@@ -289,12 +289,12 @@ fn render_cmd(
                 std::fs::write(&path, text).map_err(|e| {
                     anyhow::Error::new(e).context(format!("writing {}", path.display()))
                 })?;
-                println!("{}", dir.join(file).display());
+                crate::output::outln!("{}", dir.join(file).display());
             }
         }
         None => {
             for (file, text) in &files {
-                println!("# ===== {file} =====\n{text}");
+                crate::output::outln!("# ===== {file} =====\n{text}");
             }
         }
     }
@@ -382,7 +382,7 @@ fn lock_cmd(containers: &Containers, profile: Option<&str>, base: Option<String>
         lockfile.profiles.insert(profile.name.clone(), entry);
     }
     lockfile.write(&path)?;
-    println!("{}", path.display());
+    crate::output::outln!("{}", path.display());
     Ok(0)
 }
 
@@ -461,24 +461,26 @@ fn check_remote_cmd(containers: &Containers, profile: Option<&str>) -> Result<i3
     for ((name, entry), now) in locked.iter().zip(registry_digests(&bases)) {
         match now {
             Ok(digest) if digest == entry.digest => {
-                println!("ok: {name}: {} is {digest} at the registry", entry.base)
+                crate::output::outln!("ok: {name}: {} is {digest} at the registry", entry.base)
             }
             Ok(digest) => {
                 drift += 1;
-                println!(
+                crate::output::outln!(
                     "drift: {name}: digest — locked {} ({:?}), registry now {digest} (base {}: the tag moved, or the cited record was wrong)",
                     entry.digest, entry.digest_source, entry.base
                 );
             }
-            Err(reason) => println!(
+            Err(reason) => crate::output::outln!(
                 "note: {name}: {} locked at {} ({:?}), not re-checked: offline ({reason})",
-                entry.base, entry.digest, entry.digest_source
+                entry.base,
+                entry.digest,
+                entry.digest_source
             ),
         }
     }
     for p in &profiles {
         if !lockfile.profiles.contains_key(&p.name) {
-            println!("note: {}: not locked", p.name);
+            crate::output::outln!("note: {}: not locked", p.name);
         }
     }
     Ok(if drift == 0 { 0 } else { 1 })
@@ -553,22 +555,26 @@ fn verify_cmd(containers: &Containers, profile: Option<&str>, json: bool) -> Res
         }
     }
     if json {
-        println!(
+        crate::output::outln!(
             "{}",
             serde_json::json!({"lockfile": path, "ok": drifts.is_empty(), "drift": drifts, "notes": notes})
         );
     } else {
         for note in &notes {
-            println!("note: {note}");
+            crate::output::outln!("note: {note}");
         }
         for d in &drifts {
-            println!(
+            crate::output::outln!(
                 "drift: {}: {} — locked {} , now {} ({})",
-                d.profile, d.entry, d.locked, d.now, d.source
+                d.profile,
+                d.entry,
+                d.locked,
+                d.now,
+                d.source
             );
         }
         if drifts.is_empty() {
-            println!("ok: {} profile(s) match {path}", profiles.len());
+            crate::output::outln!("ok: {} profile(s) match {path}", profiles.len());
         }
     }
     Ok(if drifts.is_empty() { 0 } else { 1 })

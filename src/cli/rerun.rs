@@ -14,9 +14,15 @@ use crate::runs::store::RunDir;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// A run directory or its manifest.json.
+    /// A run id (or a unique prefix of one) under --out, a run directory, or its manifest.json.
     pub source: PathBuf,
-    #[arg(long, value_name = "DIR", default_value = "runs")]
+    /// Parent directory of run directories: where the new run goes and ids are looked up.
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "ENVGEN_RUNS_DIR",
+        default_value = "runs"
+    )]
     pub out: PathBuf,
     /// Do not follow a Slurm job (or a container) after starting it.
     #[arg(long)]
@@ -88,7 +94,7 @@ fn require_image(manifest: &Manifest) -> Result<()> {
 }
 
 pub fn execute(args: Args) -> Result<i32> {
-    let run = RunDir::open(&args.source)?;
+    let run = RunDir::open(&crate::runs::store::resolve(&args.source, &args.out)?)?;
     let manifest = run.manifest.clone();
     require_image(&manifest)?;
     let argv = run_argv(&args, &manifest, &run.path)?;

@@ -47,7 +47,12 @@ pub struct Args {
     #[arg(long, value_name = "NAME")]
     pub profile: Option<String>,
     /// Parent directory of run directories.
-    #[arg(long, value_name = "DIR", default_value = "runs")]
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "ENVGEN_RUNS_DIR",
+        default_value = "runs"
+    )]
     pub out: PathBuf,
     /// Continue an interrupted run from its last checkpoint (from step 0
     /// when it has none yet); with --where slurm|docker, launch it again.
@@ -212,7 +217,7 @@ pub fn execute(args: Args) -> Result<i32> {
     if dry_run {
         let plan = launch::dry_run::plan(&request)?;
         if as_json {
-            println!("{}", serde_json::to_string_pretty(&plan)?);
+            crate::output::outln!("{}", serde_json::to_string_pretty(&plan)?);
         } else {
             print_plan(&plan);
         }
@@ -226,15 +231,17 @@ pub fn execute(args: Args) -> Result<i32> {
         Launched::RankEnded(outcomes) => Ok(launch::exit_code(&outcomes)),
         Launched::Detached { job, runs } => {
             if as_json {
-                println!(
+                crate::output::outln!(
                     "{}",
                     serde_json::to_string_pretty(&json!({ "job_id": job, "run_dirs": runs }))?
                 );
             } else {
                 for run in &runs {
-                    println!("run directory: {}", run.display());
+                    crate::output::outln!("run directory: {}", run.display());
                 }
-                println!("follow with `envgen runs show RUN`, stop with `envgen runs cancel RUN`");
+                crate::output::outln!(
+                    "follow with `envgen runs show RUN`, stop with `envgen runs cancel RUN`"
+                );
             }
             Ok(0)
         }
@@ -253,12 +260,12 @@ fn print_outcomes(
                 json!({ "runs": many.iter().map(|o| json!({ "run_dir": o.run_dir, "summary": o.summary })).collect::<Vec<_>>() })
             }
         };
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        crate::output::outln!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
     }
     for outcome in outcomes {
-        println!("{}", experiment.summary_line(&outcome.summary));
-        println!("run directory: {}", outcome.run_dir.display());
+        crate::output::outln!("{}", experiment.summary_line(&outcome.summary));
+        crate::output::outln!("run directory: {}", outcome.run_dir.display());
     }
     Ok(())
 }
@@ -284,7 +291,7 @@ fn print_plan(doc: &Value) {
         Value::Null => "-".into(),
         other => other.to_string(),
     };
-    println!(
+    crate::output::outln!(
         "dry run: {} would train {} on {} (--backend {}), {} rank(s); nothing was created",
         text(&doc["experiment"]),
         text(&doc["where"]),
@@ -292,31 +299,31 @@ fn print_plan(doc: &Value) {
         text(&doc["backend"]),
         text(&doc["world_size"]),
     );
-    println!("  where: {}", text(&doc["where_reason"]));
+    crate::output::outln!("  where: {}", text(&doc["where_reason"]));
     let note = text(&doc["backend_note"]);
     if !note.is_empty() && note != "-" {
-        println!("  backend: {note}");
+        crate::output::outln!("  backend: {note}");
     }
     for run in doc["runs"].as_array().into_iter().flatten() {
         let p = &run["profile"];
         if let Some(dir) = run.get("run_dir") {
-            println!("  resume {}", text(dir));
+            crate::output::outln!("  resume {}", text(dir));
         }
         if let Some(sweep) = run.get("sweep").filter(|s| !s.is_null()) {
-            println!(
+            crate::output::outln!(
                 "  sweep value {}={}",
                 text(&sweep["key"]),
                 text(&sweep["value"])
             );
         }
-        println!(
+        crate::output::outln!(
             "  preset {}  config_hash {}  global batch {}  parameters {}",
             text(&run["preset"]),
             text(&run["config_hash"]),
             text(&run["global_batch"]),
             text(&run["parameters"]),
         );
-        println!(
+        crate::output::outln!(
             "  profile {}: micro-batch {} × {} accumulation, precision {}, device {}, threads {}",
             text(&p["name"]),
             text(&p["micro_batch"]),
@@ -327,6 +334,6 @@ fn print_plan(doc: &Value) {
         );
     }
     if doc["resume"].is_null() {
-        println!("  run directory: a new one under {}", text(&doc["out"]));
+        crate::output::outln!("  run directory: a new one under {}", text(&doc["out"]));
     }
 }

@@ -47,6 +47,6 @@ pub fn execute(args: Args) -> Result<i32> {
         },
         &device,
     );
-    println!("{}{}", args.prompt, tokenizer.decode(&out));
+    crate::output::outln!("{}{}", args.prompt, tokenizer.decode(&out));
     Ok(0)
 }

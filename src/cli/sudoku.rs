@@ -164,9 +164,9 @@ pub fn execute(cmd: Command) -> Result<i32> {
         } => {
             let report = bench::run(difficulty.into(), count, seed, threads, repetitions)?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
+                crate::output::outln!("{}", serde_json::to_string_pretty(&report)?);
             } else {
-                println!(
+                crate::output::outln!(
                     "generate {count} {}: {:.2} s on {} threads ({:.1} puzzles/s)\n\
                      solve + uniqueness proof, 1 thread: mean {:.1} µs, hardest decile {:.1} µs, max {:.1} µs\n\
                      rating: min {} p50 {} p90 {} max {} mean {:.1}",
@@ -230,9 +230,9 @@ fn solve(args: Vec<String>, file: Option<&Path>, json: bool) -> Result<i32> {
         all_unique &= status == "unique";
         if !json {
             match &solution {
-                Some(s) => println!("{s}  rating {}  ({label})", analysis.guesses),
-                None if status == "none" => println!("no solution  ({label})"),
-                None => println!("multiple solutions  ({label})"),
+                Some(s) => crate::output::outln!("{s}  rating {}  ({label})", analysis.guesses),
+                None if status == "none" => crate::output::outln!("no solution  ({label})"),
+                None => crate::output::outln!("multiple solutions  ({label})"),
             }
         }
         results.push(json!({
@@ -245,7 +245,7 @@ fn solve(args: Vec<String>, file: Option<&Path>, json: bool) -> Result<i32> {
         }));
     }
     if json {
-        println!(
+        crate::output::outln!(
             "{}",
             serde_json::to_string_pretty(&json!({ "puzzles": results }))?
         );
@@ -295,9 +295,9 @@ fn build_dataset(
     };
     let meta = dataset::build_recipe(&recipe, out)?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&meta)?);
+        crate::output::outln!("{}", serde_json::to_string_pretty(&meta)?);
     } else {
-        println!(
+        crate::output::outln!(
             "{}: train {} examples ({} groups × {}), test {} examples → {}",
             meta.name,
             meta.train.examples,

@@ -188,9 +188,9 @@ pub fn execute(args: Args) -> Result<i32> {
             "profile_file": written.as_ref().map(|(p, _)| p),
             "profile": written.as_ref().map(|(_, n)| n),
         });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        crate::output::outln!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
-        println!(
+        crate::output::outln!(
             "{key}: micro-batch {} is fastest ({:.3} steps/s{}) of {} tried",
             best.micro_batch,
             measurement.steps_per_s,
@@ -199,7 +199,7 @@ pub fn execute(args: Args) -> Result<i32> {
             trials.len()
         );
         if let Some((path, name)) = &written {
-            println!("written to profile {name} in {}", path.display());
+            crate::output::outln!("written to profile {name} in {}", path.display());
         }
     }
     Ok(0)
@@ -242,9 +242,9 @@ fn dry_run(
         "profile_file": profiles::user_file(),
     });
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        crate::output::outln!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
-        println!(
+        crate::output::outln!(
             "dry run: envgen would tune {experiment}/{preset} (config_hash {}) on {} at {}: micro-batches {:?} of global batch {}, {} steps each; nothing was run",
             doc["config_hash"].as_str().unwrap_or("-"),
             backend.name,

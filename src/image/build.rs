@@ -318,7 +318,7 @@ fn progress(json: bool) -> indicatif::ProgressBar {
 
 fn emit(json: bool, event: serde_json::Value) {
     if json {
-        println!("{event}");
+        crate::output::outln!("{event}");
     }
 }
 

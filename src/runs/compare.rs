@@ -1,5 +1,6 @@
-//! `envgen runs compare`: same science config? What differs in hardware
-//! profile, image and host? How far apart are the final metrics?
+//! `envgen runs compare`: same science config? Which science keys differ
+//! (they change the result), then which hardware knobs (speed only), then
+//! where the runs ran; how far apart the final metrics are.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -8,14 +9,14 @@ use serde_json::Value;
 
 use super::store::RunDir;
 
-/// Manifest sections whose differences explain why two runs differ.
+/// Manifest sections that are hardware knobs: they change speed, not the science.
+const HARDWARE_SECTIONS: &[&str] = &["profile", "world_size", "distributed"];
+
+/// Manifest sections that say where and with what the runs ran.
 const ENVIRONMENT_SECTIONS: &[&str] = &[
     "experiment",
     "preset",
-    "profile",
     "where",
-    "world_size",
-    "distributed",
     "image",
     "data_files",
     "host",
@@ -40,11 +41,24 @@ pub struct RunLine {
     pub config_hash: Option<String>,
 }
 
-/// One manifest field (dotted path) whose value is not the same in every run.
+/// One field (dotted path) whose value is not the same in every run.
 #[derive(Debug, Serialize)]
 pub struct Difference {
+    pub kind: DifferenceKind,
     pub field: String,
     pub values: Vec<Value>,
+}
+
+/// What a difference is, in the order `compare` lists them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DifferenceKind {
+    /// A key of the science config (`config.toml`): changes the result.
+    Science,
+    /// A hardware knob (manifest `profile`, world size): changes speed only.
+    Hardware,
+    /// Where the run ran: place, image, host, versions, data files.
+    Environment,
 }
 
 /// One final metric across runs; deltas are relative to the first run.
@@ -61,22 +75,50 @@ pub fn compare(runs: &[RunDir]) -> Comparison {
     let hashes: BTreeSet<Option<&str>> = runs.iter().map(RunDir::config_hash).collect();
     let same_config = hashes.len() == 1 && !hashes.contains(&None);
 
-    let flat: Vec<BTreeMap<String, Value>> = runs
+    let science: Vec<BTreeMap<String, Value>> = runs
         .iter()
         .map(|run| {
-            // The typed manifest, walked field by field (its JSON form).
-            let manifest = serde_json::to_value(&run.manifest).unwrap_or_default();
             let mut fields = BTreeMap::new();
-            for section in ENVIRONMENT_SECTIONS {
-                flatten(section, &manifest[*section], &mut fields);
-            }
+            flatten(
+                "",
+                &run.science_config().unwrap_or(Value::Null),
+                &mut fields,
+            );
             fields
         })
         .collect();
-    let differences = differing(&flat)
-        .into_iter()
-        .map(|(field, values)| Difference { field, values })
-        .collect();
+    let manifest_fields = |sections: &[&str]| -> Vec<BTreeMap<String, Value>> {
+        runs.iter()
+            .map(|run| {
+                // The typed manifest, walked field by field (its JSON form).
+                let manifest = serde_json::to_value(&run.manifest).unwrap_or_default();
+                let mut fields = BTreeMap::new();
+                for section in sections {
+                    flatten(section, &manifest[*section], &mut fields);
+                }
+                fields
+            })
+            .collect()
+    };
+    let differences = [
+        (DifferenceKind::Science, science),
+        (DifferenceKind::Hardware, manifest_fields(HARDWARE_SECTIONS)),
+        (
+            DifferenceKind::Environment,
+            manifest_fields(ENVIRONMENT_SECTIONS),
+        ),
+    ]
+    .into_iter()
+    .flat_map(|(kind, flat)| {
+        differing(&flat)
+            .into_iter()
+            .map(move |(field, values)| Difference {
+                kind,
+                field,
+                values,
+            })
+    })
+    .collect();
 
     let finals: Vec<BTreeMap<String, f64>> = runs.iter().map(final_numbers).collect();
     let names: BTreeSet<&String> = finals.iter().flat_map(|m| m.keys()).collect();
@@ -125,7 +167,7 @@ pub fn compare(runs: &[RunDir]) -> Comparison {
 fn final_numbers(run: &RunDir) -> BTreeMap<String, f64> {
     let mut fields = BTreeMap::new();
     if let Some(summary) = &run.summary {
-        flatten("", &summary["metrics"], &mut fields);
+        flatten_lists("", &summary["metrics"], &mut fields, ListKeys::Name);
         flatten("wall_s", &summary["wall_s"], &mut fields);
     }
     fields
@@ -136,6 +178,19 @@ fn final_numbers(run: &RunDir) -> BTreeMap<String, f64> {
 
 /// Dotted paths to leaves: `host.gpus.0.name` → "NVIDIA A30".
 fn flatten(prefix: &str, value: &Value, out: &mut BTreeMap<String, Value>) {
+    flatten_lists(prefix, value, out, ListKeys::Position)
+}
+
+/// How list items are named in a dotted path.
+#[derive(Clone, Copy, PartialEq)]
+enum ListKeys {
+    Position,
+    /// By a record's own name when it has one (final metrics only: a GPU
+    /// list stays positional, `host.gpus.0.name`).
+    Name,
+}
+
+fn flatten_lists(prefix: &str, value: &Value, out: &mut BTreeMap<String, Value>, keys: ListKeys) {
     let join = |key: &str| {
         if prefix.is_empty() {
             key.to_owned()
@@ -144,11 +199,24 @@ fn flatten(prefix: &str, value: &Value, out: &mut BTreeMap<String, Value>) {
         }
     };
     match value {
-        Value::Object(map) => map.iter().for_each(|(k, v)| flatten(&join(k), v, out)),
-        Value::Array(items) => items
+        Value::Object(map) => map
             .iter()
-            .enumerate()
-            .for_each(|(i, v)| flatten(&join(&i.to_string()), v, out)),
+            .for_each(|(k, v)| flatten_lists(&join(k), v, out, keys)),
+        // A list of named records (quantize's `schemes`, rft's `rounds`) is
+        // keyed by name, so `schemes.int8.metric_value` lines up across runs
+        // that ran other schemes; anything else by position.
+        Value::Array(items) => items.iter().enumerate().for_each(|(i, v)| {
+            let name = ["scheme", "name", "round", "stage"]
+                .iter()
+                .filter(|_| keys == ListKeys::Name)
+                .find_map(|k| match &v[*k] {
+                    Value::String(s) => Some(s.clone()),
+                    Value::Number(n) => Some(n.to_string()),
+                    _ => None,
+                })
+                .unwrap_or_else(|| i.to_string());
+            flatten_lists(&join(&name), v, out, keys)
+        }),
         Value::Null => {}
         leaf => {
             out.insert(prefix.to_owned(), leaf.clone());
@@ -192,17 +260,41 @@ pub fn render_text(cmp: &Comparison) -> String {
         format!("\nsame science config: NO ({})\n", hashes.join(" vs "))
     };
     if cmp.differences.is_empty() {
-        out += "environment: identical profile, image and host\n";
-    } else {
-        out += "\nwhat differs:\n";
-        for diff in &cmp.differences {
-            let values: Vec<String> = diff.values.iter().map(show).collect();
-            out += &format!("  {:<40} {}\n", diff.field, values.join("  |  "));
+        out += "no differences in science config, hardware knobs, image or host\n";
+    }
+    for (kind, title) in [
+        (
+            DifferenceKind::Science,
+            "science config (config.toml) differs:",
+        ),
+        (
+            DifferenceKind::Hardware,
+            "hardware knobs differ (speed, not science):",
+        ),
+        (DifferenceKind::Environment, "environment differs:"),
+    ] {
+        let rows: Vec<&Difference> = cmp.differences.iter().filter(|d| d.kind == kind).collect();
+        if rows.is_empty() {
+            continue;
+        }
+        out += &format!("\n{title}\n");
+        let width = rows.iter().map(|d| d.field.len()).max().unwrap_or(0);
+        for diff in rows {
+            out += &format!("  {:<width$}  {}\n", diff.field, side_by_side(&diff.values));
         }
     }
     if !cmp.metrics.is_empty() {
         out += "\nfinal metrics (delta vs [0]):\n";
+        // Many metrics (quantize's per-scheme table): the ones that differ,
+        // then the identical ones by name only.
+        let collapse = cmp.metrics.len() > 20 && cmp.runs.len() > 1;
+        let width = cmp.metrics.iter().map(|m| m.name.len()).max().unwrap_or(0);
+        let mut identical = Vec::new();
         for row in &cmp.metrics {
+            if collapse && row.identical {
+                identical.push(row.name.as_str());
+                continue;
+            }
             let cells: Vec<String> = row
                 .values
                 .iter()
@@ -220,10 +312,27 @@ pub fn render_text(cmp: &Comparison) -> String {
             } else {
                 ""
             };
-            out += &format!("  {:<28} {}{mark}\n", row.name, cells.join("  |  "));
+            out += &format!("  {:<width$}  {}{mark}\n", row.name, cells.join("  |  "));
+        }
+        if !identical.is_empty() {
+            out += &format!(
+                "  bit-identical in every run ({}): {}\n",
+                identical.len(),
+                identical.join(", ")
+            );
         }
     }
     out
+}
+
+/// `300 → 24` for two runs; `a  |  b  |  c` for more.
+fn side_by_side(values: &[Value]) -> String {
+    let shown: Vec<String> = values.iter().map(show).collect();
+    if shown.len() == 2 {
+        format!("{} → {}", shown[0], shown[1])
+    } else {
+        shown.join("  |  ")
+    }
 }
 
 fn show(value: &Value) -> String {
@@ -271,8 +380,8 @@ mod tests {
         let fields: Vec<&str> = cmp.differences.iter().map(|d| d.field.as_str()).collect();
         assert_eq!(
             fields,
-            ["host.gpus.0.name", "profile.micro_batch"],
-            "started_at and run_id are not differences"
+            ["profile.micro_batch", "host.gpus.0.name"],
+            "hardware knobs before the host; started_at and run_id are not differences"
         );
         let loss = cmp
             .metrics
@@ -302,5 +411,86 @@ mod tests {
         assert!(!loss.identical);
         assert!((loss.delta_pct[1].unwrap() - 25.0).abs() < 1e-9);
         assert!(render_text(&cmp).contains("NO (sha256:1 vs sha256:2)"));
+    }
+
+    #[test]
+    fn science_keys_come_first_then_hardware_then_environment() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut runs = Vec::new();
+        for (id, steps, micro_batch, gpu) in
+            [("a", 300, 16, "NVIDIA A30"), ("b", 24, 64, "NVIDIA H100")]
+        {
+            let mut r = run(id, id, gpu, micro_batch, 2.0);
+            r.path = tmp.path().join(id);
+            std::fs::create_dir_all(&r.path).unwrap();
+            std::fs::write(
+                r.path.join("config.toml"),
+                format!("[train]\nsteps = {steps}\nlr = 3e-4\n[model]\nn_layer = 2\n"),
+            )
+            .unwrap();
+            runs.push(r);
+        }
+        let cmp = compare(&runs);
+        let kinds: Vec<(DifferenceKind, &str)> = cmp
+            .differences
+            .iter()
+            .map(|d| (d.kind, d.field.as_str()))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                (DifferenceKind::Science, "train.steps"),
+                (DifferenceKind::Hardware, "profile.micro_batch"),
+                (DifferenceKind::Environment, "host.gpus.0.name"),
+            ]
+        );
+        let text = render_text(&cmp);
+        let science = text
+            .find("science config (config.toml) differs:\n  train.steps")
+            .unwrap();
+        let hardware = text.find("hardware knobs differ").unwrap();
+        let host = text.find("environment differs:").unwrap();
+        assert!(science < hardware && hardware < host, "{text}");
+        assert!(text.contains("train.steps  300 → 24"), "{text}");
+        assert!(text.contains("profile.micro_batch  16 → 64"), "{text}");
+    }
+
+    #[test]
+    fn named_records_line_up_by_name_and_many_identical_metrics_collapse() {
+        let schemes = |order: &[&str], int4: f64| {
+            let rows: Vec<Value> = order
+                .iter()
+                .map(|s| {
+                    let v = if *s == "int4" { int4 } else { 1.0 };
+                    json!({"scheme": s, "metric_value": v, "bytes": 10, "compression": 2.0})
+                })
+                .collect();
+            json!({"status": "completed", "wall_s": 1.0, "metrics": {"schemes": rows, "parameters": 5}})
+        };
+        let names = ["f32", "int8", "int4", "q1", "q2", "q3", "q4"];
+        let mut a = run("a", "sha256:1", "g", 8, 0.0);
+        a.summary = Some(schemes(&names, 3.0));
+        let mut b = run("b", "sha256:1", "g", 8, 0.0);
+        let mut reversed = names;
+        reversed.reverse();
+        b.summary = Some(schemes(&reversed, 3.3));
+        let cmp = compare(&[a, b]);
+        let int4 = cmp
+            .metrics
+            .iter()
+            .find(|m| m.name == "schemes.int4.metric_value")
+            .unwrap();
+        assert!(
+            (int4.delta_pct[1].unwrap() - 10.0).abs() < 1e-9,
+            "keyed by name, not position"
+        );
+        assert!(cmp.metrics.iter().filter(|m| !m.identical).count() == 1);
+        let text = render_text(&cmp);
+        assert!(text.contains("schemes.int4.metric_value"), "{text}");
+        assert!(text.contains("bit-identical in every run (22): "), "{text}");
+        assert!(
+            !text.contains("schemes.q1.bytes  "),
+            "identical rows are collapsed: {text}"
+        );
     }
 }

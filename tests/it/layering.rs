@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, u8)] = &[
     ("error", 0),
     ("logging", 0),
+    ("output", 0),
     ("host", 0),
     ("compat", 1),
     ("profiles", 1),
@@ -123,5 +124,30 @@ fn the_checker_sees_an_upward_import() {
     assert_eq!(
         crate_paths(text),
         vec![(1, "cli".to_string()), (2, "runs".to_string())]
+    );
+}
+
+/// Standard output goes through `crate::output` (a closed pipe is not a
+/// panic): a bare `println!`/`print!` anywhere in src/ is named here.
+#[test]
+fn no_bare_println_in_src() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut bare = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            let stripped = code.replace("eprintln!", "").replace("eprint!", "");
+            if stripped.contains("println!") || stripped.contains("print!(") {
+                bare.push(format!("{}:{}", file.display(), i + 1));
+            }
+        }
+    }
+    assert!(
+        bare.is_empty(),
+        "use crate::output::outln!/out! (no panic on a closed pipe):\n{}",
+        bare.join("\n")
     );
 }

@@ -93,6 +93,7 @@ impl TypedExperiment for Gpt2Experiment {
             "GPT-2 (nanoGPT-style) language model: tiny CPU run up to the 124M reproduction",
         presets: PRESETS,
         default_preset: DEFAULT_PRESET,
+        headline_metric: "final_val_loss",
     };
     fn validate(&self, config: &Gpt2Config, origin: &str) -> anyhow::Result<()> {
         config.train.validate(origin, "train")?;

@@ -50,6 +50,7 @@ impl TypedExperiment for HrmExperiment {
         description: "HRM (Hierarchical Reasoning Model) on Sudoku: tiny CPU run up to the Sudoku-Extreme-1k paper setup",
         presets: BUILTIN_PRESETS,
         default_preset: DEFAULT_PRESET,
+        headline_metric: "exact_accuracy",
     };
     fn validate(&self, config: &HrmPreset, origin: &str) -> anyhow::Result<()> {
         check(config, origin)

@@ -309,6 +309,7 @@ impl TypedExperiment for QuantizeExperiment {
         description: "post-training INT8/INT4 quantization (and optional structured pruning) of a gpt2, rft or hrm-sudoku run (--set source=RUN_DIR)",
         presets: PRESETS,
         default_preset: DEFAULT_PRESET,
+        headline_metric: "schemes",
     };
     fn validate(&self, config: &QuantizeConfig, _origin: &str) -> anyhow::Result<()> {
         config.validate()

@@ -430,6 +430,7 @@ impl TypedExperiment for RftExperiment {
             "rejection-sampling fine-tuning of a small GPT on verified unit-conversion answers",
         presets: PRESETS,
         default_preset: DEFAULT_PRESET,
+        headline_metric: "accuracy_after",
     };
     fn validate(&self, config: &RftConfig, origin: &str) -> anyhow::Result<()> {
         config.validate(origin)

@@ -8,57 +8,102 @@ use crate::error::Result;
 use crate::launch::liveness::{self, Checker};
 use crate::launch::{self, slurm};
 use crate::runs::manifest;
-use crate::runs::{self, store::RunDir};
+use crate::runs::{self, store, store::RunDir};
+
+mod list;
+
+/// Where run directories are looked up by id: the `--out` of `envgen run`.
+#[derive(Debug, clap::Args)]
+pub struct RunsDir {
+    /// The directory holding run directories (`envgen run --out`); ids and
+    /// unique id prefixes are looked up in it.
+    #[arg(
+        long = "runs-dir",
+        value_name = "DIR",
+        env = "ENVGEN_RUNS_DIR",
+        default_value = "runs"
+    )]
+    pub dir: PathBuf,
+}
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
-    /// List run directories.
-    List {
-        #[arg(long, value_name = "DIR", default_value = "runs")]
-        out: PathBuf,
-        #[arg(long)]
-        json: bool,
-    },
+    /// List run directories: one aligned row per run, newest last.
+    List(list::Args),
     /// Explain one run: config, profile, status, final metrics.
     Show {
+        /// A run id (or a unique prefix of one) as `runs list` prints it, or a run directory.
         run: PathBuf,
+        #[command(flatten)]
+        runs_dir: RunsDir,
         #[arg(long)]
         json: bool,
     },
-    /// Same science config? What differs in profile, image, host; metric deltas.
+    /// Same science config? Which config keys, hardware knobs and
+    /// environment differ; metric deltas.
     Compare {
+        /// Run ids, unique prefixes or run directories.
         #[arg(required = true, num_args = 2..)]
         runs: Vec<PathBuf>,
+        #[command(flatten)]
+        runs_dir: RunsDir,
         #[arg(long)]
         json: bool,
     },
     /// Write a Markdown + HTML report with loss curves and throughput plots.
     Report {
+        /// Run ids, unique prefixes or run directories.
         #[arg(required = true)]
         runs: Vec<PathBuf>,
+        #[command(flatten)]
+        runs_dir: RunsDir,
         #[arg(short = 'o', long = "out", value_name = "DIR")]
         out: Option<PathBuf>,
     },
     /// Stop a run (native: SIGINT; Docker: the container; Slurm: scancel) or
     /// end a lost one; it is marked interrupted (resumable) or failed.
-    Cancel { run: PathBuf },
+    Cancel {
+        /// A run id, a unique prefix of one, or a run directory.
+        run: PathBuf,
+        #[command(flatten)]
+        runs_dir: RunsDir,
+    },
 }
 
 pub fn execute(cmd: Command) -> Result<i32> {
     match cmd {
-        Command::List { out, json } => list(&out, json),
-        Command::Show { run, json } => show(&run, json),
-        Command::Compare { runs, json } => compare(&runs, json),
-        Command::Report { runs, out } => report(&runs, out),
-        Command::Cancel { run } => cancel(&run),
+        Command::List(args) => list::list(&args),
+        Command::Show {
+            run,
+            runs_dir,
+            json,
+        } => show(&store::resolve(&run, &runs_dir.dir)?, json),
+        Command::Compare {
+            runs,
+            runs_dir,
+            json,
+        } => compare(&resolve_all(&runs, &runs_dir)?, json),
+        Command::Report {
+            runs,
+            runs_dir,
+            out,
+        } => report(&resolve_all(&runs, &runs_dir)?, out),
+        Command::Cancel { run, runs_dir } => cancel(&store::resolve(&run, &runs_dir.dir)?),
     }
+}
+
+fn resolve_all(names: &[PathBuf], runs_dir: &RunsDir) -> Result<Vec<PathBuf>> {
+    names
+        .iter()
+        .map(|name| store::resolve(name, &runs_dir.dir))
+        .collect()
 }
 
 /// What `runs show` and `runs list` say about one run directory. A run
 /// without a summary is asked after where it trains: `running`, `lost`
 /// (nothing trains it any more) or `unknown` (the place does not answer),
 /// with the reason.
-fn explain(dir: &Path, checker: &mut Checker) -> Result<Value> {
+pub(super) fn explain(dir: &Path, checker: &mut Checker) -> Result<Value> {
     let manifest = manifest::read(dir)?;
     let summary = liveness::final_summary(dir);
     // A Slurm run without a summary yet: ask Slurm where its job is.
@@ -97,46 +142,12 @@ fn explain(dir: &Path, checker: &mut Checker) -> Result<Value> {
         "started_at": manifest.started_at,
         "finished_at": manifest.finished_at,
         "steps_done": summary.as_ref().map(|s| s.steps_done),
+        // What `runs list` shows as steps: done, or (still running) logged so far.
+        "steps": summary.as_ref().map(|s| s.steps_done).or_else(|| list::last_logged_step(dir)),
+        "final_metric": summary.as_ref().and_then(|s| list::headline(&manifest.experiment, &s.metrics)),
         "wall_s": summary.as_ref().map(|s| s.wall_s),
         "metrics": summary.as_ref().map(|s| &s.metrics),
     }))
-}
-
-fn list(out: &Path, as_json: bool) -> Result<i32> {
-    let mut runs = Vec::new();
-    let mut checker = Checker::default();
-    if let Ok(entries) = std::fs::read_dir(out) {
-        let mut dirs: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
-        dirs.sort();
-        for dir in dirs {
-            if dir.join("manifest.json").is_file() {
-                if let Ok(run) = explain(&dir, &mut checker) {
-                    runs.push(run);
-                }
-            }
-        }
-    }
-    if as_json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({ "runs": runs }))?
-        );
-    } else {
-        for r in &runs {
-            let status = r["status"].as_str().unwrap_or("");
-            print!(
-                "{}  {status}  {}",
-                r["run_id"].as_str().unwrap_or(""),
-                r["config_hash"].as_str().unwrap_or("")
-            );
-            // Why a run is lost (or cannot be told), on its line.
-            match (status, r["status_reason"].as_str()) {
-                ("lost" | "unknown", Some(why)) => println!("  ({why})"),
-                _ => println!(),
-            }
-        }
-    }
-    Ok(0)
 }
 
 fn open_all(paths: &[PathBuf]) -> Result<Vec<RunDir>> {
@@ -146,9 +157,9 @@ fn open_all(paths: &[PathBuf]) -> Result<Vec<RunDir>> {
 fn compare(paths: &[PathBuf], as_json: bool) -> Result<i32> {
     let comparison = runs::compare::compare(&open_all(paths)?);
     if as_json {
-        println!("{}", serde_json::to_string_pretty(&comparison)?);
+        crate::output::outln!("{}", serde_json::to_string_pretty(&comparison)?);
     } else {
-        print!("{}", runs::compare::render_text(&comparison));
+        crate::output::out!("{}", runs::compare::render_text(&comparison));
     }
     Ok(0)
 }
@@ -157,7 +168,7 @@ fn report(paths: &[PathBuf], out: Option<PathBuf>) -> Result<i32> {
     let runs = open_all(paths)?;
     let out = out.unwrap_or_else(|| PathBuf::from("report"));
     for file in runs::report::write_report(&runs, &out)? {
-        println!("{}", file.display());
+        crate::output::outln!("{}", file.display());
     }
     Ok(0)
 }
@@ -166,50 +177,69 @@ fn show(dir: &Path, as_json: bool) -> Result<i32> {
     let dir = RunDir::open(dir)?.path;
     let run = explain(&dir, &mut Checker::default())?;
     if as_json {
-        println!("{}", serde_json::to_string_pretty(&run)?);
+        crate::output::outln!("{}", serde_json::to_string_pretty(&run)?);
         return Ok(0);
     }
-    println!("run         {}", run["run_id"].as_str().unwrap_or(""));
-    println!(
+    crate::output::outln!("run         {}", run["run_id"].as_str().unwrap_or(""));
+    crate::output::outln!(
         "experiment  {} (preset {})",
         run["experiment"].as_str().unwrap_or(""),
         run["preset"].as_str().unwrap_or("-")
     );
     match run["status_reason"].as_str() {
-        Some(why) => println!(
+        Some(why) => crate::output::outln!(
             "status      {} ({why})",
             run["status"].as_str().unwrap_or("")
         ),
-        None => println!("status      {}", run["status"].as_str().unwrap_or("")),
+        None => crate::output::outln!("status      {}", run["status"].as_str().unwrap_or("")),
     }
-    println!("config_hash {}", run["config_hash"].as_str().unwrap_or(""));
-    println!("profile     {}", run["profile"]);
-    println!("where       {}", run["where"].as_str().unwrap_or("-"));
+    crate::output::outln!("config_hash {}", run["config_hash"].as_str().unwrap_or(""));
+    crate::output::outln!("profile     {}", knobs(&run["profile"]));
+    crate::output::outln!("where       {}", run["where"].as_str().unwrap_or("-"));
     if let Some(job) = run["slurm_job"].as_object() {
-        println!(
+        crate::output::outln!(
             "slurm job   {} {}",
             job.get("job").and_then(Value::as_str).unwrap_or("-"),
             job.get("state").and_then(Value::as_str).unwrap_or("-")
         );
     }
     if let Some(image) = run["image"].as_object() {
-        println!(
+        crate::output::outln!(
             "image       {} {}",
             image.get("ref").and_then(Value::as_str).unwrap_or("-"),
             image.get("digest").and_then(Value::as_str).unwrap_or("-")
         );
     }
-    println!(
+    crate::output::outln!(
         "started     {}  finished {}",
         run["started_at"].as_str().unwrap_or("-"),
         run["finished_at"].as_str().unwrap_or("-")
     );
     if let Some(metrics) = run["metrics"].as_object() {
         for (k, v) in metrics {
-            println!("  {k:<32} {v}");
+            crate::output::outln!("  {k:<32} {v}");
         }
     }
     Ok(0)
+}
+
+/// The hardware knobs in a line: `cpu (cpu fp32, micro-batch 16 × 1, 2 threads)`.
+fn knobs(profile: &Value) -> String {
+    let text = |key: &str| profile[key].as_str().unwrap_or("?").to_string();
+    let number = |key: &str| profile[key].as_u64().map_or("?".into(), |n| n.to_string());
+    let threads = profile["threads"]
+        .as_u64()
+        .map(|n| format!(", {n} threads"))
+        .unwrap_or_default();
+    format!(
+        "{} ({} {} on {}, micro-batch {} × {} accumulated{threads})",
+        profile["name"].as_str().unwrap_or("no profile"),
+        text("backend"),
+        text("precision"),
+        text("device"),
+        number("micro_batch"),
+        number("grad_accum"),
+    )
 }
 
 /// `runs cancel RUN`: stop a run that has not ended wherever it trains
@@ -220,7 +250,7 @@ fn cancel(dir: &Path) -> Result<i32> {
     let manifest = manifest::read(&dir)?;
     let cancelled = launch::cancel::cancel(&dir)?;
     let summary = &cancelled.outcome.summary;
-    println!(
+    crate::output::outln!(
         "{}: {} after {} steps ({}); resume with `{}`",
         dir.display(),
         serde_json::to_value(summary.status)?
