@@ -18,6 +18,7 @@ pub mod sample;
 pub mod sudoku;
 pub mod tune;
 pub mod warmup;
+pub mod watch;
 
 /// Reproducible deep-learning research environments on any NVIDIA machine.
 #[derive(Debug, Parser)]

@@ -42,6 +42,9 @@ pub enum Command {
     /// Stop a run (native: SIGINT; Docker: the container; Slurm: scancel) or
     /// end a lost one; it is marked interrupted (resumable) or failed.
     Cancel { run: PathBuf },
+    /// Follow a run live until it ends: step/total, loss, eval metrics,
+    /// throughput, ETA, GPUs, stage; exits with the run's final status.
+    Watch(super::watch::Args),
 }
 
 pub fn execute(cmd: Command) -> Result<i32> {
@@ -51,6 +54,7 @@ pub fn execute(cmd: Command) -> Result<i32> {
         Command::Compare { runs, json } => compare(&runs, json),
         Command::Report { runs, out } => report(&runs, out),
         Command::Cancel { run } => cancel(&run),
+        Command::Watch(args) => super::watch::execute(args),
     }
 }
 

@@ -33,6 +33,7 @@ mod rft_cli;
 mod run_docker;
 mod run_slurm;
 mod runs_cli;
+mod runs_watch;
 mod slurm;
 mod sudoku_cli;
 mod tune_cli;
