@@ -234,7 +234,7 @@ pub fn execute(args: Args) -> Result<i32> {
                 for run in &runs {
                     println!("run directory: {}", run.display());
                 }
-                println!("follow with `envgen runs show RUN`, stop with `envgen runs cancel RUN`");
+                println!("follow with `envgen runs watch RUN`, stop with `envgen runs cancel RUN`");
             }
             Ok(0)
         }
