@@ -334,3 +334,40 @@ fn watch_follows_a_detached_slurm_run_to_its_end() {
         "{out}"
     );
 }
+
+/// hrm-sudoku's total comes from its dataset (its step-0 row carries it),
+/// and a run that ended `interrupted` makes watch exit 130, as `run` does.
+#[test]
+fn watch_shows_hrm_s_total_and_exits_130_for_an_interrupted_run() {
+    let _turn = turn!();
+    let tmp = tempfile::tempdir().unwrap();
+    let ran = envgen()
+        .args([
+            "run",
+            "hrm-sudoku",
+            "--backend",
+            "cpu",
+            "--json",
+            "--stop-after",
+            "2",
+        ])
+        .args(["--out", tmp.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(ran.status.code(), Some(130), "{}", text(&ran));
+    let doc = json_of(&ran);
+    let total = doc["summary"]["metrics"]["total_steps"].as_u64().unwrap();
+    let watched = envgen()
+        .args(["runs", "watch", run_dir_of(&doc).to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(watched.status.code(), Some(130), "{}", text(&watched));
+    let out = String::from_utf8_lossy(&watched.stdout);
+    assert!(out.contains(&format!("\nstep    2/{total} (")), "{out}");
+    assert!(!out.contains("ETA"), "an ended run has no ETA: {out}");
+    let last = out.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("status  interrupted: 2 steps in "),
+        "{out}"
+    );
+}

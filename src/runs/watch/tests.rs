@@ -77,7 +77,7 @@ fn an_ended_run_is_shown_once_with_its_status_and_exit_code() {
     assert_eq!(
         String::from_utf8(out).unwrap(),
         "run     gpt2-tiny-x (native)\n\
-         step    3/4 (75%)  loss 2.0000  900 tokens/s  ETA 0s\n\
+         step    3/4 (75%)  loss 2.0000  900 tokens/s\n\
          eval    val_loss 5.0000  (step 0)\n\
          status  failed: 3 steps in 12s (loss is NaN at step 3)\n"
     );

@@ -166,7 +166,8 @@ impl View {
         if let Some((unit, rate)) = &self.throughput {
             line += &format!("  {} {unit}/s", human(*rate));
         }
-        if let Some(eta) = self.eta_s() {
+        let ended = matches!(self.state, Some(State::Ended { .. } | State::Lost(_)));
+        if let Some(eta) = self.eta_s().filter(|_| !ended) {
             line += &format!("  ETA {}", duration(eta));
         }
         line
