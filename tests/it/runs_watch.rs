@@ -1,13 +1,17 @@
 //! `envgen runs watch` (issue #24): a real tiny gpt2 run followed in a
 //! pseudo-terminal (`script`), the screen it leaves read back; a run that
-//! already ended; a run killed under it (`lost`); no running run (exit 2).
+//! already ended; a run killed under it (`lost`); no running run (exit 2);
+//! hrm-sudoku's total and an interrupted run (exit 130); Slurm and Docker
+//! runs, read from their directories.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::run::{assert_ok, send_signal, short_run, wait_for_step};
+use crate::common::docker_base::require_docker_host;
+use crate::common::docker_run::{container_name, import_image, remove_container};
+use crate::common::run::{assert_ok, long_run_args, send_signal, short_run, wait_for_step};
 use crate::common::{envgen, json_of, read_json, require_slurm_cluster, run_dir_of, text, turn};
 
 const ENVGEN: &str = env!("CARGO_BIN_EXE_envgen");
@@ -368,6 +372,70 @@ fn watch_shows_hrm_s_total_and_exits_130_for_an_interrupted_run() {
     let last = out.lines().last().unwrap_or_default();
     assert!(
         last.starts_with("status  interrupted: 2 steps in "),
+        "{out}"
+    );
+}
+
+/// Docker: watch reads the run directory the container writes; the host's
+/// envgen dying does not end it (the container still trains), the
+/// container going does: `lost`, naming it (exit 1).
+#[test]
+fn watch_follows_a_docker_run_and_ends_lost_when_its_container_goes() {
+    let _turn = turn!();
+    require_docker_host();
+    let image = import_image("runs-watch", "runs-watch");
+    let tmp = tempfile::tempdir().unwrap();
+    let args = long_run_args(tmp.path(), &["--where", "docker", "--image", &image]);
+    let run = envgen()
+        .args(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let dir = run_dir_in(tmp.path());
+    let name = container_name(&dir);
+    // A failed assertion leaves no container training behind.
+    struct Removed(String);
+    impl Drop for Removed {
+        fn drop(&mut self) {
+            remove_container(&self.0);
+        }
+    }
+    let _removed = Removed(name.clone());
+    wait_for_step(&dir, 2, Duration::from_secs(120));
+    let watch = envgen()
+        .args(["runs", "watch", dir.to_str().unwrap(), "--interval", "0.2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    send_signal(run.id(), "KILL");
+    let _ = wait_within(run, Duration::from_secs(30), "the host's envgen");
+    // Longer than watch's two questions 5 s apart: it must still be watching.
+    std::thread::sleep(Duration::from_secs(12));
+    let mut watch = watch;
+    assert!(
+        watch.try_wait().unwrap().is_none(),
+        "watch ended while container {name} still trained"
+    );
+    remove_container(&name);
+    let removed_at = Instant::now();
+    let watched = wait_within(watch, Duration::from_secs(30), "runs watch");
+    eprintln!(
+        "watch ended {:.1} s after the container went",
+        removed_at.elapsed().as_secs_f64()
+    );
+    assert_eq!(watched.status.code(), Some(1), "{}", text(&watched));
+    let out = String::from_utf8_lossy(&watched.stdout);
+    assert!(
+        out.starts_with("run     ") && out.contains(" (docker)\n"),
+        "{out}"
+    );
+    assert!(out.contains("step    "), "{out}");
+    let last = out.lines().last().unwrap_or_default();
+    assert_eq!(
+        last,
+        format!("status  lost (container {name} no longer exists)"),
         "{out}"
     );
 }
