@@ -259,7 +259,7 @@ fn watch_ends_saying_lost_when_the_trainer_is_killed_under_it() {
 }
 
 #[test]
-fn watch_without_a_run_and_none_running_is_a_usage_error() {
+fn watch_without_a_run_and_none_running_or_a_bad_interval_is_a_usage_error() {
     let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     // A run that ended is not a running run.
@@ -279,6 +279,18 @@ fn watch_without_a_run_and_none_running_is_a_usage_error() {
             err.contains("fix: name the run: `envgen runs watch RUN`"),
             "{err}"
         );
+    }
+    // An interval that would spin or never look again.
+    for interval in ["0", "-1", "NaN", "99999"] {
+        let out = envgen()
+            .args(["runs", "watch", "--runs-dir"])
+            .arg(tmp.path())
+            .arg(format!("--interval={interval}"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("not between 0.05 and 3600 seconds"), "{err}");
     }
 }
 
