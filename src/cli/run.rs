@@ -240,7 +240,7 @@ pub fn execute(args: Args) -> Result<i32> {
                     crate::output::outln!("run directory: {}", run.display());
                 }
                 crate::output::outln!(
-                    "follow with `envgen runs show RUN`, stop with `envgen runs cancel RUN`"
+                    "follow with `envgen runs watch RUN`, stop with `envgen runs cancel RUN`"
                 );
             }
             Ok(0)

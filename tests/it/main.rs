@@ -34,6 +34,7 @@ mod run_docker;
 mod run_slurm;
 mod runs_cli;
 mod runs_ux;
+mod runs_watch;
 mod slurm;
 mod sudoku_cli;
 mod tune_cli;

@@ -250,8 +250,11 @@ where
     if state.initial_eval.is_none() {
         let eval = evaluate(&trainer.model.valid(), &ds.test, micro_batch, &inner_device);
         state.initial_eval = Some(eval);
+        // The total comes from the dataset's size, not from config.toml:
+        // written here for readers that show step/total (`runs watch`).
         metrics.write(&json!({
             "step": 0,
+            "total_steps": plan.total_steps,
             "exact_accuracy": eval.exact_accuracy,
             "cell_accuracy": eval.cell_accuracy,
         }))?;

@@ -68,7 +68,7 @@ pub fn list(args: &Args) -> Result<i32> {
             runs.push(run);
         }
     }
-    runs.sort_by_key(|r| started(r).map(OffsetDateTime::unix_timestamp));
+    runs.sort_by_key(started);
     if args.json {
         crate::output::outln!(
             "{}",

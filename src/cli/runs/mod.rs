@@ -11,6 +11,7 @@ use crate::runs::manifest;
 use crate::runs::{self, store, store::RunDir};
 
 mod list;
+mod watch;
 
 /// Where run directories are looked up by id: the `--out` of `envgen run`.
 #[derive(Debug, clap::Args)]
@@ -68,6 +69,9 @@ pub enum Command {
         #[command(flatten)]
         runs_dir: RunsDir,
     },
+    /// Follow a run live until it ends: step/total, loss, eval metrics,
+    /// throughput, ETA, GPUs, stage; exits with the run's final status.
+    Watch(watch::Args),
 }
 
 pub fn execute(cmd: Command) -> Result<i32> {
@@ -89,6 +93,7 @@ pub fn execute(cmd: Command) -> Result<i32> {
             out,
         } => report(&resolve_all(&runs, &runs_dir)?, out),
         Command::Cancel { run, runs_dir } => cancel(&store::resolve(&run, &runs_dir.dir)?),
+        Command::Watch(args) => watch::execute(args),
     }
 }
 

@@ -1,0 +1,397 @@
+//! `envgen runs watch`: follow a run directory as it grows — its
+//! `metrics.jsonl` (and, for a multi-stage run, each `stages/**/
+//! metrics.jsonl`), read a few new bytes at a time — until its
+//! `summary.json` says how it ended, or until the place it trains at says
+//! nothing trains it any more (`lost`). Where it trains is asked by the
+//! caller (`Probe`): that is the launch layer's business, and reading the
+//! directory is all this needs to work for native, Docker and Slurm runs.
+
+mod tail;
+#[cfg(test)]
+mod tests;
+mod view;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use envgen_experiments::engine::rundir::{self, Status, Summary};
+use serde_json::Value;
+
+pub use tail::Tail;
+pub use view::{State, View};
+
+use super::store::RunDir;
+use crate::error::Result;
+
+/// Where the place that trains the run says it stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    Running(String),
+    Lost(String),
+    Unknown(String),
+}
+
+/// How `watch` ended. Exit codes (docs/cli.md): completed 0, failed or
+/// lost 1, interrupted 130 (as `envgen run` exits for it); stdout closed
+/// (`runs watch … | head -1`) 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Completed,
+    Failed,
+    Interrupted,
+    Lost,
+    StdoutClosed,
+}
+
+impl Outcome {
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Outcome::Completed | Outcome::StdoutClosed => 0,
+            Outcome::Failed | Outcome::Lost => 1,
+            Outcome::Interrupted => 130,
+        }
+    }
+}
+
+pub struct Options {
+    /// How often the files are looked at.
+    pub interval: Duration,
+    /// How often the place is asked whether the run still trains (a Slurm
+    /// or Docker question costs more than a file read).
+    pub probe_every: Duration,
+    /// Redraw a block of lines in place (a terminal) instead of appending
+    /// a line per new step (a pipe, a log file).
+    pub terminal: bool,
+    /// Columns of the terminal, when known: longer lines are cut so that
+    /// none wraps (a wrapped line would break the redraw).
+    pub width: Option<usize>,
+}
+
+/// One metrics file and the stage it belongs to.
+struct Source {
+    /// `None` for the run's own `metrics.jsonl`; `round-1/finetune` for
+    /// `stages/round-1/finetune/metrics.jsonl`.
+    stage: Option<String>,
+    tail: Tail,
+    /// Steps of this stage, from `config.toml`.
+    total: Option<u64>,
+}
+
+/// Follow `run` until it ends; what was seen goes to `out`.
+pub fn watch(
+    run: &RunDir,
+    opts: &Options,
+    out: &mut dyn Write,
+    probe: &mut dyn FnMut() -> Probe,
+) -> Result<Outcome> {
+    let config = read_config(&run.path);
+    let mut sources = vec![Source {
+        stage: None,
+        tail: Tail::new(&run.path.join("metrics.jsonl")),
+        total: total_steps(&config, None),
+    }];
+    let mut view = View::new(&run.manifest.run_id, &run.manifest.environment.place);
+    view.enter_stage(None, sources[0].total);
+    let mut screen = Screen::new(opts);
+    let mut next_probe = Instant::now();
+    // A first `lost` is asked again after `probe_every`: a run directory
+    // exists a moment before its trainer takes the lock (or its container
+    // starts), and that moment is not the end of the run.
+    let mut lost_once = false;
+    loop {
+        read_sources(&run.path, &config, &mut sources, &mut view)?;
+        if let Some(summary) = final_summary(&run.path) {
+            // Rows written before the summary that this look missed.
+            read_sources(&run.path, &config, &mut sources, &mut view)?;
+            view.state = Some(ended(&summary));
+            return screen.finish(&view, out, outcome_of(summary.status));
+        }
+        if Instant::now() >= next_probe {
+            next_probe = Instant::now() + opts.probe_every;
+            match probe() {
+                Probe::Running(why) => {
+                    lost_once = false;
+                    view.state = Some(State::Running(Some(why)));
+                }
+                Probe::Unknown(why) => {
+                    lost_once = false;
+                    view.state = Some(State::Unknown(why));
+                }
+                Probe::Lost(why) if lost_once => {
+                    // It may have ended between the summary's check and the question.
+                    read_sources(&run.path, &config, &mut sources, &mut view)?;
+                    if let Some(summary) = final_summary(&run.path) {
+                        view.state = Some(ended(&summary));
+                        return screen.finish(&view, out, outcome_of(summary.status));
+                    }
+                    view.state = Some(State::Lost(why));
+                    return screen.finish(&view, out, Outcome::Lost);
+                }
+                Probe::Lost(_) => lost_once = true,
+            }
+        }
+        if !screen.show(&view, out) {
+            return Ok(Outcome::StdoutClosed);
+        }
+        std::thread::sleep(opts.interval);
+    }
+}
+
+/// Read what every source has new, oldest-written file first, so that
+/// the stage shown is the one written last. New stage directories are
+/// picked up as they appear.
+fn read_sources(
+    dir: &Path,
+    config: &toml::Value,
+    sources: &mut Vec<Source>,
+    view: &mut View,
+) -> Result<()> {
+    for (stage, path) in stage_files(dir) {
+        if !sources.iter().any(|s| s.tail.path() == path) {
+            let total = total_steps(config, Some(&stage));
+            sources.push(Source {
+                stage: Some(stage),
+                tail: Tail::new(&path),
+                total,
+            });
+        }
+    }
+    let modified = |s: &Source| {
+        std::fs::metadata(s.tail.path())
+            .and_then(|m| m.modified())
+            .ok()
+    };
+    sources.sort_by_key(modified);
+    for source in sources.iter_mut() {
+        let lines = source.tail.read_new().map_err(|e| {
+            anyhow::Error::new(e).context(format!("reading {}", source.tail.path().display()))
+        })?;
+        if lines.restarted && source.stage == view.stage {
+            view.restart();
+        }
+        for row in &lines.rows {
+            if row.get("gpu").is_some() {
+                view.take(row);
+                continue;
+            }
+            match (&source.stage, row.get("stage").and_then(Value::as_str)) {
+                // A stage logged by the run itself (rft's datagen and
+                // evaluations): named, the steps shown stay the last ones.
+                (None, Some(name)) => {
+                    view.stage = Some(match row.get("round").and_then(Value::as_u64) {
+                        Some(round) => format!("{name} (round {round})"),
+                        None => name.to_string(),
+                    })
+                }
+                (stage, _) => view.enter_stage(stage.clone(), source.total),
+            }
+            view.take(row);
+        }
+    }
+    Ok(())
+}
+
+/// `(stage, path)` of each `stages/**/metrics.jsonl` (rft's training stages).
+fn stage_files(dir: &Path) -> Vec<(String, PathBuf)> {
+    let stages = dir.join("stages");
+    if !stages.is_dir() {
+        return Vec::new();
+    }
+    walkdir::WalkDir::new(&stages)
+        .max_depth(3)
+        .into_iter()
+        .flatten()
+        .filter(|e| e.file_type().is_file() && e.file_name() == "metrics.jsonl")
+        .filter_map(|e| {
+            let parent = e.path().parent()?.strip_prefix(&stages).ok()?;
+            Some((
+                parent.to_string_lossy().into_owned(),
+                e.path().to_path_buf(),
+            ))
+        })
+        .collect()
+}
+
+/// `config.toml` as a TOML value (an empty table when it cannot be read:
+/// the totals are then unknown, nothing else changes).
+fn read_config(dir: &Path) -> toml::Value {
+    std::fs::read_to_string(dir.join("config.toml"))
+        .ok()
+        .and_then(|text| text.parse::<toml::Table>().ok())
+        .map_or(toml::Value::Table(toml::Table::new()), toml::Value::Table)
+}
+
+/// Steps of the run (`train.steps`) or of one of its stages: the stage
+/// directory's last name is its config table (`pretrain.train.steps`,
+/// `finetune.train.steps` for `round-2/finetune`).
+fn total_steps(config: &toml::Value, stage: Option<&str>) -> Option<u64> {
+    let table = match stage {
+        None => config,
+        Some(stage) => config.get(stage.rsplit('/').next()?)?,
+    };
+    let steps = table.get("train")?.get("steps")?.as_integer()?;
+    u64::try_from(steps).ok()
+}
+
+/// The run's summary if it ended (one that says `running` is none).
+fn final_summary(dir: &Path) -> Option<Summary> {
+    rundir::read_json::<Summary>(&dir.join("summary.json"))
+        .ok()
+        .filter(|s| s.status != Status::Running)
+}
+
+fn outcome_of(status: Status) -> Outcome {
+    match status {
+        Status::Completed => Outcome::Completed,
+        Status::Interrupted => Outcome::Interrupted,
+        Status::Failed | Status::Running => Outcome::Failed,
+    }
+}
+
+/// The status line of an ended run: `completed: 300 steps in 12s`, with
+/// the reason a failed or interrupted run gives.
+fn ended(summary: &Summary) -> State {
+    let status = serde_json::to_value(summary.status)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| "?".into());
+    let mut detail = format!(
+        "{} steps in {}",
+        summary.steps_done,
+        view::duration(summary.wall_s)
+    );
+    for key in ["error", "reason"] {
+        if let Some(why) = summary.metrics.get(key).and_then(Value::as_str) {
+            detail += &format!(" ({why})");
+        }
+    }
+    State::Ended { status, detail }
+}
+
+/// The output: a block redrawn in place on a terminal, appended lines
+/// elsewhere. Each `show`/`finish` returns whether stdout is still open.
+struct Screen {
+    terminal: bool,
+    width: Option<usize>,
+    /// Terminal: the block last drawn (its height is how far to go up).
+    drawn: Vec<String>,
+    /// Appended lines: what was printed last, not to print it again.
+    printed_stage: Option<String>,
+    printed_step: Option<(Option<String>, Option<u64>)>,
+    printed_eval: Option<String>,
+    printed_state: Option<String>,
+    header: bool,
+}
+
+impl Screen {
+    fn new(opts: &Options) -> Screen {
+        Screen {
+            terminal: opts.terminal,
+            width: opts.width,
+            drawn: Vec::new(),
+            printed_stage: None,
+            printed_step: None,
+            printed_eval: None,
+            printed_state: None,
+            header: false,
+        }
+    }
+
+    /// Show the view as it is; false when stdout was closed.
+    fn show(&mut self, view: &View, out: &mut dyn Write) -> bool {
+        let text = if self.terminal {
+            self.redraw(view)
+        } else {
+            self.append(view, false)
+        };
+        if text.is_empty() {
+            return true;
+        }
+        out.write_all(text.as_bytes())
+            .and_then(|()| out.flush())
+            .is_ok()
+    }
+
+    /// Show the final view; a closed stdout is no error here either.
+    fn finish(&mut self, view: &View, out: &mut dyn Write, outcome: Outcome) -> Result<Outcome> {
+        let text = if self.terminal {
+            self.redraw(view)
+        } else {
+            self.append(view, true)
+        };
+        match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+            Ok(()) => Ok(outcome),
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(Outcome::StdoutClosed),
+            Err(e) => Err(anyhow::Error::new(e).context("writing to stdout")),
+        }
+    }
+
+    /// Cursor up over the last block, each line cleared and rewritten,
+    /// the rest of the screen cleared (the block may have got shorter).
+    fn redraw(&mut self, view: &View) -> String {
+        let lines: Vec<String> = view.lines().iter().map(|l| self.fit(l)).collect();
+        if lines == self.drawn {
+            return String::new();
+        }
+        let mut text = String::new();
+        if !self.drawn.is_empty() {
+            text += &format!("\x1b[{}A", self.drawn.len());
+        }
+        for line in &lines {
+            text += &format!("\r\x1b[2K{line}\n");
+        }
+        text += "\x1b[J";
+        self.drawn = lines;
+        text
+    }
+
+    fn fit(&self, line: &str) -> String {
+        match self.width {
+            Some(width) if width > 1 => line.chars().take(width - 1).collect(),
+            _ => line.to_string(),
+        }
+    }
+
+    /// The lines not printed yet: the run, a new stage, the latest step (at
+    /// most one per look, so at most one per `--interval`), a new
+    /// evaluation, a changed status (the final one always).
+    fn append(&mut self, view: &View, last: bool) -> String {
+        let mut text = String::new();
+        if !self.header {
+            self.header = true;
+            text += &format!("run     {} ({})\n", view.run_id, view.place);
+        }
+        if view.stage.is_some() && view.stage != self.printed_stage {
+            self.printed_stage = view.stage.clone();
+            text += &format!("stage   {}\n", view.stage.as_deref().unwrap_or(""));
+        }
+        let step = Some((view.stage.clone(), view.step));
+        if view.step.is_some() && step != self.printed_step {
+            self.printed_step = step;
+            let mut line = view.step_line();
+            for gpu in view.gpu_lines() {
+                line += &format!("  [{gpu}]");
+            }
+            text += &line;
+            text += "\n";
+        }
+        if let Some(line) = view
+            .eval_line()
+            .filter(|l| Some(l) != self.printed_eval.as_ref())
+        {
+            text += &line;
+            text += "\n";
+            self.printed_eval = Some(line);
+        }
+        // While running, only a status worth knowing: the place does not answer.
+        let state = view.state_line();
+        let worth = last || matches!(view.state, Some(State::Unknown(_)));
+        if worth && Some(&state) != self.printed_state.as_ref() {
+            text += &state;
+            text += "\n";
+            self.printed_state = Some(state);
+        }
+        text
+    }
+}
