@@ -5,13 +5,15 @@
 //! runs, read from their directories.
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::docker_base::require_docker_host;
 use crate::common::docker_run::{container_name, import_image, remove_container};
-use crate::common::run::{assert_ok, long_run_args, send_signal, short_run, wait_for_step};
+use crate::common::run::{
+    assert_ok, long_run_args, run_dir_in, send_signal, short_run, wait_for_step,
+};
 use crate::common::{envgen, json_of, read_json, require_slurm_cluster, run_dir_of, text, turn};
 
 const ENVGEN: &str = env!("CARGO_BIN_EXE_envgen");
@@ -37,27 +39,6 @@ fn spawn_run(out: &Path, steps: u64) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn envgen run")
-}
-
-/// The run directory the background run made in `out`.
-fn run_dir_in(out: &Path) -> PathBuf {
-    let start = Instant::now();
-    loop {
-        let found = std::fs::read_dir(out).ok().and_then(|entries| {
-            entries
-                .flatten()
-                .map(|e| e.path())
-                .find(|p| p.join("manifest.json").is_file())
-        });
-        if let Some(dir) = found {
-            return dir;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "no run directory"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// Wait for `child` at most `limit`; kill it and fail when it overstays.

@@ -160,23 +160,7 @@ pub fn stop_after_two_steps(
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let start = Instant::now();
-    let dir = loop {
-        let found = std::fs::read_dir(out).ok().and_then(|entries| {
-            entries
-                .flatten()
-                .map(|e| e.path())
-                .find(|p| p.join("manifest.json").is_file())
-        });
-        if let Some(dir) = found {
-            break dir;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "no run directory"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let dir = run_dir_in(out);
     wait_for_step(&dir, 2, Duration::from_secs(120));
     stop(child.id(), &dir);
     (dir, child.wait_with_output().unwrap())
@@ -219,4 +203,25 @@ pub fn rerun_json(out: &Path, dir: &Path) -> Value {
         .unwrap();
     assert_ok(&rerun, "rerun");
     json_of(&rerun)
+}
+
+/// The run directory the background run made in `out`.
+pub fn run_dir_in(out: &Path) -> PathBuf {
+    let start = Instant::now();
+    loop {
+        let found = std::fs::read_dir(out).ok().and_then(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .find(|p| p.join("manifest.json").is_file())
+        });
+        if let Some(dir) = found {
+            return dir;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no run directory"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
