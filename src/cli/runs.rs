@@ -1,4 +1,4 @@
-//! `envgen runs list | show | compare | report | cancel`
+//! `envgen runs list | show | compare | report | export | cancel`
 
 use std::path::{Path, PathBuf};
 
@@ -39,6 +39,14 @@ pub enum Command {
         #[arg(short = 'o', long = "out", value_name = "DIR")]
         out: Option<PathBuf>,
     },
+    /// Write runs' metrics and config as TensorBoard event files, one
+    /// folder DIR/<run_id>/ per run (a run's own are in its tb/).
+    Export {
+        #[arg(long, value_name = "DIR")]
+        tensorboard: PathBuf,
+        #[arg(required = true)]
+        runs: Vec<PathBuf>,
+    },
     /// Stop a run (native: SIGINT; Docker: the container; Slurm: scancel) or
     /// end a lost one; it is marked interrupted (resumable) or failed.
     Cancel { run: PathBuf },
@@ -50,6 +58,7 @@ pub fn execute(cmd: Command) -> Result<i32> {
         Command::Show { run, json } => show(&run, json),
         Command::Compare { runs, json } => compare(&runs, json),
         Command::Report { runs, out } => report(&runs, out),
+        Command::Export { tensorboard, runs } => export(&runs, &tensorboard),
         Command::Cancel { run } => cancel(&run),
     }
 }
@@ -157,6 +166,13 @@ fn report(paths: &[PathBuf], out: Option<PathBuf>) -> Result<i32> {
     let runs = open_all(paths)?;
     let out = out.unwrap_or_else(|| PathBuf::from("report"));
     for file in runs::report::write_report(&runs, &out)? {
+        println!("{}", file.display());
+    }
+    Ok(0)
+}
+
+fn export(paths: &[PathBuf], tensorboard: &Path) -> Result<i32> {
+    for file in runs::tensorboard::export(&open_all(paths)?, tensorboard)? {
         println!("{}", file.display());
     }
     Ok(0)

@@ -35,4 +35,5 @@ mod run_slurm;
 mod runs_cli;
 mod slurm;
 mod sudoku_cli;
+mod tensorboard_cli;
 mod tune_cli;
