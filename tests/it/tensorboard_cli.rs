@@ -3,7 +3,8 @@
 //! `EventAccumulator`) finds every metric of metrics.jsonl under its tag,
 //! at its step, with its value as float32, and the run's config as text;
 //! a resumed run shows each step once; `envgen runs export --tensorboard`
-//! writes the same events for a run without `tb/`. Needs
+//! writes the same events for a run without `tb/`. GPU sample lines come
+//! from the stand-in NVML (tests/it/nvml_standin.rs). Needs
 //! `ENVGEN_TEST_PYTHON` (scripts/services/pyref.sh provides it in CI).
 
 use std::collections::BTreeMap;
@@ -108,16 +109,19 @@ fn expected(dir: &Path) -> BTreeMap<String, Vec<(u64, f32)>> {
     series
 }
 
-/// `envgen run gpt2 ARGS…` with the stand-in NVML, so the GPU sampler's
-/// lines go through the live path too.
-fn gpt2(args: &[&str]) -> Output {
-    envgen()
-        .env_remove("ENVGEN_NO_NVML")
-        .env("LD_LIBRARY_PATH", standin_dir())
-        .args(["run", "gpt2"])
-        .args(args)
-        .output()
-        .expect("spawn envgen")
+/// `envgen run ARGS…`, with the stand-in NVML (GPU sampler lines in
+/// metrics.jsonl, so in tb/) or without any NVML (no sampler: what tb/
+/// holds is the trainer's doing alone).
+fn envgen_run(args: &[&str], nvml: bool) -> Output {
+    let mut cmd = envgen();
+    cmd.env_remove("LD_LIBRARY_PATH");
+    if nvml {
+        cmd.env_remove("ENVGEN_NO_NVML")
+            .env("LD_LIBRARY_PATH", standin_dir());
+    } else {
+        cmd.env("ENVGEN_NO_NVML", "1");
+    }
+    cmd.arg("run").args(args).output().expect("spawn envgen")
 }
 
 /// TensorBoard's scalars as the same map.
@@ -143,9 +147,10 @@ fn tensorboard_reads_a_gpt2_runs_metrics_and_config_and_a_resume_repeats_no_step
     let tmp = tempfile::tempdir().unwrap();
     let started = std::time::Instant::now();
     // Six steps, eval every 2, stopped after 3, then resumed to the end.
-    let mut args = SHORT.to_vec();
+    let mut args = vec!["gpt2"];
+    args.extend(SHORT);
     args.extend(["--out", tmp.path().to_str().unwrap(), "--stop-after", "3"]);
-    let first = gpt2(&args);
+    let first = envgen_run(&args, false);
     let dir = stopped_after(&first, 3);
     // A line past the checkpoint (as a hard kill leaves one), in tb/ too:
     // the resume must drop it from both.
@@ -160,13 +165,12 @@ fn tensorboard_reads_a_gpt2_runs_metrics_and_config_and_a_resume_repeats_no_step
         serde_json::json!([4, 99.0])
     );
 
-    let resumed = gpt2(&[
-        "--backend",
-        "cpu",
-        "--json",
-        "--resume",
-        dir.to_str().unwrap(),
-    ]);
+    // Without NVML: no sampler rewrites tb/ at the end, so what the
+    // resumed trainer made of tb/ is what TensorBoard reads.
+    let resume = ["gpt2", "--backend", "cpu", "--json", "--resume"];
+    let mut resume = resume.to_vec();
+    resume.push(dir.to_str().unwrap());
+    let resumed = envgen_run(&resume, false);
     assert!(resumed.status.success(), "{}", text(&resumed));
     assert_eq!(json_of(&resumed)["summary"]["status"], "completed");
     let files: Vec<_> = std::fs::read_dir(dir.join("tb")).unwrap().collect();
@@ -174,7 +178,6 @@ fn tensorboard_reads_a_gpt2_runs_metrics_and_config_and_a_resume_repeats_no_step
 
     let read = tensorboard_read(&dir.join("tb"));
     let want = expected(&dir);
-    assert!(want.contains_key("gpu/0/util_percent"), "{want:?}");
     assert_eq!(scalars(&read), want, "TensorBoard read: {read}");
     let steps: Vec<u64> = want["train/loss"].iter().map(|p| p.0).collect();
     assert_eq!(steps, [1, 2, 3, 4, 5, 6], "each step once");
@@ -213,9 +216,10 @@ fn tensorboard_reads_an_hrm_sudoku_runs_metrics() {
     let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let started = std::time::Instant::now();
-    // 16 steps of 64 puzzles, eval every 8 (as hrm_cli's short run).
-    let out = run(&[
-        "run",
+    // 16 steps of 64 puzzles, eval every 8 (as hrm_cli's short run), with
+    // the stand-in NVML: GPU samples, the last one after the trainer's log
+    // closed (the sampler brings tb/ up to date).
+    let args = [
         "hrm-sudoku",
         "--backend",
         "cpu",
@@ -234,13 +238,21 @@ fn tensorboard_reads_an_hrm_sudoku_runs_metrics() {
         "train.eval_interval=1",
         "--out",
         tmp.path().to_str().unwrap(),
-    ]);
+    ];
+    let out = envgen_run(&args, true);
     assert!(out.status.success(), "{}", text(&out));
     let dir = PathBuf::from(json_of(&out)["run_dir"].as_str().unwrap());
     let read = tensorboard_read(&dir.join("tb"));
     let want = expected(&dir);
     assert_eq!(scalars(&read), want, "TensorBoard read: {read}");
     assert!(want["eval/cell_accuracy"].len() >= 2, "{want:?}");
+    let last = want["train/loss"].last().unwrap().0;
+    let gpu = &want["gpu/0/util_percent"];
+    assert_eq!(
+        gpu.last().unwrap().0,
+        last,
+        "the final sample, at the last step"
+    );
     assert!(want.contains_key("train/train_cell_accuracy"), "{want:?}");
     assert!(read["text"]["config"][0][1]
         .as_str()
