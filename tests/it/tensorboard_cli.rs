@@ -109,7 +109,7 @@ fn expected(dir: &Path) -> BTreeMap<String, Vec<(u64, f32)>> {
     series
 }
 
-/// `envgen run ARGS…`, with the stand-in NVML (GPU sampler lines in
+/// `envgen ARGS…`, with the stand-in NVML (GPU sampler lines in
 /// metrics.jsonl, so in tb/) or without any NVML (no sampler: what tb/
 /// holds is the trainer's doing alone).
 fn envgen_run(args: &[&str], nvml: bool) -> Output {
@@ -121,7 +121,7 @@ fn envgen_run(args: &[&str], nvml: bool) -> Output {
     } else {
         cmd.env("ENVGEN_NO_NVML", "1");
     }
-    cmd.arg("run").args(args).output().expect("spawn envgen")
+    cmd.args(args).output().expect("spawn envgen")
 }
 
 /// TensorBoard's scalars as the same map.
@@ -147,7 +147,7 @@ fn tensorboard_reads_a_gpt2_runs_metrics_and_config_and_a_resume_repeats_no_step
     let tmp = tempfile::tempdir().unwrap();
     let started = std::time::Instant::now();
     // Six steps, eval every 2, stopped after 3, then resumed to the end.
-    let mut args = vec!["gpt2"];
+    let mut args = vec!["run", "gpt2"];
     args.extend(SHORT);
     args.extend(["--out", tmp.path().to_str().unwrap(), "--stop-after", "3"]);
     let first = envgen_run(&args, false);
@@ -167,7 +167,7 @@ fn tensorboard_reads_a_gpt2_runs_metrics_and_config_and_a_resume_repeats_no_step
 
     // Without NVML: no sampler rewrites tb/ at the end, so what the
     // resumed trainer made of tb/ is what TensorBoard reads.
-    let resume = ["gpt2", "--backend", "cpu", "--json", "--resume"];
+    let resume = ["run", "gpt2", "--backend", "cpu", "--json", "--resume"];
     let mut resume = resume.to_vec();
     resume.push(dir.to_str().unwrap());
     let resumed = envgen_run(&resume, false);
@@ -216,29 +216,11 @@ fn tensorboard_reads_an_hrm_sudoku_runs_metrics() {
     let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let started = std::time::Instant::now();
-    // 16 steps of 64 puzzles, eval every 8 (as hrm_cli's short run), with
+    // hrm_cli's short run (16 steps of 64 puzzles, eval every 8), with
     // the stand-in NVML: GPU samples, the last one after the trainer's log
     // closed (the sampler brings tb/ up to date).
-    let args = [
-        "hrm-sudoku",
-        "--backend",
-        "cpu",
-        "--json",
-        "--set",
-        "data.train_puzzles=64",
-        "--set",
-        "data.test_puzzles=16",
-        "--set",
-        "data.augmentations=2",
-        "--set",
-        "train.global_batch_size=8",
-        "--set",
-        "train.epochs=2",
-        "--set",
-        "train.eval_interval=1",
-        "--out",
-        tmp.path().to_str().unwrap(),
-    ];
+    let mut args = crate::hrm_cli::SHORT.to_vec();
+    args.extend(["--out", tmp.path().to_str().unwrap()]);
     let out = envgen_run(&args, true);
     assert!(out.status.success(), "{}", text(&out));
     let dir = PathBuf::from(json_of(&out)["run_dir"].as_str().unwrap());

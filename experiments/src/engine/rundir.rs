@@ -120,17 +120,7 @@ impl MetricsLog {
     }
 
     fn open_keeping(path: &Path, keep: Option<Keep>) -> anyhow::Result<Self> {
-        if path
-            .symlink_metadata()
-            .is_ok_and(|m| m.file_type().is_symlink())
-        {
-            return Err(UserError::usage(format!(
-                "{} is a symbolic link, not the run's own metrics file",
-                path.display()
-            ))
-            .with_fix("remove the link (the run writes a new metrics.jsonl), or start a new run")
-            .into());
-        }
+        refuse_symlink(path, "metrics file", "metrics.jsonl")?;
         if keep == Some(Keep::Nothing) && path.exists() {
             write_atomic(path, b"")?;
         }
@@ -170,6 +160,25 @@ impl MetricsLog {
             .with_context(|| format!("writing {}", self.path.display()))?;
         self.tb.catch_up(&self.path)
     }
+}
+
+/// Refuse a symbolic link where the run's own `what` (a file or folder the
+/// run writes anew as `name`) belongs.
+pub(crate) fn refuse_symlink(path: &Path, what: &str, name: &str) -> anyhow::Result<()> {
+    if path
+        .symlink_metadata()
+        .is_ok_and(|m| m.file_type().is_symlink())
+    {
+        return Err(UserError::usage(format!(
+            "{} is a symbolic link, not the run's own {what}",
+            path.display()
+        ))
+        .with_fix(format!(
+            "remove the link (the run writes a new {name}), or start a new run"
+        ))
+        .into());
+    }
+    Ok(())
 }
 
 /// `metrics.jsonl` as text ("" when there is none), for a resume and for

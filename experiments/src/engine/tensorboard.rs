@@ -24,8 +24,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use serde_json::Value;
 
-use super::rundir::read_metrics_text;
-use crate::error::UserError;
+use super::rundir::{read_metrics_text, refuse_symlink};
 use crate::fsutil::write_atomic;
 
 /// The run directory's TensorBoard folder.
@@ -255,21 +254,6 @@ fn events_of(text: &str, scalars: &mut Scalars) -> (Vec<u8>, usize) {
     (out, complete)
 }
 
-fn refuse_link(path: &Path) -> anyhow::Result<()> {
-    if path
-        .symlink_metadata()
-        .is_ok_and(|m| m.file_type().is_symlink())
-    {
-        return Err(UserError::usage(format!(
-            "{} is a symbolic link, not the run's own TensorBoard folder",
-            path.display()
-        ))
-        .with_fix("remove the link (envgen writes a new folder), or start a new run")
-        .into());
-    }
-    Ok(())
-}
-
 /// envgen's event files in `dir`, sorted.
 fn our_files(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -305,7 +289,7 @@ pub fn write_dir(
     metrics: &str,
     config: Option<&str>,
 ) -> anyhow::Result<(PathBuf, usize, Scalars)> {
-    refuse_link(dir)?;
+    refuse_symlink(dir, "TensorBoard folder", "folder")?;
     crate::fsutil::create_dir_all(dir)?;
     let existing = our_files(dir);
     let path = existing.first().cloned().unwrap_or_else(|| {
