@@ -61,7 +61,7 @@ pub fn crc32c(bytes: &[u8]) -> u32 {
 /// TFRecord's masked CRC (a CRC of data that holds CRCs is weak otherwise).
 fn masked_crc(bytes: &[u8]) -> u32 {
     let crc = crc32c(bytes);
-    ((crc >> 15) | (crc << 17)).wrapping_add(0xa282_ead8)
+    crc.rotate_right(15).wrapping_add(0xa282_ead8)
 }
 
 /// One TFRecord around `data`.
