@@ -1,6 +1,6 @@
 //! TensorBoard event files for a run: `tb/events.out.tfevents.<secs>.<host>.envgen`
-//! in the run directory mirrors `metrics.jsonl` line by line (see
-//! docs/cli.md, "TensorBoard"). One converter ([`Scalars`]) serves the live
+//! in the run directory mirrors `metrics.jsonl` line by line (tags and
+//! steps: docs/cli.md, "`envgen runs`"). One converter ([`Scalars`]) serves the live
 //! path (`MetricsLog` appends as it logs), the rebuild when a run (re)starts
 //! and `envgen runs export --tensorboard`.
 //!
@@ -9,8 +9,11 @@
 //! `Event` protobufs. The one Rust writer crate (tensorboard-rs, last
 //! released 2022) pulls in protobuf 2 and an image library; the handful of
 //! fields a scalar or a text summary needs is a few lines of wire format.
-//! Field numbers, from TensorBoard 2.21's own protos
-//! (`tensorboard/compat/proto/{event,summary,tensor,types}.proto`):
+//! CRC-32C is a compile-time table here too: the `crc32c` crate would be
+//! one more download for a fresh clone's `--offline` build
+//! (tests/it/fresh_clone.rs) for twenty lines.
+//! Field numbers, as TensorBoard 2.21 declares them (the descriptors of
+//! `tensorboard/compat/proto/{event,summary,tensor,tensor_shape,types}_pb2.py`):
 //! Event: wall_time = 1 (double), step = 2 (int64), file_version = 3,
 //! summary = 5. Summary: value = 1. Summary.Value: tag = 1,
 //! simple_value = 2 (float), tensor = 8, metadata = 9. SummaryMetadata:
