@@ -26,6 +26,17 @@ pub fn export(runs: &[RunDir], out: &Path) -> Result<Vec<PathBuf>> {
             .with_fix("restore the manifest.json that `envgen run` wrote")
             .into());
         }
+        let target = out.join(&id);
+        if target.canonicalize().ok() == run.path.canonicalize().ok() && target.exists() {
+            return Err(UserError::usage(format!(
+                "{} is the run directory itself (its events are in its tb/)",
+                target.display()
+            ))
+            .with_fix(
+                "export into another folder, or open the runs' folder in TensorBoard as it is",
+            )
+            .into());
+        }
         if !seen.insert(id.clone()) {
             return Err(UserError::usage(format!(
                 "two runs given have the run id {id}; their events would share {}",

@@ -325,5 +325,16 @@ fn gpu_samples_plot_at_the_last_step_and_export_refuses_bad_runs() {
         assert!(text(&refused).contains(why), "{}", text(&refused));
     }
     assert!(!fresh.exists());
+    // DIR/<run_id> would be the run itself: refused, not written into.
+    let d = tmp.path().join("gpt2-tiny-2");
+    fake_run(&d, "gpt2-tiny-2", metrics);
+    let into_itself = export(tmp.path(), &[&d]);
+    assert_eq!(into_itself.status.code(), Some(2), "{}", text(&into_itself));
+    assert!(text(&into_itself).contains("is the run directory itself"));
+    assert_eq!(
+        std::fs::read_dir(&d).unwrap().count(),
+        2,
+        "manifest and metrics only"
+    );
     assert!(!tmp.path().join("escape").exists());
 }
