@@ -1,16 +1,18 @@
 //! Live GPU metrics for a run on a GPU host: NVML's utilization and memory
 //! per GPU, sampled on a thread and appended to `metrics.jsonl` as
 //! `{"time_s": …, "gpu": [{"index", "util_percent", "memory_used_gb", …}]}`
-//! lines (no `step`: readers that plot steps skip them). Without NVML
+//! lines (no `step`: readers that plot steps skip them; the run's TensorBoard
+//! file plots them at the last training step). Without NVML
 //! (no driver, `ENVGEN_NO_NVML=1`) nothing is sampled and nothing fails.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use envgen_experiments::engine::tensorboard;
 use nvml_wrapper::Nvml;
 use serde_json::{json, Value};
 
@@ -58,6 +60,7 @@ fn sample(nvml: &Nvml, count: u32) -> Vec<GpuSample> {
 
 /// A running sampler; dropping it stops the thread.
 pub struct GpuSampler {
+    metrics: PathBuf,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -100,6 +103,7 @@ impl GpuSampler {
             }
         });
         Some(GpuSampler {
+            metrics: metrics_path.to_path_buf(),
             stop,
             thread: Some(thread),
         })
@@ -111,6 +115,15 @@ impl Drop for GpuSampler {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
+        }
+        // The last sample comes after the trainer's log (which mirrors every
+        // line into tb/ as it goes) has closed: bring tb/ up to date.
+        let run_dir = self.metrics.parent().unwrap_or(Path::new("."));
+        if let Err(e) = tensorboard::export(run_dir, &run_dir.join(tensorboard::TB_DIR)) {
+            tracing::warn!(
+                "updating {}: {e:#}",
+                run_dir.join(tensorboard::TB_DIR).display()
+            );
         }
     }
 }

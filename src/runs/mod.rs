@@ -1,7 +1,7 @@
 //! Run directories (layout in docs/cli.md): the typed manifest and the one
 //! place it is written (`manifest`), the lock of the one process that
 //! trains it (`lock`), and reading runs to answer questions
-//! across them: show, compare, report, watch.
+//! across them: show, compare, report, watch, export to TensorBoard.
 
 pub mod compare;
 pub mod gpu_sampler;
@@ -9,4 +9,5 @@ pub mod lock;
 pub mod manifest;
 pub mod report;
 pub mod store;
+pub mod tensorboard;
 pub mod watch;

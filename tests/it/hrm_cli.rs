@@ -114,7 +114,7 @@ fn tiny_preset_learns_on_held_out_puzzles() {
 }
 
 /// A very short run: 64 train puzzles, batch 8, 16 steps, eval every 8.
-const SHORT: &[&str] = &[
+pub(crate) const SHORT: &[&str] = &[
     "run",
     "hrm-sudoku",
     "--backend",

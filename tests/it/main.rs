@@ -37,4 +37,5 @@ mod runs_ux;
 mod runs_watch;
 mod slurm;
 mod sudoku_cli;
+mod tensorboard_cli;
 mod tune_cli;

@@ -13,7 +13,7 @@ use crate::common::run::{assert_ok, SHORT};
 use crate::common::{envgen, json_of, run_dir_of};
 
 /// The stand-in library, compiled once per test process.
-fn standin_dir() -> &'static Path {
+pub(crate) fn standin_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("libnvml-standin");

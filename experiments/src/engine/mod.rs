@@ -2,7 +2,8 @@
 //! science configs with `--set` overrides and hashing ([`config`]), AdamW
 //! with GPT-2 parameter groups, global-norm clipping and warmup+cosine
 //! ([`optim`]), the iteration-based loop with gradient accumulation, eval,
-//! checkpoints and resume ([`train`]), and the run directory ([`rundir`]).
+//! checkpoints and resume ([`train`]), the run directory ([`rundir`]) and its
+//! TensorBoard event files ([`tensorboard`]).
 
 pub mod budget;
 pub mod checkpoint;
@@ -14,6 +15,7 @@ pub mod params;
 pub mod precision;
 pub mod rundir;
 pub mod safetensors_io;
+pub mod tensorboard;
 pub mod train;
 
 pub use config::{config_hash, load, split_batch, HardwareHint, Loaded, OptimConfig, TrainConfig};

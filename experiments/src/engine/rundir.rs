@@ -1,5 +1,6 @@
 //! The run directory: `config.toml`, `manifest.json`, `metrics.jsonl`,
-//! `summary.json`, `checkpoints/` (see docs/cli.md, "envgen experiments, run").
+//! `tb/` (its TensorBoard mirror), `summary.json`, `checkpoints/` (see
+//! docs/cli.md, "envgen experiments, run").
 //! `manifest.json` is envgen's (`runs::manifest`); the experiments write
 //! the rest.
 
@@ -10,6 +11,7 @@ use std::path::Path;
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
+use super::tensorboard::EventsFile;
 use crate::error::UserError;
 use crate::fsutil::write_atomic;
 
@@ -90,9 +92,12 @@ enum Keep {
     ThroughStep(u64),
 }
 
-/// Appends one JSON object per line to `metrics.jsonl`.
+/// Appends one JSON object per line to `metrics.jsonl`, and its scalars
+/// to the run's TensorBoard event file (`tb/`, rebuilt from the kept lines
+/// when the log opens, so a resumed run shows no step twice).
 pub struct MetricsLog {
     file: std::fs::File,
+    tb: EventsFile,
     /// For errors: a full disk mid-run names the file it could not grow.
     path: std::path::PathBuf,
 }
@@ -115,17 +120,7 @@ impl MetricsLog {
     }
 
     fn open_keeping(path: &Path, keep: Option<Keep>) -> anyhow::Result<Self> {
-        if path
-            .symlink_metadata()
-            .is_ok_and(|m| m.file_type().is_symlink())
-        {
-            return Err(UserError::usage(format!(
-                "{} is a symbolic link, not the run's own metrics file",
-                path.display()
-            ))
-            .with_fix("remove the link (the run writes a new metrics.jsonl), or start a new run")
-            .into());
-        }
+        refuse_symlink(path, "metrics file", "metrics.jsonl")?;
         if keep == Some(Keep::Nothing) && path.exists() {
             write_atomic(path, b"")?;
         }
@@ -152,13 +147,38 @@ impl MetricsLog {
             .with_context(|| format!("opening {}", path.display()))?;
         Ok(Self {
             file,
+            tb: EventsFile::open(path)?,
             path: path.to_path_buf(),
         })
     }
 
     pub fn write(&mut self, record: &serde_json::Value) -> anyhow::Result<()> {
-        writeln!(self.file, "{record}").with_context(|| format!("writing {}", self.path.display()))
+        // One write per line: the GPU sampler appends its lines to the same
+        // file, and a line written in pieces could be split by one of them.
+        self.file
+            .write_all(format!("{record}\n").as_bytes())
+            .with_context(|| format!("writing {}", self.path.display()))?;
+        self.tb.catch_up(&self.path)
     }
+}
+
+/// Refuse a symbolic link where the run's own `what` (a file or folder the
+/// run writes anew as `name`) belongs.
+pub(crate) fn refuse_symlink(path: &Path, what: &str, name: &str) -> anyhow::Result<()> {
+    if path
+        .symlink_metadata()
+        .is_ok_and(|m| m.file_type().is_symlink())
+    {
+        return Err(UserError::usage(format!(
+            "{} is a symbolic link, not the run's own {what}",
+            path.display()
+        ))
+        .with_fix(format!(
+            "remove the link (the run writes a new {name}), or start a new run"
+        ))
+        .into());
+    }
+    Ok(())
 }
 
 /// `metrics.jsonl` as text ("" when there is none), for a resume and for

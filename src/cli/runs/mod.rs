@@ -1,4 +1,4 @@
-//! `envgen runs list | show | compare | report | cancel`
+//! `envgen runs list | show | compare | report | export | cancel`
 
 use std::path::{Path, PathBuf};
 
@@ -61,6 +61,17 @@ pub enum Command {
         #[arg(short = 'o', long = "out", value_name = "DIR")]
         out: Option<PathBuf>,
     },
+    /// Write runs' metrics and config as TensorBoard event files, one
+    /// folder DIR/<run_id>/ per run (a run's own are in its tb/).
+    Export {
+        #[arg(long, value_name = "DIR")]
+        tensorboard: PathBuf,
+        /// Run ids, unique prefixes or run directories.
+        #[arg(required = true)]
+        runs: Vec<PathBuf>,
+        #[command(flatten)]
+        runs_dir: RunsDir,
+    },
     /// Stop a run (native: SIGINT; Docker: the container; Slurm: scancel) or
     /// end a lost one; it is marked interrupted (resumable) or failed.
     Cancel {
@@ -94,6 +105,11 @@ pub fn execute(cmd: Command) -> Result<i32> {
         } => report(&resolve_all(&runs, &runs_dir)?, out),
         Command::Cancel { run, runs_dir } => cancel(&store::resolve(&run, &runs_dir.dir)?),
         Command::Watch(args) => watch::execute(args),
+        Command::Export {
+            tensorboard,
+            runs,
+            runs_dir,
+        } => export(&resolve_all(&runs, &runs_dir)?, &tensorboard),
     }
 }
 
@@ -173,6 +189,13 @@ fn report(paths: &[PathBuf], out: Option<PathBuf>) -> Result<i32> {
     let runs = open_all(paths)?;
     let out = out.unwrap_or_else(|| PathBuf::from("report"));
     for file in runs::report::write_report(&runs, &out)? {
+        crate::output::outln!("{}", file.display());
+    }
+    Ok(0)
+}
+
+fn export(paths: &[PathBuf], tensorboard: &Path) -> Result<i32> {
+    for file in runs::tensorboard::export(&open_all(paths)?, tensorboard)? {
         crate::output::outln!("{}", file.display());
     }
     Ok(0)
