@@ -65,6 +65,8 @@ fn tag_of(key: &str) -> &'static str {
         "train_exact_accuracy" => "train/train_exact_accuracy",
         "train_cell_accuracy" => "train/train_cell_accuracy",
         "halted_rows" => "train/halted_rows",
+        // hrm's step-0 line says how many steps the run will take (runs watch).
+        "total_steps" => "train/total_steps",
         "val_loss" => "eval/val_loss",
         "exact_accuracy" => "eval/exact_accuracy",
         "cell_accuracy" => "eval/cell_accuracy",
@@ -73,6 +75,7 @@ fn tag_of(key: &str) -> &'static str {
         "grad_norm" => "optim/grad_norm",
         "tokens_per_s" => "throughput/tokens_per_s",
         "steps_per_s" => "throughput/steps_per_s",
+        "puzzles_per_s" => "throughput/puzzles_per_s",
         "step_ms" => "throughput/step_ms",
         other => panic!("metrics.jsonl key {other:?} has no expected tag in this test"),
     }
