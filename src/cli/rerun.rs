@@ -41,11 +41,13 @@ pub fn run_argv(args: &Args, manifest: &Manifest, dir: &std::path::Path) -> Resu
         dir.display().to_string(),
         "--where".into(),
         location,
-        "--backend".into(),
-        manifest.profile.backend.clone(),
         "--out".into(),
         args.out.display().to_string(),
     ];
+    if manifest.experiment != crate::launch::command::NAME {
+        // A command run has no backend of envgen's: its own code picks.
+        argv.extend(["--backend".into(), manifest.profile.backend.clone()]);
+    }
     let launch = manifest.environment.launch_args.clone().unwrap_or_default();
     // The image goes by the ID it ran as, not by its (movable) tag.
     let image_id = manifest

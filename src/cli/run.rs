@@ -16,8 +16,16 @@ use crate::profiles::Precision;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// gpt2, hrm-sudoku, rft or quantize.
-    pub experiment: String,
+    /// gpt2, hrm-sudoku, rft or quantize (or your own command after `--`).
+    pub experiment: Option<String>,
+    /// Your own command, run in this directory without a shell: `envgen run
+    /// [flags] -- python train.py --lr 3e-4` (recorded with its git state).
+    #[arg(
+        last = true,
+        value_name = "CMD ARGS",
+        conflicts_with_all = ["experiment", "preset", "config", "overrides", "sweep", "resume", "from_run"]
+    )]
+    pub command: Vec<String>,
     #[arg(long, conflicts_with = "config")]
     pub preset: Option<String>,
     /// A science config file (TOML) instead of a preset.
@@ -173,8 +181,15 @@ impl Args {
     /// The flags as plain values, for [`RunRequest::new`].
     fn flags(self) -> RunFlags {
         let l = self.launch;
+        let experiment = match (self.experiment, self.command.is_empty()) {
+            (Some(name), _) => name,
+            (None, false) => launch::command::NAME.to_string(),
+            // Refused with its fix by RunRequest::new.
+            (None, true) => String::new(),
+        };
         RunFlags {
-            experiment: self.experiment,
+            experiment,
+            command: self.command,
             preset: self.preset,
             config: self.config,
             overrides: self.overrides,
@@ -214,6 +229,15 @@ impl Args {
 pub fn execute(args: Args) -> Result<i32> {
     let (dry_run, as_json) = (args.dry_run, args.json);
     let request = RunRequest::new(args.flags())?;
+    if let (true, Some(spec)) = (dry_run, &request.command) {
+        let plan = launch::command::dry_run(&request, spec);
+        if as_json {
+            crate::output::outln!("{}", serde_json::to_string_pretty(&plan)?);
+        } else {
+            print_command_plan(&plan);
+        }
+        return Ok(0);
+    }
     if dry_run {
         let plan = launch::dry_run::plan(&request)?;
         if as_json {
@@ -283,6 +307,36 @@ pub fn at_least_one(text: &str) -> std::result::Result<usize, String> {
 /// The experiment called `name` (usage error listing the known ones otherwise).
 pub fn find_experiment(name: &str) -> Result<&'static dyn Experiment> {
     registry::find(name)
+}
+
+fn print_command_plan(doc: &Value) {
+    let words: Vec<String> = doc["argv"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|w| w.as_str().unwrap_or("").to_string())
+        .collect();
+    crate::output::outln!(
+        "dry run: would run {:?} {} ({}); nothing was created",
+        words,
+        doc["where"].as_str().unwrap_or("-"),
+        doc["where_reason"].as_str().unwrap_or("-"),
+    );
+    crate::output::outln!("  in {}", doc["workdir"].as_str().unwrap_or("-"));
+    match doc["git"].as_object() {
+        Some(git) => crate::output::outln!(
+            "  git {} at {}, uncommitted diff {}, {} untracked file(s)",
+            git["toplevel"].as_str().unwrap_or("-"),
+            git["commit"].as_str().unwrap_or("(no commit)"),
+            git["diff_hash"].as_str().unwrap_or("none"),
+            git["untracked"].as_array().map_or(0, Vec::len),
+        ),
+        None => crate::output::outln!("  not in a git repository (recorded as such)"),
+    }
+    crate::output::outln!(
+        "  run directory: {}",
+        doc["run_dir"].as_str().unwrap_or("-")
+    );
 }
 
 fn print_plan(doc: &Value) {

@@ -17,10 +17,14 @@
 //! still trains in its place is [`liveness`]'s question (`runs list`), and
 //! stopping it there is [`cancel`]'s (`runs cancel`). Adding a place (Apptainer outside
 //! Slurm, Podman…) is one file implementing [`Launcher`] plus one arm in
-//! [`launcher_for`]; docs/architecture.md walks through it.
+//! [`launcher_for`]; docs/architecture.md walks through it. A user's own
+//! command (`envgen run -- CMD`) is one more kind of run behind the same
+//! sequence ([`command`]).
 
 pub mod auto;
 pub mod cancel;
+pub mod command;
+pub mod command_exec;
 pub mod docker;
 pub mod dry_run;
 pub mod liveness;
@@ -98,6 +102,7 @@ fn launcher_for(req: &RunRequest) -> Box<dyn Launcher> {
         Place::Native if req.world.size > 1 && !req.flags.launched => {
             Box::new(ranks::Ranks::default())
         }
+        Place::Native if req.is_command() => Box::new(native::Native::for_command()),
         Place::Native => Box::new(native::Native::default()),
         Place::Docker => Box::new(docker::Docker::default()),
         Place::Slurm => Box::new(slurm::Slurm::default()),

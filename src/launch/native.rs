@@ -33,6 +33,8 @@ pub struct Native {
     prepared: Option<Prepared>,
     /// The leader's lock on the run directory, held while it trains.
     lock: Option<RunLock>,
+    /// A user command runs here (`envgen run -- CMD`), not an experiment.
+    command: bool,
 }
 
 /// A run directory ready to train in.
@@ -45,7 +47,11 @@ struct Prepared {
 
 impl Launcher for Native {
     fn stop_message(&self) -> &'static str {
-        "stopping after this step (checkpoint follows)"
+        if self.command {
+            "forwarding the stop to the command (SIGINT)"
+        } else {
+            "stopping after this step (checkpoint follows)"
+        }
     }
 
     /// Resolve the backend, then make the run directory or reopen the one
@@ -123,14 +129,17 @@ impl Launcher for Native {
             stop_after: req.flags.stop_after,
             stop: stop.clone(),
             progress: req.flags.progress,
-            precision: Precision::from_name(&prepared.knobs.precision).ok_or_else(|| {
-                UserError::usage(format!(
-                    "{}: profile.precision = {:?} is not fp32, tf32, bf16 or fp16",
-                    run_dir.join(manifest::MANIFEST_FILE).display(),
-                    prepared.knobs.precision
-                ))
-                .with_fix("restore the manifest.json that `envgen run` wrote")
-            })?,
+            // A command picks its own precision: its knobs say `-`.
+            precision: Precision::from_name(&prepared.knobs.precision)
+                .or(req.is_command().then_some(Precision::Fp32))
+                .ok_or_else(|| {
+                    UserError::usage(format!(
+                        "{}: profile.precision = {:?} is not fp32, tf32, bf16 or fp16",
+                        run_dir.join(manifest::MANIFEST_FILE).display(),
+                        prepared.knobs.precision
+                    ))
+                    .with_fix("restore the manifest.json that `envgen run` wrote")
+                })?,
             world: self.world.clone(),
         };
         let mut science = prepared.science;
@@ -168,7 +177,11 @@ impl Launcher for Native {
         manifest::stamp_finished(&run_dir)?;
         // The process's peak memory, for `envgen tune` and for readers sizing
         // a machine (CPU runs: it is the tensors' memory too).
-        if let Some(mib) = crate::probe::proc::peak_rss_mib() {
+        // (A command's summary has its own process's peak already.)
+        let peak = (!req.is_command())
+            .then(crate::probe::proc::peak_rss_mib)
+            .flatten();
+        if let Some(mib) = peak {
             summary.metrics.insert("peak_rss_mib".into(), json!(mib));
             rundir::write_json(&run_dir.join("summary.json"), &summary)?;
         }
@@ -177,6 +190,14 @@ impl Launcher for Native {
 }
 
 impl Native {
+    /// The launcher of a user command's run.
+    pub fn for_command() -> Native {
+        Native {
+            command: true,
+            ..Native::default()
+        }
+    }
+
     /// An existing run directory, to train on (from its checkpoint, if any).
     fn reopen(
         &mut self,
@@ -204,9 +225,11 @@ impl Native {
         } else {
             resumed_knobs(req, &record.profile, loaded.batch_size, setup.world_size)?
         };
-        knobs.backend = setup.backend.into();
-        knobs.device = setup.device.into();
-        knobs.threads = setup.threads;
+        if !req.is_command() {
+            knobs.backend = setup.backend.into();
+            knobs.device = setup.device.into();
+            knobs.threads = setup.threads;
+        }
         if self.leader {
             if flags.launched {
                 record.environment.host = setup.host.clone();

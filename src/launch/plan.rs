@@ -82,6 +82,9 @@ pub fn fresh_knobs(
     loaded: &ResolvedConfig,
     preset: Option<&str>,
 ) -> Result<HardwareKnobs> {
+    if req.is_command() {
+        return Ok(super::command::knobs());
+    }
     let choice = hardware_choice(req, setup.host, setup.backend, preset)?;
     let (micro_batch, grad_accum) = engine::split_batch(
         engine::distributed::rank_batch(loaded.batch_size, setup.world_size)?,
@@ -136,9 +139,10 @@ pub struct PlannedRun {
 /// `--from-run`) and choose the hardware knobs for `setup`.
 pub fn plan_run(req: &RunRequest, setup: &Setup, extra: &[String]) -> Result<PlannedRun> {
     let flags = &req.flags;
-    let loaded = match &flags.from_run {
-        Some(source) => config_of_run(req.experiment, source)?.0,
-        None => {
+    let loaded = match (&req.command, &flags.from_run) {
+        (Some(command), _) => command.resolved()?,
+        (None, Some(source)) => config_of_run(req.experiment, source)?.0,
+        (None, None) => {
             let mut overrides = flags.overrides.clone();
             overrides.extend(extra.iter().cloned());
             resolve_config(
@@ -192,7 +196,13 @@ fn write_run(
         hash,
         knobs,
     } = planned;
-    let id = rundir::new_run_id(req.experiment.name(), loaded.preset.as_deref(), &hash);
+    // A command's id names its script where an experiment's names its preset.
+    let label = req.command.as_ref().map(|c| c.label());
+    let id = rundir::new_run_id(
+        req.experiment.name(),
+        label.as_deref().or(loaded.preset.as_deref()),
+        &hash,
+    );
     let (run_id, dir) = match new_dir {
         NewDir::Fresh(out) => manifest::create_run_dir(out, &id)?,
         NewDir::Made(dir) => (
@@ -216,6 +226,10 @@ fn write_run(
     }
     environment.rerun_of = req.flags.from_run.clone();
     environment.sweep = sweep;
+    if let Some(command) = &req.command {
+        command.write_diff(&dir)?;
+        environment.command = Some(command.record.clone());
+    }
     let record = Manifest {
         manifest_version: manifest::MANIFEST_VERSION,
         run_id,

@@ -12,6 +12,7 @@ use envgen_experiments::engine::Precision;
 use envgen_experiments::registry::Experiment;
 
 use super::auto::{self, Decision, Place};
+use super::command::{self, CommandSpec};
 use super::ranks::{plan_world, WorldPlan};
 use super::slurm::sbatch::{check_directive, check_job_dir, Runtime};
 use crate::error::{Result, UserError};
@@ -70,7 +71,10 @@ pub struct LaunchFlags {
 /// `envgen run`'s flags as plain values (the CLI's job: parse them).
 #[derive(Debug, Clone)]
 pub struct RunFlags {
+    /// The experiment's name; `command` for a user command.
     pub experiment: String,
+    /// `-- CMD ARGS…`: a user command instead of an experiment (issue #25).
+    pub command: Vec<String>,
     pub preset: Option<String>,
     pub config: Option<PathBuf>,
     pub overrides: Vec<String>,
@@ -103,12 +107,14 @@ pub struct RunRequest {
     pub world: WorldPlan,
     /// `--gpus` parsed (Docker); `None`: the backend's default.
     pub gpus: Option<GpuRequest>,
+    /// A user command to make a new run of (`-- CMD`, or `rerun` of one).
+    pub command: Option<CommandSpec>,
 }
 
 impl RunRequest {
     /// Check the flags together; `auto` is decided (and said on stderr).
-    pub fn new(flags: RunFlags) -> Result<RunRequest> {
-        let experiment = envgen_experiments::registry::find(&flags.experiment)?;
+    pub fn new(mut flags: RunFlags) -> Result<RunRequest> {
+        let experiment = command::find_experiment(&flags)?;
         let decision = if flags.launched {
             // Inside the Slurm job or the container: train into the prepared directory.
             Decision {
@@ -117,6 +123,15 @@ impl RunRequest {
             }
         } else {
             decide_where(flags.place)
+        };
+        let command = if experiment.name() == command::NAME {
+            command::check_flags(&flags, decision.place, &decision.reason)?;
+            // envgen itself trains nothing: no CUDA context of its own
+            // beside the command's on the GPU.
+            flags.backend = BackendChoice::Cpu;
+            command::spec(&flags)?
+        } else {
+            None
         };
         let sweep = flags.sweep.as_deref().map(Sweep::parse).transpose()?;
         if sweep.is_some() && decision.place != Place::Slurm {
@@ -164,7 +179,13 @@ impl RunRequest {
             sweep,
             world,
             gpus,
+            command,
         })
+    }
+
+    /// Whether this is a user command's run (`envgen run -- CMD`).
+    pub fn is_command(&self) -> bool {
+        self.experiment.name() == command::NAME
     }
 
     /// `--backend` as the word launched envgens get.

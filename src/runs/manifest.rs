@@ -19,6 +19,7 @@ use serde_json::Value;
 
 use crate::error::{ErrorKind, Result, UserError};
 use crate::host::Host;
+pub use crate::runs::command_record::{CommandRecord, GitRecord};
 
 /// The manifest format this envgen writes. 1: no `manifest_version` field
 /// (envgen before the typed manifest); 2: the same fields, versioned.
@@ -102,6 +103,10 @@ pub struct Environment {
     pub slurm: Option<SlurmRecord>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub docker: Option<DockerRecord>,
+    /// A user command's line, directory, git state and environment
+    /// (`envgen run -- CMD`); absent for the bundled experiments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<CommandRecord>,
     /// Fields this envgen does not know: refused by [`read`] (serde cannot
     /// combine `deny_unknown_fields` with `flatten`, so they land here).
     #[serde(flatten, skip_serializing)]
@@ -422,6 +427,34 @@ mod tests {
         assert_eq!(value["image"]["repo_digest"], Value::Null);
         assert!(value.get("unknown").is_none() && value.get("sweep").is_none());
         assert_eq!(read(dir.path()).unwrap(), manifest);
+    }
+
+    #[test]
+    fn a_command_record_round_trips_and_old_manifests_have_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut manifest = example();
+        assert!(serde_json::to_value(&manifest)
+            .unwrap()
+            .get("command")
+            .is_none());
+        manifest.environment.command = Some(CommandRecord {
+            argv: vec!["python".into(), "train.py".into()],
+            workdir: "/src".into(),
+            git: Some(GitRecord {
+                toplevel: "/src".into(),
+                commit: Some("abc".into()),
+                diff_hash: None,
+                untracked: vec!["notes.txt".into()],
+            }),
+            env: [("HF_TOKEN".to_string(), "<set>".to_string())].into(),
+        });
+        write(dir.path(), &manifest).unwrap();
+        assert_eq!(read(dir.path()).unwrap(), manifest);
+        let mut value = serde_json::to_value(&manifest).unwrap();
+        value["command"]["git"]["comit"] = "x".into();
+        rundir::write_json(&dir.path().join(MANIFEST_FILE), &value).unwrap();
+        let err = read(dir.path()).unwrap_err();
+        assert!(format!("{err:#}").contains("comit"), "{err:#}");
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Run directories (layout in docs/cli.md): the typed manifest and the one
 //! place it is written (`manifest`), the lock of the one process that
-//! trains it (`lock`), and reading runs to answer questions
+//! trains it (`lock`), what a user command ran with (`command_record`), and reading runs to answer questions
 //! across them: show, compare, report, watch, export to TensorBoard.
 
+pub mod command_record;
 pub mod compare;
 pub mod gpu_sampler;
 pub mod lock;

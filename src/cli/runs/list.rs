@@ -177,9 +177,7 @@ fn started(run: &Value) -> Option<OffsetDateTime> {
 /// the table: a number to 4 significant digits, a list (quantize's
 /// schemes) by its length.
 pub fn headline(experiment: &str, metrics: &Map<String, Value>) -> Option<Value> {
-    let name = envgen_experiments::registry::find(experiment)
-        .ok()?
-        .headline_metric();
+    let name = crate::launch::command::experiment_named(experiment)?.headline_metric();
     let value = match metrics.get(name)? {
         Value::Number(n) => format_number(n.as_f64()?),
         Value::Array(items) => items.len().to_string(),

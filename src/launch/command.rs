@@ -1,0 +1,368 @@
+//! A user command as a kind of run (`envgen run [flags] -- CMD ARGS…`,
+//! issue #25). It goes through the same seam as the bundled experiments:
+//! [`UserCommand`] is an [`Experiment`] named `command` whose science
+//! config is the command line and its directory (`config.toml`:
+//! `[command] argv = […]`, `workdir = "…"`), so the plan, the run
+//! directory, the lock, Ctrl-C, `summary.json`, `--resume`, `rerun` and
+//! `runs list/show/compare/cancel/watch` work on it unchanged; a launched
+//! run (`envgen run command --launched --resume DIR`) finds the command in
+//! its `config.toml`. What it ran with (git state, environment) is
+//! recorded by `runs::command_record`; running it is [`super::command_exec`].
+
+use std::path::{Path, PathBuf};
+
+use envgen_experiments::backend::{self, BackendChoice};
+use envgen_experiments::engine::{HardwareHint, RunControl, Status, Summary};
+use envgen_experiments::registry::{self, typed, Experiment, ResolvedConfig};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::auto::Place;
+use super::request::RunFlags;
+use super::RunRequest;
+use crate::error::{Result, UserError};
+use crate::runs::command_record::{self, CommandRecord, DIFF_FILE};
+use crate::runs::manifest::{self, HardwareKnobs};
+
+/// The experiment name of a command run (manifest, `runs list`, run ids).
+pub const NAME: &str = "command";
+
+/// The places a command runs in today; the others say so (exit 2).
+const SUPPORTED: &[Place] = &[Place::Native];
+
+/// `config.toml` of a command run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandConfig {
+    pub command: CommandLine,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandLine {
+    pub argv: Vec<String>,
+    pub workdir: PathBuf,
+}
+
+/// A command about to become a run: its config, the record for the
+/// manifest and the uncommitted diff to save as `diff.patch`.
+pub struct CommandSpec {
+    pub config: CommandConfig,
+    pub record: CommandRecord,
+    pub diff: Option<Vec<u8>>,
+}
+
+impl CommandSpec {
+    /// The config as the plan resolves experiments' configs.
+    pub fn resolved(&self) -> Result<ResolvedConfig> {
+        resolved_config(&self.config)
+    }
+
+    /// A short name for run ids: the script (`train.py` → `train`), else
+    /// the program (`torchrun`), in letters, digits, `-` and `_`.
+    pub fn label(&self) -> String {
+        let argv = &self.config.command.argv;
+        let word = argv
+            .iter()
+            .find(|w| [".py", ".sh"].iter().any(|e| w.ends_with(e)))
+            .or(argv.first())
+            .map(String::as_str)
+            .unwrap_or(NAME);
+        let base = Path::new(word)
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let clean: String = base
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(32)
+            .collect();
+        if clean.is_empty() {
+            NAME.into()
+        } else {
+            clean
+        }
+    }
+
+    /// Save the diff beside the manifest (before the manifest names its hash).
+    pub fn write_diff(&self, dir: &Path) -> Result<()> {
+        if let Some(diff) = &self.diff {
+            envgen_experiments::fsutil::write_atomic(&dir.join(DIFF_FILE), diff)?;
+        }
+        Ok(())
+    }
+}
+
+/// The experiment `flags` name: a bundled one, or `command` for `-- CMD`
+/// (and for a command run reopened with --resume, --from-run or --launched).
+pub fn find_experiment(flags: &RunFlags) -> Result<&'static dyn Experiment> {
+    if flags.experiment == NAME {
+        let reopened = flags.resume.is_some() || flags.from_run.is_some();
+        if flags.command.is_empty() && !reopened {
+            return Err(
+                UserError::usage("envgen run command: the command is missing")
+                    .with_fix("give it after `--`: envgen run -- python train.py --lr 3e-4")
+                    .into(),
+            );
+        }
+        return Ok(&USER_COMMAND);
+    }
+    if flags.experiment.is_empty() {
+        return Err(UserError::usage("envgen run: no experiment and no command given")
+            .with_fix("envgen run EXPERIMENT (see `envgen experiments list`), or envgen run [flags] -- CMD ARGS… for your own code")
+            .into());
+    }
+    registry::find(&flags.experiment)
+}
+
+/// The experiment called `name`, `command` included (for readers of run
+/// directories: `runs list`'s headline metric).
+pub fn experiment_named(name: &str) -> Option<&'static dyn Experiment> {
+    if name == NAME {
+        return Some(&USER_COMMAND);
+    }
+    registry::find(name).ok()
+}
+
+/// Refuse what a command run cannot do (yet), before anything is made.
+pub fn check_flags(flags: &RunFlags, place: Place, reason: &str) -> Result<()> {
+    if flags.launched {
+        // The launcher's own flags (`plan::job_args`), not the user's.
+        return Ok(());
+    }
+    if !SUPPORTED.contains(&place) {
+        return Err(UserError::usage(format!(
+            "envgen run -- CMD: running your own command in {} is not supported yet ({reason}); it runs natively for now",
+            place.name()
+        ))
+        .with_fix("use --where native (the Docker and Slurm places for commands are issue #25's next part)")
+        .into());
+    }
+    let l = &flags.launch;
+    let refused: Vec<&str> = [
+        ("--micro-batch", flags.micro_batch.is_some()),
+        ("--precision", flags.precision.is_some()),
+        ("--threads", flags.threads.is_some()),
+        ("--profile", flags.profile.is_some()),
+        ("--backend", flags.backend != BackendChoice::Auto),
+        ("--stop-after", flags.stop_after.is_some()),
+        ("--ranks", l.ranks.is_some()),
+        ("--nodes", l.nodes.is_some()),
+        ("--devices", !l.devices.is_empty()),
+        ("--detach", flags.detach),
+    ]
+    .into_iter()
+    .filter_map(|(flag, given)| given.then_some(flag))
+    .collect();
+    if !refused.is_empty() {
+        return Err(UserError::usage(format!(
+            "{} {} the bundled experiments' knobs: your command chooses its own batch, precision, threads and devices",
+            refused.join(", "),
+            if refused.len() == 1 { "is one of" } else { "are" }
+        ))
+        .with_fix("drop them and pass the equivalent to your command after `--` (e.g. CUDA_VISIBLE_DEVICES=0 envgen run -- python train.py --bf16)")
+        .into());
+    }
+    Ok(())
+}
+
+/// The command of a new command run: from `-- CMD` (in the current
+/// directory), or from the run `--from-run` names (its argv and workdir;
+/// a warning when the code there is no longer what it ran).
+pub fn spec(flags: &RunFlags) -> Result<Option<CommandSpec>> {
+    let config = if !flags.command.is_empty() {
+        let workdir = std::env::current_dir().map_err(|e| {
+            UserError::environment(format!("cannot read the current directory: {e}"))
+                .with_fix("cd into an existing directory")
+        })?;
+        CommandConfig {
+            command: CommandLine {
+                argv: flags.command.clone(),
+                workdir,
+            },
+        }
+    } else if let (Some(source), true) = (&flags.from_run, flags.experiment == NAME) {
+        let text = std::fs::read_to_string(source.join("config.toml")).map_err(|e| {
+            UserError::usage(format!(
+                "{}: cannot read config.toml: {e}",
+                source.display()
+            ))
+            .with_fix("give a run directory written by `envgen run -- CMD`")
+        })?;
+        parse_config(&text, &source.join("config.toml").display().to_string())?
+    } else {
+        return Ok(None);
+    };
+    let line = &config.command;
+    let (record, diff) = command_record::capture(&line.argv, &line.workdir, std::env::vars());
+    if let Some(source) = &flags.from_run {
+        warn_if_code_changed(source, &record);
+    }
+    Ok(Some(CommandSpec {
+        config,
+        record,
+        diff,
+    }))
+}
+
+/// `envgen rerun` of a command run: say when the commit or the uncommitted
+/// diff is not what the run had (the command runs anyway: it is the user's
+/// code to change).
+fn warn_if_code_changed(source: &Path, now: &CommandRecord) {
+    let Some(then) = manifest::read(source)
+        .ok()
+        .and_then(|m| m.environment.command)
+    else {
+        return;
+    };
+    let (a, b) = (then.git.as_ref(), now.git.as_ref());
+    let commit = |g: Option<&command_record::GitRecord>| g.and_then(|g| g.commit.clone());
+    let diff = |g: Option<&command_record::GitRecord>| g.and_then(|g| g.diff_hash.clone());
+    if commit(a) != commit(b) {
+        eprintln!(
+            "envgen: warning: {} ran at commit {}, the repository is at {} now",
+            source.display(),
+            commit(a).unwrap_or_else(|| "-".into()),
+            commit(b).unwrap_or_else(|| "-".into())
+        );
+    }
+    if diff(a) != diff(b) {
+        eprintln!(
+            "envgen: warning: the uncommitted changes differ from {}'s (diff_hash {} then, {} now; its diff is {})",
+            source.display(),
+            diff(a).unwrap_or_else(|| "none".into()),
+            diff(b).unwrap_or_else(|| "none".into()),
+            source.join(DIFF_FILE).display()
+        );
+    }
+}
+
+/// The knobs of a command run: none of envgen's apply, so every one is `-`
+/// (the command picks its own batch, precision and devices).
+pub fn knobs() -> HardwareKnobs {
+    HardwareKnobs {
+        name: None,
+        micro_batch: 1,
+        grad_accum: 1,
+        precision: "-".into(),
+        backend: "-".into(),
+        device: "-".into(),
+        threads: None,
+    }
+}
+
+/// `--dry-run` of a command run: what would run where, and what is recorded.
+pub fn dry_run(req: &RunRequest, spec: &CommandSpec) -> Value {
+    let r = &spec.record;
+    json!({
+        "dry_run": true,
+        "experiment": NAME,
+        "where": req.decision.place.name(),
+        "where_reason": req.decision.reason,
+        "argv": r.argv,
+        "workdir": r.workdir,
+        "git": r.git,
+        "env": r.env,
+        "out": req.flags.out,
+        "run_dir": format!("a new one under {}", req.flags.out.display()),
+    })
+}
+
+fn parse_config(text: &str, origin: &str) -> Result<CommandConfig> {
+    let value: toml::Value = toml::from_str(text).map_err(|e| {
+        UserError::usage(format!("{origin}: {e}"))
+            .with_fix("restore the config.toml `envgen run -- CMD` wrote")
+    })?;
+    let config: CommandConfig = typed(&value, origin)?;
+    if config.command.argv.is_empty() {
+        return Err(
+            UserError::usage(format!("{origin}: [command].argv is empty"))
+                .with_fix("restore the config.toml `envgen run -- CMD` wrote")
+                .into(),
+        );
+    }
+    Ok(config)
+}
+
+fn resolved_config(config: &CommandConfig) -> Result<ResolvedConfig> {
+    Ok(ResolvedConfig {
+        preset: None,
+        science: toml::Value::try_from(config)?,
+        batch_size: 1,
+        hardware: HardwareHint::default(),
+        parameters: None,
+    })
+}
+
+/// The user command as an [`Experiment`].
+pub struct UserCommand;
+
+pub static USER_COMMAND: UserCommand = UserCommand;
+
+impl Experiment for UserCommand {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn description(&self) -> &'static str {
+        "your own command (envgen run -- CMD ARGS…)"
+    }
+    fn presets(&self) -> &'static [(&'static str, &'static str)] {
+        &[]
+    }
+    fn default_preset(&self) -> &'static str {
+        ""
+    }
+    fn headline_metric(&self) -> &'static str {
+        "loss"
+    }
+    fn resolve(
+        &self,
+        text: &str,
+        origin: &str,
+        overrides: &[String],
+    ) -> anyhow::Result<ResolvedConfig> {
+        if !overrides.is_empty() {
+            return Err(UserError::usage("--set does not apply to a command run")
+                .with_fix("pass your command's own options after `--`")
+                .into());
+        }
+        resolved_config(&parse_config(text, origin)?)
+    }
+    fn run(
+        &self,
+        science: &toml::Value,
+        control: &RunControl,
+        _backend: backend::Resolved,
+    ) -> anyhow::Result<Summary> {
+        let config: CommandConfig = typed(science, "config.toml")?;
+        super::command_exec::run(&config.command, control)
+    }
+    fn summary_line(&self, summary: &Summary) -> String {
+        let m = &summary.metrics;
+        let ending = match (m.get("exit_code"), m.get("signal")) {
+            (_, Some(Value::String(signal))) => format!("killed by {signal}"),
+            (Some(code), _) => format!("exit code {code}"),
+            _ => "no exit code".into(),
+        };
+        let status = match summary.status {
+            Status::Completed => "completed",
+            Status::Failed => "failed",
+            Status::Interrupted => "interrupted",
+            Status::Running => "running",
+        };
+        let mut line = format!("command {status}: {ending}, {:.1} s", summary.wall_s);
+        if let Some(loss) = m.get("loss").and_then(Value::as_f64) {
+            line.push_str(&format!(", last loss {loss:.4}"));
+        }
+        line
+    }
+    fn data_parallel(&self) -> bool {
+        false
+    }
+}

@@ -1,0 +1,247 @@
+//! Running a user command in its run directory: spawned directly (argv as
+//! recorded, never through a shell), stdout and stderr each copied to the
+//! terminal and to `stdout.log`/`stderr.log`, `ENVGEN_RUN_DIR` and
+//! `ENVGEN_METRICS` exported, a stop (Ctrl-C, `runs cancel`) forwarded as
+//! SIGINT, and `summary.json` written from how it ended plus the last value
+//! of each number it logged as JSON lines.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use envgen_experiments::engine::{rundir, RunControl, Status, Summary};
+use serde_json::{json, Map, Value};
+
+use super::command::CommandLine;
+use crate::error::UserError;
+
+/// How long a command may take to stop after the forwarded SIGINT before
+/// it is killed (a training script's checkpoint-on-interrupt fits).
+const STOP_GRACE: Duration = Duration::from_secs(30);
+
+/// The metrics file a command writes to (`ENVGEN_METRICS`): the user's own
+/// path if they set one, else the run's `metrics.jsonl`.
+fn metrics_path(run_dir: &Path) -> PathBuf {
+    match std::env::var_os("ENVGEN_METRICS") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => run_dir.join("metrics.jsonl"),
+    }
+}
+
+/// Run `line` to its end in `control.run_dir`; the summary it wrote.
+pub fn run(line: &CommandLine, control: &RunControl) -> anyhow::Result<Summary> {
+    let run_dir = std::path::absolute(&control.run_dir)?;
+    let metrics = metrics_path(&run_dir);
+    let (program, args) = line
+        .argv
+        .split_first()
+        .ok_or_else(|| UserError::usage("the command is empty"))?;
+    let started = Instant::now();
+    let mut child = Command::new(program)
+        .args(args)
+        .current_dir(&line.workdir)
+        .env("ENVGEN_RUN_DIR", &run_dir)
+        .env("ENVGEN_METRICS", &metrics)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group: a terminal's Ctrl-C reaches envgen only,
+        // which forwards it once (to the whole group, e.g. torchrun's workers).
+        .process_group(0)
+        .spawn()
+        .map_err(|e| {
+            UserError::usage(format!(
+                "cannot start `{program}` in {}: {e}",
+                line.workdir.display()
+            ))
+            .with_fix("check the command after `--` (it runs without a shell: no pipes, no `&&`, no $VARS; wrap those in a script)")
+        })?;
+    // With --json envgen's stdout is one JSON document: the command's goes to stderr.
+    let to_stdout = control.progress;
+    let copies = [
+        tee(child.stdout.take(), run_dir.join("stdout.log"), to_stdout)?,
+        tee(child.stderr.take(), run_dir.join("stderr.log"), false)?,
+    ];
+    let (status, stopped) = wait(&mut child, control)?;
+    for copy in copies {
+        let _ = copy.join();
+    }
+    let mut summary = ended(status, stopped, started.elapsed().as_secs_f64());
+    let (logged, last_step) = last_metrics(&metrics);
+    summary.steps_done = last_step.unwrap_or(0);
+    for (key, value) in logged {
+        summary.metrics.entry(key).or_insert(value);
+    }
+    if let Some(mib) = children_peak_rss_mib() {
+        summary.metrics.insert("peak_rss_mib".into(), json!(mib));
+    }
+    rundir::write_json(&run_dir.join("summary.json"), &summary)?;
+    Ok(summary)
+}
+
+/// Copy `from` to `log` and to the terminal (stdout or stderr) as it comes.
+fn tee(
+    from: Option<impl Read + Send + 'static>,
+    log: PathBuf,
+    to_stdout: bool,
+) -> anyhow::Result<std::thread::JoinHandle<()>> {
+    let mut file = File::create(&log).map_err(|e| {
+        UserError::environment(format!("cannot create {}: {e}", log.display()))
+            .with_fix("free space on the run directory's disk, or pass a writable --out")
+    })?;
+    Ok(std::thread::spawn(move || {
+        let Some(mut from) = from else { return };
+        let mut buf = [0u8; 8192];
+        loop {
+            let n = match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            // A closed terminal must not stop the log (nor the command).
+            if to_stdout {
+                let mut out = std::io::stdout().lock();
+                let _ = out.write_all(&buf[..n]).and_then(|_| out.flush());
+            } else {
+                let _ = std::io::stderr().lock().write_all(&buf[..n]);
+            }
+            let _ = file.write_all(&buf[..n]);
+        }
+        let _ = file.flush();
+    }))
+}
+
+/// Wait for the command, forwarding a stop as SIGINT to its process group
+/// (then SIGKILL after [`STOP_GRACE`]). Returns how it exited and whether
+/// it was stopped.
+fn wait(child: &mut Child, control: &RunControl) -> anyhow::Result<(ExitStatus, bool)> {
+    let group = -(child.id() as libc::pid_t);
+    let mut stopped_at: Option<Instant> = None;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok((status, stopped_at.is_some()));
+        }
+        match stopped_at {
+            None if control.stop.load(Ordering::SeqCst) => {
+                // SAFETY: kill(2) on the child's own process group, no memory involved.
+                unsafe { libc::kill(group, libc::SIGINT) };
+                stopped_at = Some(Instant::now());
+            }
+            Some(at) if at.elapsed() > STOP_GRACE => {
+                eprintln!(
+                    "envgen: the command did not stop within {}s of SIGINT: killing it",
+                    STOP_GRACE.as_secs()
+                );
+                // SAFETY: as above.
+                unsafe { libc::kill(group, libc::SIGKILL) };
+                stopped_at = Some(Instant::now() + Duration::from_secs(3600));
+            }
+            _ => {}
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The summary of a command that exited with `status`.
+fn ended(status: ExitStatus, stopped: bool, wall_s: f64) -> Summary {
+    let mut metrics = Map::new();
+    metrics.insert("exit_code".into(), json!(status.code()));
+    let state = if stopped {
+        metrics.insert(
+            "reason".into(),
+            json!("stopped (Ctrl-C or runs cancel): SIGINT forwarded to the command"),
+        );
+        Status::Interrupted
+    } else if status.success() {
+        Status::Completed
+    } else if let Some(signal) = status.signal() {
+        let name = signal_name(signal);
+        metrics.insert("signal".into(), json!(name));
+        metrics.insert("reason".into(), json!(format!("killed by {name}")));
+        Status::Failed
+    } else {
+        metrics.insert(
+            "reason".into(),
+            json!(format!("exited with code {}", status.code().unwrap_or(-1))),
+        );
+        Status::Failed
+    };
+    Summary {
+        status: state,
+        wall_s,
+        steps_done: 0,
+        metrics,
+    }
+}
+
+fn signal_name(signal: i32) -> String {
+    match signal {
+        libc::SIGHUP => "SIGHUP".into(),
+        libc::SIGINT => "SIGINT".into(),
+        libc::SIGQUIT => "SIGQUIT".into(),
+        libc::SIGILL => "SIGILL".into(),
+        libc::SIGABRT => "SIGABRT".into(),
+        libc::SIGBUS => "SIGBUS".into(),
+        libc::SIGFPE => "SIGFPE".into(),
+        libc::SIGKILL => "SIGKILL".into(),
+        libc::SIGSEGV => "SIGSEGV".into(),
+        libc::SIGPIPE => "SIGPIPE".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        other => format!("signal {other}"),
+    }
+}
+
+/// The last value of each numeric key in the JSON-lines file (lines that
+/// are not JSON objects, and envgen's own GPU samples, are skipped), and
+/// the last `step`.
+fn last_metrics(path: &Path) -> (Map<String, Value>, Option<u64>) {
+    let mut last = Map::new();
+    let Ok(file) = File::open(path) else {
+        return (last, None);
+    };
+    for line in BufReader::new(file).lines().map_while(|l| l.ok()) {
+        let Ok(Value::Object(row)) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        if row.contains_key("gpu") {
+            continue;
+        }
+        for (key, value) in row {
+            if value.is_number() {
+                last.insert(key, value);
+            }
+        }
+    }
+    let step = last.get("step").and_then(Value::as_u64);
+    (last, step)
+}
+
+/// The peak resident memory of the largest child that ended (the command).
+fn children_peak_rss_mib() -> Option<f64> {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let ok = unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) } == 0;
+    (ok && usage.ru_maxrss > 0).then(|| usage.ru_maxrss as f64 / 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_number_of_each_key_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.jsonl");
+        std::fs::write(
+            &path,
+            "{\"step\": 1, \"loss\": 2.0, \"tag\": \"a\"}\nnot json\n{\"time_s\": 1, \"gpu\": []}\n{\"step\": 2, \"loss\": 1.5}\n",
+        )
+        .unwrap();
+        let (last, step) = last_metrics(&path);
+        assert_eq!(step, Some(2));
+        assert_eq!(last["loss"], json!(1.5));
+        assert!(!last.contains_key("tag") && !last.contains_key("time_s"));
+    }
+}
