@@ -328,7 +328,9 @@ fn every_documented_envgen_command_is_valid() {
         let mut args = substitute(&command.args, &own_run, &data_dir);
         let dry = matches!(args[0].as_str(), "run" | "tune" | "probe");
         if dry && !args.iter().any(|a| a == "--dry-run") {
-            args.push("--dry-run".into());
+            // Before a user command's `--`: after it, it is the command's own word.
+            let at = args.iter().position(|a| a == "--").unwrap_or(args.len());
+            args.insert(at, "--dry-run".into());
         }
         let out = envgen()
             .args(&args)

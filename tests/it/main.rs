@@ -39,3 +39,4 @@ mod slurm;
 mod sudoku_cli;
 mod tensorboard_cli;
 mod tune_cli;
+mod user_command;

@@ -1,0 +1,383 @@
+//! `envgen run -- CMD` (issue #25), natively, with real components: a
+//! PyTorch script (the test venv's `ENVGEN_TEST_PYTHON`, torch CPU) trains
+//! a tiny model from inside a git repository with a committed and an
+//! uncommitted change; the manifest has its command line, commit, diff hash
+//! (of the saved diff.patch) and the environment that matters, never a
+//! secret's value; a failing command is a `failed` run (exit 1), Ctrl-C is
+//! forwarded (`interrupted`, exit 130), bad flags exit 2.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use sha2::{Digest as _, Sha256};
+
+use crate::common::{envgen, json_of, read_json, run_dir_of, text, turn};
+
+/// Trains a linear model for 5 steps, logging each loss as a JSON line.
+const TRAIN: &str = r#"
+import json, os, torch
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(32, 4)
+y = x.sum(1, keepdim=True)
+with open(os.environ["ENVGEN_METRICS"], "a") as log:
+    for step in range(1, 6):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        log.write(json.dumps({"step": step, "loss": loss.item()}) + "\n")
+        print(f"step {step} loss {loss.item():.6f}", flush=True)
+print(f"last loss {loss.item()!r} in {os.environ['ENVGEN_RUN_DIR']}", flush=True)
+"#;
+
+const SECRET: &str = "hf_do_not_record_me_42";
+
+fn python() -> PathBuf {
+    match std::env::var_os("ENVGEN_TEST_PYTHON") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => panic!(
+            "ENVGEN_TEST_PYTHON is not set: this test runs a PyTorch script. Run it through \
+             scripts/test.sh (scripts/services/pyref.sh builds the venv), or set \
+             ENVGEN_TEST_PYTHON to a python with torch"
+        ),
+    }
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .expect("git");
+    assert!(out.status.success(), "git {args:?}: {}", text(&out));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A repository with train.py committed, then changed (a comment) and an
+/// untracked notes.txt beside it.
+fn repo_with_changes(root: &Path) -> PathBuf {
+    let repo = root.join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["config", "user.email", "t@example.com"]);
+    git(&repo, &["config", "user.name", "test"]);
+    std::fs::write(repo.join("train.py"), TRAIN).unwrap();
+    git(&repo, &["add", "train.py"]);
+    git(&repo, &["commit", "-q", "-m", "train"]);
+    std::fs::write(repo.join("train.py"), format!("{TRAIN}# tuned lr next\n")).unwrap();
+    std::fs::write(repo.join("notes.txt"), "untracked\n").unwrap();
+    repo
+}
+
+/// `envgen run --json --out OUT -- ARGS` in `dir`.
+fn run_command(dir: &Path, out: &Path, argv: &[&str]) -> Output {
+    envgen()
+        .args(["run", "--json", "--out"])
+        .arg(out)
+        .arg("--")
+        .args(argv)
+        .current_dir(dir)
+        .env_remove("ENVGEN_METRICS")
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .env("HF_TOKEN", SECRET)
+        .env("OMP_NUM_THREADS", "1")
+        .output()
+        .unwrap()
+}
+
+/// Every file under `dir`, as bytes.
+fn files_under(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(files_under(&path));
+        } else {
+            files.push((path.clone(), std::fs::read(&path).unwrap()));
+        }
+    }
+    files
+}
+
+#[test]
+fn a_pytorch_script_runs_with_its_code_and_environment_recorded() {
+    let _turn = turn!();
+    let python = python();
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = repo_with_changes(tmp.path());
+    let out_dir = tmp.path().join("runs");
+    let py = python.to_str().unwrap();
+    let started = Instant::now();
+    let out = run_command(&repo, &out_dir, &[py, "train.py"]);
+    assert!(out.status.success(), "{}", text(&out));
+    eprintln!("user command run: {:.1}s", started.elapsed().as_secs_f64());
+    let doc = json_of(&out);
+    let dir = run_dir_of(&doc);
+    let manifest = read_json(&dir.join("manifest.json"));
+    assert_eq!(manifest["experiment"], "command");
+    let command = &manifest["command"];
+    assert_eq!(command["argv"], serde_json::json!([py, "train.py"]));
+    assert_eq!(
+        Path::new(command["workdir"].as_str().unwrap())
+            .canonicalize()
+            .unwrap(),
+        repo.canonicalize().unwrap()
+    );
+    let git_record = &command["git"];
+    assert_eq!(git_record["commit"], git(&repo, &["rev-parse", "HEAD"]));
+    let diff = std::fs::read(dir.join("diff.patch")).expect("diff.patch saved");
+    assert!(String::from_utf8_lossy(&diff).contains("+# tuned lr next"));
+    assert_eq!(
+        git_record["diff_hash"],
+        format!("sha256:{}", hex::encode(Sha256::digest(&diff)))
+    );
+    assert_eq!(git_record["untracked"], serde_json::json!(["notes.txt"]));
+    let env = &command["env"];
+    assert_eq!(env["CUDA_VISIBLE_DEVICES"], "");
+    assert_eq!(env["OMP_NUM_THREADS"], "1");
+    assert_eq!(env["HF_TOKEN"], "<set>");
+    for (path, bytes) in files_under(&dir) {
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(SECRET),
+            "{} holds the token's value",
+            path.display()
+        );
+    }
+    // The script's output, teed to the run directory; and the exported run dir.
+    let stdout_log = std::fs::read_to_string(dir.join("stdout.log")).unwrap();
+    assert!(stdout_log.contains("step 5 loss"), "{stdout_log}");
+    let last_line = stdout_log
+        .lines()
+        .find(|l| l.starts_with("last loss "))
+        .unwrap();
+    let logged_dir = last_line.rsplit(" in ").next().unwrap();
+    assert_eq!(
+        Path::new(logged_dir).canonicalize().unwrap(),
+        dir.canonicalize().unwrap()
+    );
+    let last_loss: f64 = last_line["last loss ".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let summary = read_json(&dir.join("summary.json"));
+    assert_eq!(summary["status"], "completed");
+    assert_eq!(summary["steps_done"], 5);
+    assert_eq!(summary["metrics"]["exit_code"], 0);
+    assert_eq!(summary["metrics"]["loss"].as_f64(), Some(last_loss));
+    assert!(summary["wall_s"].as_f64().unwrap() > 0.0);
+
+    let listed = envgen()
+        .args(["runs", "list", "--json", "--out"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let listed = json_of(&listed);
+    let row = &listed["runs"][0];
+    assert_eq!(row["experiment"], "command");
+    assert_eq!(row["status"], "completed");
+    assert_eq!(row["final_metric"]["name"], "loss");
+}
+
+#[test]
+fn a_failing_command_is_a_failed_run_with_its_exit_code() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out_dir = tmp.path().join("runs");
+    let out = run_command(tmp.path(), &out_dir, &["sh", "-c", "echo oops >&2; exit 3"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let dir = run_dir_of(&json_of(&out));
+    let summary = read_json(&dir.join("summary.json"));
+    assert_eq!(summary["status"], "failed");
+    assert_eq!(summary["metrics"]["exit_code"], 3);
+    let stderr_log = std::fs::read_to_string(dir.join("stderr.log")).unwrap();
+    assert_eq!(stderr_log, "oops\n");
+    // Outside a git repository: recorded as such, not an error.
+    let manifest = read_json(&dir.join("manifest.json"));
+    assert_eq!(manifest["command"]["git"], Value::Null);
+    assert!(manifest["finished_at"].is_string());
+}
+
+#[test]
+fn ctrl_c_is_forwarded_and_the_run_is_interrupted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out_dir = tmp.path().join("runs");
+    let script = "trap 'echo got-sigint; exit 7' INT; echo started; while :; do sleep 0.1; done";
+    let mut child = envgen()
+        .args(["run", "--out"])
+        .arg(&out_dir)
+        .args(["--", "sh", "-c", script])
+        .current_dir(tmp.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let dir = loop {
+        let started = std::fs::read_dir(&out_dir)
+            .ok()
+            .and_then(|mut d| d.next())
+            .map(|e| e.unwrap().path())
+            .filter(|d| {
+                std::fs::read_to_string(d.join("stdout.log")).is_ok_and(|s| s.contains("started"))
+            });
+        if let Some(dir) = started {
+            break dir;
+        }
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // SAFETY: kill(2) on the envgen this test started.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline + Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("envgen did not stop after SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(130));
+    let summary = read_json(&dir.join("summary.json"));
+    assert_eq!(summary["status"], "interrupted");
+    assert_eq!(summary["metrics"]["exit_code"], 7);
+    let log = std::fs::read_to_string(dir.join("stdout.log")).unwrap();
+    assert!(
+        log.contains("got-sigint"),
+        "the command saw no SIGINT: {log}"
+    );
+}
+
+#[test]
+fn bad_flags_exit_2_and_make_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out_dir = tmp.path().join("runs");
+    let out = out_dir.to_str().unwrap();
+    for (args, says) in [
+        (
+            &["run", "gpt2", "--out", out, "--", "python", "x.py"][..],
+            "cannot be used with",
+        ),
+        (
+            &["run", "--out", out, "--"][..],
+            "no experiment and no command",
+        ),
+        (&["run", "--out", out][..], "no experiment and no command"),
+        (
+            &["run", "command", "--out", out][..],
+            "the command is missing",
+        ),
+        (
+            &[
+                "run",
+                "--precision",
+                "bf16",
+                "--micro-batch",
+                "2",
+                "--out",
+                out,
+                "--",
+                "true",
+            ][..],
+            "--micro-batch, --precision are",
+        ),
+        (
+            &["run", "--preset", "tiny", "--out", out, "--", "true"][..],
+            "cannot be used with",
+        ),
+        (
+            &["run", "--where", "docker", "--out", out, "--", "true"][..],
+            "not supported yet",
+        ),
+        (
+            &["run", "--where", "slurm", "--out", out, "--", "true"][..],
+            "not supported yet",
+        ),
+    ] {
+        let got = envgen()
+            .args(args)
+            .current_dir(tmp.path())
+            .output()
+            .unwrap();
+        assert_eq!(got.status.code(), Some(2), "{args:?}: {}", text(&got));
+        let stderr = String::from_utf8_lossy(&got.stderr);
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+    assert!(
+        !out_dir.exists(),
+        "a refused run made {}",
+        out_dir.display()
+    );
+    // The dry run names the command and makes nothing either.
+    let dry = envgen()
+        .args([
+            "run",
+            "--dry-run",
+            "--json",
+            "--out",
+            out,
+            "--",
+            "python",
+            "train.py",
+        ])
+        .current_dir(tmp.path())
+        .output()
+        .unwrap();
+    assert!(dry.status.success(), "{}", text(&dry));
+    assert_eq!(
+        json_of(&dry)["argv"],
+        serde_json::json!(["python", "train.py"])
+    );
+    assert!(!out_dir.exists());
+}
+
+#[test]
+fn rerun_replays_the_command_and_warns_when_the_code_moved() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["config", "user.email", "t@example.com"]);
+    git(&repo, &["config", "user.name", "test"]);
+    std::fs::write(repo.join("a.txt"), "one\n").unwrap();
+    git(&repo, &["add", "a.txt"]);
+    git(&repo, &["commit", "-q", "-m", "one"]);
+    let out_dir = tmp.path().join("runs");
+    let first = run_command(&repo, &out_dir, &["cat", "a.txt"]);
+    assert!(first.status.success(), "{}", text(&first));
+    let first_dir = run_dir_of(&json_of(&first));
+    std::fs::write(repo.join("a.txt"), "two\n").unwrap();
+    git(&repo, &["commit", "-q", "-am", "two"]);
+    // From elsewhere: the command runs in its recorded directory.
+    let again = envgen()
+        .args(["rerun", "--json", "--out"])
+        .arg(&out_dir)
+        .arg(&first_dir)
+        .current_dir(tmp.path())
+        .output()
+        .unwrap();
+    assert!(again.status.success(), "{}", text(&again));
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(stderr.contains("ran at commit"), "{stderr}");
+    let dir = run_dir_of(&json_of(&again));
+    assert_eq!(
+        std::fs::read_to_string(dir.join("stdout.log")).unwrap(),
+        "two\n"
+    );
+    let manifest = read_json(&dir.join("manifest.json"));
+    assert_eq!(
+        manifest["command"]["argv"],
+        serde_json::json!(["cat", "a.txt"])
+    );
+    assert_eq!(
+        manifest["rerun_of"].as_str().map(PathBuf::from),
+        Some(first_dir.clone())
+    );
+}
