@@ -148,6 +148,9 @@ fn wait(child: &mut Child, control: &RunControl) -> anyhow::Result<(ExitStatus, 
 fn ended(status: ExitStatus, stopped: bool, wall_s: f64) -> Summary {
     let mut metrics = Map::new();
     metrics.insert("exit_code".into(), json!(status.code()));
+    if let Some(signal) = status.signal() {
+        metrics.insert("signal".into(), json!(signal_name(signal)));
+    }
     let state = if stopped {
         metrics.insert(
             "reason".into(),
@@ -158,7 +161,6 @@ fn ended(status: ExitStatus, stopped: bool, wall_s: f64) -> Summary {
         Status::Completed
     } else if let Some(signal) = status.signal() {
         let name = signal_name(signal);
-        metrics.insert("signal".into(), json!(name));
         metrics.insert("reason".into(), json!(format!("killed by {name}")));
         Status::Failed
     } else {

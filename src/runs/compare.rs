@@ -22,6 +22,8 @@ const ENVIRONMENT_SECTIONS: &[&str] = &[
     "host",
     "envgen_version",
     "git_revision",
+    // A user command's code and environment: commit, diff_hash, env (issue #25).
+    "command",
 ];
 
 #[derive(Debug, Serialize)]

@@ -380,4 +380,23 @@ fn rerun_replays_the_command_and_warns_when_the_code_moved() {
         manifest["rerun_of"].as_str().map(PathBuf::from),
         Some(first_dir.clone())
     );
+    // Side by side: the same command line, another commit.
+    let compared = envgen()
+        .args(["runs", "compare", "--json"])
+        .arg(&first_dir)
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let compared = json_of(&compared);
+    assert_eq!(compared["same_config"], true);
+    let fields: Vec<&str> = compared["differences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|d| d["field"].as_str())
+        .collect();
+    assert!(fields.contains(&"command.git.commit"), "{fields:?}");
+    let shown = envgen().args(["runs", "show"]).arg(&dir).output().unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains(r#"command     ["cat", "a.txt"]"#), "{shown}");
 }

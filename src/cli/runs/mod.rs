@@ -148,7 +148,7 @@ pub(super) fn explain(dir: &Path, checker: &mut Checker) -> Result<Value> {
             (json!(live.status()), json!(live.reason()))
         }
     };
-    Ok(json!({
+    let mut doc = json!({
         "run_dir": dir,
         "run_id": manifest.run_id,
         "experiment": manifest.experiment,
@@ -168,7 +168,12 @@ pub(super) fn explain(dir: &Path, checker: &mut Checker) -> Result<Value> {
         "final_metric": summary.as_ref().and_then(|s| list::headline(&manifest.experiment, &s.metrics)),
         "wall_s": summary.as_ref().map(|s| s.wall_s),
         "metrics": summary.as_ref().map(|s| &s.metrics),
-    }))
+    });
+    if let Some(command) = &manifest.environment.command {
+        // Only for command runs: the experiments' documents stay as they were.
+        doc["command"] = serde_json::to_value(command)?;
+    }
+    Ok(doc)
 }
 
 fn open_all(paths: &[PathBuf]) -> Result<Vec<RunDir>> {
@@ -222,7 +227,11 @@ fn show(dir: &Path, as_json: bool) -> Result<i32> {
         None => crate::output::outln!("status      {}", run["status"].as_str().unwrap_or("")),
     }
     crate::output::outln!("config_hash {}", run["config_hash"].as_str().unwrap_or(""));
-    crate::output::outln!("profile     {}", knobs(&run["profile"]));
+    match run["command"].as_object() {
+        // A command picks its own knobs: its line and code say more.
+        Some(command) => show_command(command),
+        None => crate::output::outln!("profile     {}", knobs(&run["profile"])),
+    }
     crate::output::outln!("where       {}", run["where"].as_str().unwrap_or("-"));
     if let Some(job) = run["slurm_job"].as_object() {
         crate::output::outln!(
@@ -249,6 +258,27 @@ fn show(dir: &Path, as_json: bool) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// A command run's line, directory and git state, for `runs show`.
+fn show_command(command: &serde_json::Map<String, Value>) {
+    let argv: Vec<String> = command["argv"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|w| w.as_str().unwrap_or("").to_string())
+        .collect();
+    crate::output::outln!("command     {argv:?}");
+    crate::output::outln!("workdir     {}", command["workdir"].as_str().unwrap_or("-"));
+    match command["git"].as_object() {
+        Some(git) => crate::output::outln!(
+            "git         {}, uncommitted diff {}, {} untracked",
+            git["commit"].as_str().unwrap_or("(no commit)"),
+            git["diff_hash"].as_str().unwrap_or("none"),
+            git["untracked"].as_array().map_or(0, Vec::len)
+        ),
+        None => crate::output::outln!("git         not a git repository"),
+    }
 }
 
 /// The hardware knobs in a line: `cpu (cpu fp32, micro-batch 16 × 1, 2 threads)`.
