@@ -28,7 +28,7 @@ use crate::runs::manifest::{self, HardwareKnobs};
 pub const NAME: &str = "command";
 
 /// The places a command runs in today; the others say so (exit 2).
-const SUPPORTED: &[Place] = &[Place::Native];
+const SUPPORTED: &[Place] = &[Place::Native, Place::Docker];
 
 /// `config.toml` of a command run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

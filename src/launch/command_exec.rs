@@ -40,10 +40,13 @@ pub fn run(line: &CommandLine, control: &RunControl) -> anyhow::Result<Summary> 
         .argv
         .split_first()
         .ok_or_else(|| UserError::usage("the command is empty"))?;
+    // In a container the code is mounted elsewhere (`mounts::add_workspace`).
+    let workdir = super::mounts::map_path(&line.workdir, &super::mounts::path_map_from_env())
+        .unwrap_or_else(|| line.workdir.clone());
     let started = Instant::now();
     let mut child = Command::new(program)
         .args(args)
-        .current_dir(&line.workdir)
+        .current_dir(&workdir)
         .env("ENVGEN_RUN_DIR", &run_dir)
         .env("ENVGEN_METRICS", &metrics)
         .stdout(Stdio::piped())
@@ -55,7 +58,7 @@ pub fn run(line: &CommandLine, control: &RunControl) -> anyhow::Result<Summary> 
         .map_err(|e| {
             UserError::usage(format!(
                 "cannot start `{program}` in {}: {e}",
-                line.workdir.display()
+                workdir.display()
             ))
             .with_fix("check the command after `--` (it runs without a shell: no pipes, no `&&`, no $VARS; wrap those in a script)")
         })?;

@@ -34,6 +34,9 @@ pub struct Docker {
     gpus: GpuRequest,
     /// Host directories with the run's data, mounted read-only.
     data_dirs: Vec<PathBuf>,
+    /// A user command's code (its git top level, else its directory),
+    /// mounted read-only at `mounts::CONTAINER_WORKSPACE`.
+    workspace: Option<PathBuf>,
     spec: Option<ContainerSpec>,
 }
 
@@ -70,6 +73,10 @@ impl Launcher for Docker {
         }
         let (runs, _) = launched_runs(req)?;
         self.data_dirs = mounts::data_dirs(&science_of(&runs[0])?);
+        self.workspace = manifest::read(&runs[0])?
+            .environment
+            .command
+            .map(|c| c.git.map_or(c.workdir, |g| g.toplevel));
         self.image = reference;
         self.runtime = Some(runtime);
         eprintln!("envgen: run directory {}", runs[0].display());
@@ -178,7 +185,11 @@ impl Docker {
         ];
         args.extend(job_args(req));
         args.extend(["--resume".to_string(), CONTAINER_RUN_DIR.to_string()]);
-        let (mounts, mount_env) = mounts::docker_mounts(run_dir, &self.data_dirs, &self.gpus);
+        let (mut mounts, mut mount_env) =
+            mounts::docker_mounts(run_dir, &self.data_dirs, &self.gpus);
+        if let Some(workspace) = &self.workspace {
+            mounts::add_workspace(&mut mounts, &mut mount_env, workspace);
+        }
         let mut env = vec![(
             "ENVGEN_LOG".to_string(),
             std::env::var("ENVGEN_LOG").unwrap_or_default(),

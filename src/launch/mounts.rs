@@ -22,6 +22,8 @@ pub const CONTAINER_DATA_DIR: &str = "/run/envgen/data";
 /// Where the host's CUDA kernel cache (`<cache>/cubecl`) is mounted for GPU
 /// runs, so a container compiles a kernel once per host, not once per run.
 pub const CONTAINER_CACHE_DIR: &str = "/run/envgen/cache";
+/// Where a user command's code (its git top level) is mounted, read-only.
+pub const CONTAINER_WORKSPACE: &str = "/workspace";
 /// `HOST=CONTAINER` pairs, `\n`-separated: how the container's envgen maps
 /// the host paths in the science config to the mounts.
 pub const PATH_MAP_ENV: &str = "ENVGEN_PATH_MAP";
@@ -68,19 +70,37 @@ pub fn data_dirs(science: &toml::Value) -> Vec<PathBuf> {
 /// prefix → container prefix, longest first).
 pub fn map_paths(science: &mut toml::Value, map: &[(PathBuf, PathBuf)]) {
     visit_paths(science, "", &mut |text| {
-        let path = Path::new(text.as_str());
-        let best = map
-            .iter()
-            .filter_map(|(host, inside)| {
-                path.strip_prefix(host)
-                    .ok()
-                    .map(|rest| (host, inside, rest))
-            })
-            .max_by_key(|(host, _, _)| host.as_os_str().len());
-        if let Some((_, inside, rest)) = best {
-            *text = inside.join(rest).display().to_string();
+        if let Some(mapped) = map_path(Path::new(text.as_str()), map) {
+            *text = mapped.display().to_string();
         }
     });
+}
+
+/// `path` through `map` (the longest host prefix wins); None when no
+/// prefix matches.
+pub fn map_path(path: &Path, map: &[(PathBuf, PathBuf)]) -> Option<PathBuf> {
+    map.iter()
+        .filter_map(|(host, inside)| {
+            path.strip_prefix(host)
+                .ok()
+                .map(|rest| (host, inside, rest))
+        })
+        .max_by_key(|(host, _, _)| host.as_os_str().len())
+        .map(|(_, inside, rest)| inside.join(rest))
+}
+
+/// Mount a user command's code read-only at [`CONTAINER_WORKSPACE`] and
+/// add it to the path map, so the container's envgen runs the command in
+/// the same directory of it (`docker_mounts`' env must hold the map).
+pub fn add_workspace(mounts: &mut Vec<Mount>, env: &mut [(String, String)], host: &Path) {
+    mounts.push(Mount {
+        host: host.to_path_buf(),
+        container: CONTAINER_WORKSPACE.to_string(),
+        read_only: true,
+    });
+    if let Some((_, map)) = env.iter_mut().find(|(name, _)| name == PATH_MAP_ENV) {
+        map.push_str(&format!("\n{}={CONTAINER_WORKSPACE}", host.display()));
+    }
 }
 
 /// Parse [`PATH_MAP_ENV`] (empty outside a container).

@@ -40,3 +40,4 @@ mod sudoku_cli;
 mod tensorboard_cli;
 mod tune_cli;
 mod user_command;
+mod user_command_docker;

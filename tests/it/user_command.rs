@@ -293,10 +293,6 @@ fn bad_flags_exit_2_and_make_nothing() {
             "cannot be used with",
         ),
         (
-            &["run", "--where", "docker", "--out", out, "--", "true"][..],
-            "not supported yet",
-        ),
-        (
             &["run", "--where", "slurm", "--out", out, "--", "true"][..],
             "not supported yet",
         ),

@@ -1,0 +1,142 @@
+//! `envgen run --where docker -- CMD` (issue #25): through the Docker
+//! launcher, the command's git repository is mounted read-only at
+//! /workspace, the command runs in the same directory of it as a non-root
+//! user, its output and metrics land in the run directory on the host, and
+//! the manifest has the command, the commit, the diff hash and the image
+//! digest. The image is this build's envgen plus `sh` and `cat` (a real
+//! user image adds Python; the launcher does not care which).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::common::docker_base::require_docker_host;
+use crate::common::docker_run::{block_on, leftover_containers};
+use crate::common::run::minimal_rootfs;
+use crate::common::{envgen, json_of, read_json, run_dir_of, text, turn};
+
+/// Copy `program` (resolved) to `root/bin/NAME` with the libraries it links.
+fn add_program(root: &Path, program: &str, name: &str) {
+    let resolved = std::fs::canonicalize(program).unwrap();
+    let target = root.join("bin").join(name);
+    std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+    std::fs::copy(&resolved, &target).unwrap();
+    let ldd = Command::new("ldd").arg(&resolved).output().expect("ldd");
+    for word in String::from_utf8_lossy(&ldd.stdout).split_whitespace() {
+        if word.starts_with('/') {
+            let lib = root.join(word.trim_start_matches('/'));
+            std::fs::create_dir_all(lib.parent().unwrap()).unwrap();
+            std::fs::copy(word, &lib).unwrap();
+        }
+    }
+}
+
+/// `envgen-test/run:command`: envgen, sh and cat.
+fn image_with_a_shell() -> String {
+    let root = tempfile::tempdir().unwrap();
+    minimal_rootfs(root.path());
+    add_program(root.path(), "/bin/sh", "sh");
+    add_program(root.path(), "/bin/cat", "cat");
+    let tar_dir = tempfile::tempdir().unwrap();
+    let tarball = tar_dir.path().join("rootfs.tar");
+    let mut builder = tar::Builder::new(std::fs::File::create(&tarball).unwrap());
+    builder.follow_symlinks(false);
+    builder.append_dir_all(".", root.path()).unwrap();
+    builder.finish().unwrap();
+    block_on(async {
+        let docker = envgen::image::daemon::connect().await.unwrap();
+        envgen::image::daemon::import_rootfs(&docker, &tarball, "envgen-test/run", "command")
+            .await
+            .unwrap();
+    });
+    "envgen-test/run:command".into()
+}
+
+const SCRIPT: &str = r#"echo "cwd $PWD"
+while read -r line; do case $line in Uid:*) echo "$line";; esac; done < /proc/self/status
+if (echo x > probe.txt) 2>/dev/null; then echo "workspace writable"; else echo "workspace read-only"; fi
+echo '{"step": 1, "loss": 0.25}' >> "$ENVGEN_METRICS"
+cat ../data.txt
+"#;
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", text(&out));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn in_docker_the_repo_is_mounted_read_only_and_the_command_runs_non_root() {
+    let _turn = turn!();
+    require_docker_host();
+    let image = image_with_a_shell();
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    let sub = repo.join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["config", "user.email", "t@example.com"]);
+    git(&repo, &["config", "user.name", "test"]);
+    std::fs::write(sub.join("run.sh"), SCRIPT).unwrap();
+    std::fs::write(repo.join("data.txt"), "data v1\n").unwrap();
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-q", "-m", "one"]);
+    std::fs::write(repo.join("data.txt"), "data v2\n").unwrap();
+    // The repository's files readable by the container's (non-root) user.
+    for dir in [tmp.path(), &repo, &sub] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let out_dir: PathBuf = tmp.path().join("runs");
+    let out = envgen()
+        .args([
+            "run", "--where", "docker", "--image", &image, "--json", "--out",
+        ])
+        .arg(&out_dir)
+        .args(["--", "sh", "run.sh"])
+        .current_dir(&sub)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let dir = run_dir_of(&json_of(&out));
+    let log = std::fs::read_to_string(dir.join("stdout.log")).unwrap();
+    assert!(log.contains("cwd /workspace/sub"), "{log}");
+    assert!(log.contains("workspace read-only"), "{log}");
+    assert!(
+        log.contains("data v2"),
+        "the working tree, not the commit: {log}"
+    );
+    let uid_line = log.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    assert_ne!(
+        uid_line.split_whitespace().nth(1),
+        Some("0"),
+        "the command must not run as root: {uid_line}"
+    );
+    assert!(!repo.join("sub/probe.txt").exists());
+    let summary = read_json(&dir.join("summary.json"));
+    assert_eq!(summary["status"], "completed");
+    assert_eq!(summary["metrics"]["loss"], 0.25);
+    let manifest = read_json(&dir.join("manifest.json"));
+    assert_eq!(manifest["where"], "docker");
+    assert_eq!(
+        manifest["command"]["argv"],
+        serde_json::json!(["sh", "run.sh"])
+    );
+    assert_eq!(
+        manifest["command"]["git"]["commit"],
+        git(&repo, &["rev-parse", "HEAD"])
+    );
+    assert!(manifest["command"]["git"]["diff_hash"]
+        .as_str()
+        .unwrap()
+        .starts_with("sha256:"));
+    assert!(manifest["image"]["digest"]
+        .as_str()
+        .unwrap()
+        .starts_with("sha256:"));
+    assert!(leftover_containers(&dir).is_empty());
+}
