@@ -86,10 +86,11 @@ fn in_docker_the_repo_is_mounted_read_only_and_the_command_runs_non_root() {
     git(&repo, &["add", "."]);
     git(&repo, &["commit", "-q", "-m", "one"]);
     std::fs::write(repo.join("data.txt"), "data v2\n").unwrap();
-    // The repository's files readable by the container's (non-root) user.
-    for dir in [tmp.path(), &repo, &sub] {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The repository readable by the container's (non-root) user, and sub/
+    // writable by anyone: only the read-only mount keeps the command out.
+    use std::os::unix::fs::PermissionsExt;
+    for (dir, mode) in [(tmp.path(), 0o755), (&repo, 0o755), (&sub, 0o777)] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)).unwrap();
     }
     let out_dir: PathBuf = tmp.path().join("runs");
     let out = envgen()
