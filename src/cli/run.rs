@@ -333,6 +333,9 @@ fn print_command_plan(doc: &Value) {
         ),
         None => crate::output::outln!("  not in a git repository (recorded as such)"),
     }
+    if let Some(workspace) = doc["workspace"].as_str() {
+        crate::output::outln!("  mounted read-only at /workspace: {workspace}");
+    }
     crate::output::outln!(
         "  run directory: {}",
         doc["run_dir"].as_str().unwrap_or("-")

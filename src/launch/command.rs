@@ -8,6 +8,8 @@
 //! run (`envgen run command --launched --resume DIR`) finds the command in
 //! its `config.toml`. What it ran with (git state, environment) is
 //! recorded by `runs::command_record`; running it is [`super::command_exec`].
+//! Places: natively, and in Docker (the code mounted read-only at
+//! `/workspace`, `mounts::add_workspace`); Slurm refuses for now.
 
 use std::path::{Path, PathBuf};
 
@@ -138,10 +140,10 @@ pub fn check_flags(flags: &RunFlags, place: Place, reason: &str) -> Result<()> {
     }
     if !SUPPORTED.contains(&place) {
         return Err(UserError::usage(format!(
-            "envgen run -- CMD: running your own command in {} is not supported yet ({reason}); it runs natively for now",
+            "envgen run -- CMD: running your own command in {} is not supported yet ({reason}); it runs natively or in Docker for now",
             place.name()
         ))
-        .with_fix("use --where native (the Docker and Slurm places for commands are issue #25's next part)")
+        .with_fix("use --where native or --where docker (Slurm for commands is issue #25's next part)")
         .into());
     }
     let l = &flags.launch;
@@ -271,6 +273,10 @@ pub fn dry_run(req: &RunRequest, spec: &CommandSpec) -> Value {
         "env": r.env,
         "out": req.flags.out,
         "run_dir": format!("a new one under {}", req.flags.out.display()),
+        // Docker: what is mounted read-only at /workspace (docker.rs).
+        "workspace": (req.decision.place == Place::Docker).then(|| {
+            r.git.as_ref().map_or(&r.workdir, |g| &g.toplevel).clone()
+        }),
     })
 }
 

@@ -91,7 +91,12 @@ fn tee(
     log: PathBuf,
     to_stdout: bool,
 ) -> anyhow::Result<std::thread::JoinHandle<()>> {
-    let mut file = File::create(&log).map_err(|e| {
+    // Appended to: a resumed or relaunched run keeps the earlier attempts' output.
+    let opened = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log);
+    let mut file = opened.map_err(|e| {
         UserError::environment(format!("cannot create {}: {e}", log.display()))
             .with_fix("free space on the run directory's disk, or pass a writable --out")
     })?;
