@@ -30,7 +30,7 @@ use crate::runs::manifest::{self, HardwareKnobs};
 pub const NAME: &str = "command";
 
 /// The places a command runs in today; the others say so (exit 2).
-const SUPPORTED: &[Place] = &[Place::Native, Place::Docker];
+const SUPPORTED: &[Place] = &[Place::Native, Place::Docker, Place::Slurm];
 
 /// `config.toml` of a command run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -147,6 +147,14 @@ pub fn check_flags(flags: &RunFlags, place: Place, reason: &str) -> Result<()> {
         .into());
     }
     let l = &flags.launch;
+    if place == Place::Slurm && l.container != super::request::Container::None {
+        return Err(UserError::usage(format!(
+            "envgen run --where slurm --container {} -- CMD: a command in a Slurm container is not supported yet",
+            l.container.name()
+        ))
+        .with_fix("leave out --container: the job runs the command on the node, in its directory on the shared filesystem")
+        .into());
+    }
     let refused: Vec<&str> = [
         ("--micro-batch", flags.micro_batch.is_some()),
         ("--precision", flags.precision.is_some()),

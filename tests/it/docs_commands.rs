@@ -201,13 +201,6 @@ fn skip_reason(command: &DocCommand) -> Option<&'static str> {
     if args.iter().any(|w| w == "--launched") {
         return Some("--launched is the launchers' entry point: it needs the run directory and rendezvous a launcher prepares (tests/it/distributed_cli.rs, tests/it/run_slurm.rs)");
     }
-    let command_at = args.iter().position(|w| w == "--");
-    let on_slurm = args
-        .windows(2)
-        .any(|w| w[0] == "--where" && w[1] == "slurm");
-    if sub(0) == "run" && command_at.is_some() && on_slurm {
-        return Some("a user command under Slurm: issue #25's next part (exit 2 today, tests/it/user_command.rs checks that)");
-    }
     match (sub(0), sub(1)) {
         ("image", _) => Some("builds or exports container images with Docker (tests/it/images.rs)"),
         ("rerun", _) => Some("trains a new run (tests/it/gpt2_cli.rs covers rerun)"),

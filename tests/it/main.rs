@@ -41,3 +41,4 @@ mod tensorboard_cli;
 mod tune_cli;
 mod user_command;
 mod user_command_docker;
+mod user_command_slurm;

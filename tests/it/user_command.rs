@@ -293,7 +293,19 @@ fn bad_flags_exit_2_and_make_nothing() {
             "cannot be used with",
         ),
         (
-            &["run", "--where", "slurm", "--out", out, "--", "true"][..],
+            &[
+                "run",
+                "--where",
+                "slurm",
+                "--container",
+                "pyxis",
+                "--image",
+                "x",
+                "--out",
+                out,
+                "--",
+                "true",
+            ][..],
             "not supported yet",
         ),
     ] {
