@@ -8,8 +8,9 @@
 //! run (`envgen run command --launched --resume DIR`) finds the command in
 //! its `config.toml`. What it ran with (git state, environment) is
 //! recorded by `runs::command_record`; running it is [`super::command_exec`].
-//! Places: natively, and in Docker (the code mounted read-only at
-//! `/workspace`, `mounts::add_workspace`); Slurm refuses for now.
+//! Places: natively, in Docker (the code mounted read-only at
+//! `/workspace`, `mounts::add_workspace`) and as a Slurm job on the node
+//! (same paths; a Slurm `--container` is refused for now).
 
 use std::path::{Path, PathBuf};
 
@@ -28,9 +29,6 @@ use crate::runs::manifest::{self, HardwareKnobs};
 
 /// The experiment name of a command run (manifest, `runs list`, run ids).
 pub const NAME: &str = "command";
-
-/// The places a command runs in today; the others say so (exit 2).
-const SUPPORTED: &[Place] = &[Place::Native, Place::Docker, Place::Slurm];
 
 /// `config.toml` of a command run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -133,18 +131,10 @@ pub fn experiment_named(name: &str) -> Option<&'static dyn Experiment> {
 }
 
 /// Refuse what a command run cannot do (yet), before anything is made.
-pub fn check_flags(flags: &RunFlags, place: Place, reason: &str) -> Result<()> {
+pub fn check_flags(flags: &RunFlags, place: Place) -> Result<()> {
     if flags.launched {
         // The launcher's own flags (`plan::job_args`), not the user's.
         return Ok(());
-    }
-    if !SUPPORTED.contains(&place) {
-        return Err(UserError::usage(format!(
-            "envgen run -- CMD: running your own command in {} is not supported yet ({reason}); it runs natively or in Docker for now",
-            place.name()
-        ))
-        .with_fix("use --where native or --where docker (Slurm for commands is issue #25's next part)")
-        .into());
     }
     let l = &flags.launch;
     if place == Place::Slurm && l.container != super::request::Container::None {

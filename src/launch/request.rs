@@ -125,7 +125,7 @@ impl RunRequest {
             decide_where(flags.place)
         };
         let command = if experiment.name() == command::NAME {
-            command::check_flags(&flags, decision.place, &decision.reason)?;
+            command::check_flags(&flags, decision.place)?;
             // envgen itself trains nothing: no CUDA context of its own
             // beside the command's on the GPU.
             flags.backend = BackendChoice::Cpu;
