@@ -13,6 +13,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use envgen_experiments::engine::tensorboard::EventsFile;
 use envgen_experiments::engine::{rundir, RunControl, Status, Summary};
 use serde_json::{json, Map, Value};
 
@@ -68,7 +69,11 @@ pub fn run(line: &CommandLine, control: &RunControl) -> anyhow::Result<Summary> 
         tee(child.stdout.take(), run_dir.join("stdout.log"), to_stdout)?,
         tee(child.stderr.take(), run_dir.join("stderr.log"), false)?,
     ];
-    let (status, stopped) = wait(&mut child, control)?;
+    let mut events = live_events(&run_dir, &metrics);
+    let (status, stopped) = wait(&mut child, control, &mut events, &metrics)?;
+    if let Some(events) = &mut events {
+        let _ = events.catch_up(&metrics);
+    }
     for copy in copies {
         let _ = copy.join();
     }
@@ -124,12 +129,21 @@ fn tee(
 /// Wait for the command, forwarding a stop as SIGINT to its process group
 /// (then SIGKILL after [`STOP_GRACE`]). Returns how it exited and whether
 /// it was stopped.
-fn wait(child: &mut Child, control: &RunControl) -> anyhow::Result<(ExitStatus, bool)> {
+fn wait(
+    child: &mut Child,
+    control: &RunControl,
+    events: &mut Option<EventsFile>,
+    metrics: &Path,
+) -> anyhow::Result<(ExitStatus, bool)> {
     let group = -(child.id() as libc::pid_t);
     let mut stopped_at: Option<Instant> = None;
-    loop {
+    for tick in 0u64.. {
         if let Some(status) = child.try_wait()? {
             return Ok((status, stopped_at.is_some()));
+        }
+        if let (Some(events), true) = (events.as_mut(), tick % 20 == 19) {
+            // About once a second: TensorBoard follows the run as it logs.
+            let _ = events.catch_up(metrics);
         }
         match stopped_at {
             None if control.stop.load(Ordering::SeqCst) => {
@@ -150,6 +164,25 @@ fn wait(child: &mut Child, control: &RunControl) -> anyhow::Result<(ExitStatus, 
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    unreachable!("the loop returns")
+}
+
+/// The run's `tb/`, following `metrics.jsonl` as for the experiments; only
+/// when the command logs into the run directory (a metrics file of the
+/// user's elsewhere gets no `tb/` beside it). None when it cannot be made:
+/// TensorBoard is a convenience, the run goes on.
+fn live_events(run_dir: &Path, metrics: &Path) -> Option<EventsFile> {
+    if metrics != run_dir.join("metrics.jsonl") {
+        return None;
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(metrics)
+        .ok()?;
+    EventsFile::open(metrics)
+        .map_err(|e| eprintln!("envgen: warning: no TensorBoard events for this run: {e:#}"))
+        .ok()
 }
 
 /// The summary of a command that exited with `status`.
