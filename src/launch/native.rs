@@ -212,7 +212,10 @@ impl Native {
             self.lock = Some(lock_run(dir)?);
         }
         let resume = dir.join("checkpoints").join("latest").is_file();
-        if !resume && !flags.launched {
+        if req.is_command() && !flags.launched {
+            // A command has no checkpoint of envgen's: it runs again from its start.
+            eprintln!("envgen: running the command of {} again", dir.display());
+        } else if !resume && !flags.launched {
             eprintln!(
                 "envgen: {} has no checkpoint yet: starting at step 0",
                 dir.display()

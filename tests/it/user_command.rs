@@ -213,6 +213,19 @@ fn a_failing_command_is_a_failed_run_with_its_exit_code() {
     let manifest = read_json(&dir.join("manifest.json"));
     assert_eq!(manifest["command"]["git"], Value::Null);
     assert!(manifest["finished_at"].is_string());
+    // --resume runs the command again in the same run directory: the first
+    // attempt's summary is kept aside, its output appended to.
+    let again = envgen()
+        .args(["run", "command", "--resume"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(1), "{}", text(&again));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("running the command of"));
+    let kept = read_json(&dir.join("attempts/summary-1.json"));
+    assert_eq!(kept["metrics"]["exit_code"], 3);
+    let stderr_log = std::fs::read_to_string(dir.join("stderr.log")).unwrap();
+    assert_eq!(stderr_log, "oops\noops\n");
 }
 
 #[test]
