@@ -16,7 +16,7 @@ use sha2::{Digest as _, Sha256};
 use crate::common::{envgen, json_of, read_json, run_dir_of, text, turn};
 
 /// Trains a linear model for 5 steps, logging each loss as a JSON line.
-const TRAIN: &str = r#"
+pub(crate) const TRAIN: &str = r#"
 import json, os, torch
 torch.manual_seed(0)
 model = torch.nn.Linear(4, 1)
@@ -36,7 +36,7 @@ print(f"last loss {loss.item()!r} in {os.environ['ENVGEN_RUN_DIR']}", flush=True
 
 const SECRET: &str = "hf_do_not_record_me_42";
 
-fn python() -> PathBuf {
+pub(crate) fn python() -> PathBuf {
     match std::env::var_os("ENVGEN_TEST_PYTHON") {
         Some(p) if !p.is_empty() => PathBuf::from(p),
         _ => panic!(

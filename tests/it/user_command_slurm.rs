@@ -1,18 +1,18 @@
 //! `envgen run --where slurm -- CMD` (issue #25) on the test cluster
 //! (scripts/test.sh: munge + slurmctld + one slurmd on this machine, the
-//! filesystem shared): the job's envgen runs the command on the node, in
-//! its directory, and the manifest has the command, the commit, the diff
-//! hash and the Slurm job.
+//! filesystem shared): the job's envgen runs the command — a shell script
+//! that starts the PyTorch training script of `user_command` with the test
+//! venv's python — on the node, in its directory, and the manifest has
+//! the command, the commit, the diff hash and the Slurm job.
 
 use std::path::Path;
 use std::process::Command;
 
 use crate::common::{envgen, json_of, read_json, require_slurm_cluster, run_dir_of, text, turn};
 
-const SCRIPT: &str = r#"echo "cwd $PWD on $(hostname)"
+const SCRIPT: &str = r#"echo "cwd $PWD"
 echo "job ${SLURM_JOB_ID:-none}"
-echo '{"step": 2, "loss": 0.125}' >> "$ENVGEN_METRICS"
-exit 0
+exec "$1" train.py
 "#;
 
 fn git(dir: &Path, args: &[&str]) -> String {
@@ -36,7 +36,9 @@ fn a_command_runs_as_a_slurm_job_with_its_code_recorded() {
     git(&repo, &["init", "-q"]);
     git(&repo, &["config", "user.email", "t@example.com"]);
     git(&repo, &["config", "user.name", "test"]);
+    let python = super::user_command::python();
     std::fs::write(repo.join("job.sh"), SCRIPT).unwrap();
+    std::fs::write(repo.join("train.py"), super::user_command::TRAIN).unwrap();
     git(&repo, &["add", "."]);
     git(&repo, &["commit", "-q", "-m", "one"]);
     std::fs::write(repo.join("job.sh"), format!("{SCRIPT}# changed\n")).unwrap();
@@ -44,6 +46,7 @@ fn a_command_runs_as_a_slurm_job_with_its_code_recorded() {
         .args(["run", "--where", "slurm", "--json", "--out"])
         .arg(tmp.path().join("runs"))
         .args(["--", "sh", "job.sh"])
+        .arg(&python)
         .current_dir(&repo)
         .output()
         .unwrap();
@@ -55,7 +58,7 @@ fn a_command_runs_as_a_slurm_job_with_its_code_recorded() {
     let job = manifest["slurm"]["job"].as_str().unwrap().to_string();
     assert_eq!(
         manifest["command"]["argv"],
-        serde_json::json!(["sh", "job.sh"])
+        serde_json::json!(["sh", "job.sh", python])
     );
     assert_eq!(
         manifest["command"]["git"]["commit"],
@@ -71,7 +74,9 @@ fn a_command_runs_as_a_slurm_job_with_its_code_recorded() {
         log.contains(&format!("job {job}")),
         "ran outside the job: {log}"
     );
+    assert!(log.contains("step 5 loss"), "{log}");
     let summary = read_json(&dir.join("summary.json"));
     assert_eq!(summary["status"], "completed");
-    assert_eq!(summary["metrics"]["loss"], 0.125);
+    assert_eq!(summary["steps_done"], 5);
+    assert!(summary["metrics"]["loss"].as_f64().unwrap() > 0.0);
 }
