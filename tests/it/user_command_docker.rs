@@ -30,8 +30,9 @@ fn add_program(root: &Path, program: &str, name: &str) {
     }
 }
 
-/// `envgen-test/run:command`: envgen, sh and cat.
-fn image_with_a_shell() -> String {
+/// `envgen-test/run:TAG`: envgen, sh and cat (a tag per test: they run
+/// side by side).
+fn image_with_a_shell(tag: &str) -> String {
     let root = tempfile::tempdir().unwrap();
     minimal_rootfs(root.path());
     add_program(root.path(), "/bin/sh", "sh");
@@ -44,11 +45,11 @@ fn image_with_a_shell() -> String {
     builder.finish().unwrap();
     block_on(async {
         let docker = envgen::image::daemon::connect().await.unwrap();
-        envgen::image::daemon::import_rootfs(&docker, &tarball, "envgen-test/run", "command")
+        envgen::image::daemon::import_rootfs(&docker, &tarball, "envgen-test/run", tag)
             .await
             .unwrap();
     });
-    "envgen-test/run:command".into()
+    format!("envgen-test/run:{tag}")
 }
 
 const SCRIPT: &str = r#"echo "cwd $PWD"
@@ -73,7 +74,7 @@ fn git(dir: &Path, args: &[&str]) -> String {
 fn in_docker_the_repo_is_mounted_read_only_and_the_command_runs_non_root() {
     let _turn = turn!();
     require_docker_host();
-    let image = image_with_a_shell();
+    let image = image_with_a_shell("command");
     let tmp = tempfile::tempdir().unwrap();
     let repo = tmp.path().join("repo");
     let sub = repo.join("sub");
@@ -139,5 +140,68 @@ fn in_docker_the_repo_is_mounted_read_only_and_the_command_runs_non_root() {
         .as_str()
         .unwrap()
         .starts_with("sha256:"));
+    assert!(leftover_containers(&dir).is_empty());
+}
+
+#[test]
+fn ctrl_c_stops_the_container_and_the_command_sees_sigint() {
+    let _turn = turn!();
+    require_docker_host();
+    let image = image_with_a_shell("command-ctrl-c");
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    for dir in [tmp.path(), &work] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    // Busy, with shell builtins only (the image has no sleep).
+    let script = "trap 'echo got-sigint; exit 7' INT; echo started; while :; do :; done";
+    let out_dir = tmp.path().join("runs");
+    let mut child = envgen()
+        .args(["run", "--where", "docker", "--image", &image, "--out"])
+        .arg(&out_dir)
+        .args(["--", "sh", "-c", script])
+        .current_dir(&work)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let dir = loop {
+        let started = std::fs::read_dir(&out_dir)
+            .ok()
+            .and_then(|mut d| d.next())
+            .map(|e| e.unwrap().path())
+            .filter(|d| {
+                std::fs::read_to_string(d.join("stdout.log")).is_ok_and(|s| s.contains("started"))
+            });
+        if let Some(dir) = started {
+            break dir;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    // SAFETY: kill(2) on the envgen this test started.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline + std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("envgen did not stop after SIGINT");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(status.code(), Some(130));
+    let summary = read_json(&dir.join("summary.json"));
+    assert_eq!(summary["status"], "interrupted");
+    assert_eq!(summary["metrics"]["exit_code"], 7);
+    let log = std::fs::read_to_string(dir.join("stdout.log")).unwrap();
+    assert!(log.contains("got-sigint"), "{log}");
     assert!(leftover_containers(&dir).is_empty());
 }
