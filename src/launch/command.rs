@@ -200,7 +200,17 @@ pub fn spec(flags: &RunFlags) -> Result<Option<CommandSpec>> {
         return Ok(None);
     };
     let line = &config.command;
-    let (record, diff) = command_record::capture(&line.argv, &line.workdir, std::env::vars());
+    let (record, diff) = command_record::capture(
+        &line.argv,
+        &line.workdir,
+        // vars_os: a variable that is not UTF-8 must not panic (vars() would).
+        std::env::vars_os().map(|(k, v)| {
+            (
+                k.to_string_lossy().into_owned(),
+                v.to_string_lossy().into_owned(),
+            )
+        }),
+    );
     if let Some(source) = &flags.from_run {
         warn_if_code_changed(source, &record);
     }
