@@ -201,7 +201,16 @@ fn a_pytorch_script_runs_with_its_code_and_environment_recorded() {
 fn a_failing_command_is_a_failed_run_with_its_exit_code() {
     let tmp = tempfile::tempdir().unwrap();
     let out_dir = tmp.path().join("runs");
-    let out = run_command(tmp.path(), &out_dir, &["sh", "-c", "echo oops >&2; exit 3"]);
+    // A variable that is not UTF-8 (recorded lossily, never a panic).
+    let not_utf8 = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(b"\xff");
+    let out = envgen()
+        .args(["run", "--json", "--out"])
+        .arg(&out_dir)
+        .args(["--", "sh", "-c", "echo oops >&2; exit 3"])
+        .current_dir(tmp.path())
+        .env("CUDA_NOT_UTF8", not_utf8)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let dir = run_dir_of(&json_of(&out));
     let summary = read_json(&dir.join("summary.json"));
