@@ -100,16 +100,23 @@ fn check_report(run: &Path, out: &Path, charts: &[&str]) {
         .replace("&amp;", "&");
     let probe: serde_json::Value = serde_json::from_str(&probe).unwrap();
     let drawn = probe["charts"].as_array().unwrap();
-    // No empty chart ships, and each names the run as preset + short id.
-    for (i, chart) in drawn.iter().enumerate() {
-        let name = chart["id"]
+    let name = |i: usize| {
+        drawn[i]["id"]
             .as_str()
-            .map_or(format!("svg #{i}"), str::to_owned);
-        assert!(chart["drawn"].as_u64() >= Some(1), "{name}: an empty chart");
+            .map_or(format!("svg #{i}"), str::to_owned)
+    };
+    // No empty chart ships; then: each names the run as preset + short id.
+    let empty: Vec<String> = (0..drawn.len())
+        .filter(|&i| drawn[i]["drawn"].as_u64() < Some(1))
+        .map(name)
+        .collect();
+    assert!(empty.is_empty(), "empty charts: {empty:?}");
+    for (i, chart) in drawn.iter().enumerate() {
         let text = chart["text"].as_str().unwrap();
         assert!(
             text.contains(&label),
-            "{name}: legend lacks {label}: {text}"
+            "{}: legend lacks {label}: {text}",
+            name(i)
         );
     }
     let ids: Vec<&str> = drawn.iter().filter_map(|c| c["id"].as_str()).collect();
