@@ -153,33 +153,60 @@ pub struct Series {
     pub points: Vec<(f64, f64, Option<String>)>,
 }
 
-/// A run's legend label: its preset and the short hash that ends its id
-/// (`gpt2-tiny-20261126-053228-e98a06e7` → `tiny e98a06e7`).
-pub fn run_label(run: &RunDir) -> String {
-    let id = &run.manifest.run_id;
-    let short = id
-        .rsplit('-')
-        .next()
-        .filter(|s| !s.is_empty())
-        .unwrap_or(id);
-    let short: String = short.chars().take(8).collect();
-    match &run.manifest.preset {
-        Some(preset) => format!("{preset} {short}"),
-        None => format!("{} {short}", run.manifest.experiment),
+/// Each run's legend label: its preset and the short hash that ends its id
+/// (`gpt2-tiny-20261126-053228-e98a06e7` → `tiny e98a06e7`). That hash is
+/// the config's, so runs of one config (a native run and its Docker twin)
+/// would share a label: those get the time from their id as well
+/// (`tiny e98a06e7 053228`), and a number when even that is shared.
+pub fn run_labels<'a>(runs: impl IntoIterator<Item = &'a RunDir>) -> Vec<String> {
+    let runs: Vec<&RunDir> = runs.into_iter().collect();
+    let parts = |run: &RunDir| -> (String, String, String) {
+        let id = &run.manifest.run_id;
+        let mut tail = id.rsplit('-');
+        let short: String = tail.next().unwrap_or(id).chars().take(8).collect();
+        let time = tail.next().unwrap_or_default().to_owned();
+        let head = run
+            .manifest
+            .preset
+            .clone()
+            .unwrap_or_else(|| run.manifest.experiment.clone());
+        (head, short, time)
+    };
+    let mut labels: Vec<String> = runs
+        .iter()
+        .map(|r| {
+            let (head, short, _) = parts(r);
+            format!("{head} {short}")
+        })
+        .collect();
+    let shared =
+        |labels: &[String], i: usize| labels.iter().filter(|l| **l == labels[i]).count() > 1;
+    let with_time: Vec<bool> = (0..labels.len()).map(|i| shared(&labels, i)).collect();
+    for (i, run) in runs.iter().enumerate() {
+        if with_time[i] {
+            labels[i] = format!("{} {}", labels[i], parts(run).2);
+        }
     }
+    let still: Vec<bool> = (0..labels.len()).map(|i| shared(&labels, i)).collect();
+    for (i, label) in labels.iter_mut().enumerate() {
+        if still[i] {
+            *label = format!("{label} #{}", i + 1);
+        }
+    }
+    labels
 }
 
 /// The series of `spec` over `runs` (each run's rows given by `rows_of`);
 /// empty series are left out, so an empty result means "nothing to draw".
 pub fn series_for(spec: &ChartSpec, runs: &[(RunDir, Vec<Value>)]) -> Vec<Series> {
     let specs = all_specs();
+    let labels = run_labels(runs.iter().map(|(run, _)| run));
     let mut out = Vec::new();
-    for (run, metrics) in runs {
+    for ((run, metrics), label) in runs.iter().zip(labels) {
         if !applies_to(spec, run, &specs) {
             continue;
         }
         let rows = rows_of(spec, run, metrics);
-        let label = run_label(run);
         let mut groups: Vec<Option<String>> = vec![None];
         if let Some(group) = &spec.group {
             groups = rows.iter().map(|r| Some(scalar_text(&r[group]))).collect();

@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use super::charts::run_label;
+use super::charts::run_labels;
 use crate::runs::compare::Comparison;
 use crate::runs::manifest::ImageRecord;
 use crate::runs::store::RunDir;
@@ -84,7 +84,7 @@ pub fn environment(runs: &[RunDir]) -> Table {
             "git",
         ],
     );
-    for run in runs {
+    for (run, label) in runs.iter().zip(run_labels(runs)) {
         let m = &run.manifest;
         let env = &m.environment;
         let gpus: Vec<String> = env.host.gpus.iter().map(|g| g.name.clone()).collect();
@@ -101,7 +101,7 @@ pub fn environment(runs: &[RunDir]) -> Table {
             None => serde_json::to_string(&m.profile).unwrap_or_default(),
         };
         table.rows.push(vec![
-            run_label(run),
+            label,
             run.run_id(),
             run.status().to_owned(),
             run.config_hash().unwrap_or("-").to_owned(),
@@ -139,7 +139,7 @@ pub fn comparison(cmp: &Comparison, runs: &[RunDir]) -> (String, Vec<Table>) {
     } else {
         "Same science config: no (the config hashes differ).".to_string()
     };
-    let labels: Vec<String> = runs.iter().map(run_label).collect();
+    let labels = run_labels(runs);
     let header: Vec<&str> = std::iter::once("field")
         .chain(labels.iter().map(String::as_str))
         .collect();
@@ -183,7 +183,7 @@ fn inside_array(name: &str) -> bool {
 /// per scalar field.
 pub fn item_tables(runs: &[RunDir]) -> Vec<Table> {
     let mut tables = Vec::new();
-    for run in runs {
+    for (run, label) in runs.iter().zip(run_labels(runs)) {
         let Some(metrics) = run.summary.as_ref().and_then(|s| s["metrics"].as_object()) else {
             continue;
         };
@@ -208,7 +208,7 @@ pub fn item_tables(runs: &[RunDir]) -> Vec<Table> {
             let singular = key.strip_suffix('s').unwrap_or(key);
             columns.sort_by_key(|c| c.as_str() != singular);
             let header: Vec<&str> = columns.iter().map(|c| c.as_str()).collect();
-            let mut table = Table::new(format!("{}: {key}", run_label(run)), &header);
+            let mut table = Table::new(format!("{label}: {key}"), &header);
             for object in objects {
                 table.rows.push(
                     columns

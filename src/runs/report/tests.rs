@@ -210,3 +210,42 @@ fn a_chart_without_data_is_named_not_drawn_and_arrays_become_tables() {
         "{md}"
     );
 }
+
+/// Runs of one config share the hash that ends their ids: their labels
+/// must still tell them apart (a native run and its Docker twin).
+#[test]
+fn runs_of_one_config_get_labels_that_differ() {
+    let dir = tempfile::tempdir().unwrap();
+    let summary = || json!({"status": "completed", "metrics": {}});
+    let runs = [
+        run(
+            dir.path(),
+            "gpt2-tiny-20261126-053228-e98a06e7",
+            "gpt2",
+            summary(),
+            &[],
+        ),
+        run(
+            dir.path(),
+            "gpt2-tiny-20261126-061500-e98a06e7",
+            "gpt2",
+            summary(),
+            &[],
+        ),
+        run(
+            dir.path(),
+            "gpt2-tiny-20261126-061500-12345678",
+            "gpt2",
+            summary(),
+            &[],
+        ),
+    ];
+    assert_eq!(
+        charts::run_labels(&runs),
+        [
+            "tiny e98a06e7 053228",
+            "tiny e98a06e7 061500",
+            "tiny 12345678"
+        ]
+    );
+}
