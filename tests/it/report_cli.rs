@@ -2,8 +2,9 @@
 //! headless Chromium (Debian's `chromium`, installed by scripts/test.sh):
 //! every chart the experiment should have is there and has drawn data (a
 //! data line of at least two points with a length, or markers), its legend
-//! names the run by preset and short id, the page fits 1400 px, and the
-//! screenshot is not blank (issue #24: no empty chart ships).
+//! names the run by preset and short id and covers no data, the page fits
+//! 1400 px, and the screenshot is not blank (issue #24: no empty chart
+//! ships).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,16 +16,22 @@ use crate::common::{json_of, run_dir_of, run_ok, turn};
 /// and drew, for every `<svg>` of the page (a chart, whatever its markup),
 /// written as JSON into a `<pre>` that `--dump-dom` shows.
 const PROBE: &str = r#"<pre id="envgen-probe"></pre><script>
+const overlap = (a, b) =>
+  a.x < b.x + b.width && b.x < a.x + a.width && a.y < b.y + b.height && b.y < a.y + a.height;
 const charts = [...document.querySelectorAll('svg')].map(svg => {
-  let drawn = 0;
+  const boxes = [];
   for (const line of svg.querySelectorAll('polyline')) {
     const data = line.getAttribute('stroke-width') === '2';
-    if (data && line.points.numberOfItems >= 2 && line.getTotalLength() > 0) drawn++;
+    if (data && line.points.numberOfItems >= 2 && line.getTotalLength() > 0) boxes.push(line.getBBox());
   }
-  drawn += svg.querySelectorAll('circle').length;
+  for (const dot of svg.querySelectorAll('circle')) boxes.push(dot.getBBox());
+  const texts = [...svg.querySelectorAll('text')];
   const figure = svg.closest('figure');
-  return {id: figure ? figure.id : null, drawn,
-          text: [...svg.querySelectorAll('text')].map(t => t.textContent.trim()).join('|')};
+  return {id: figure ? figure.id : null, drawn: boxes.length,
+          text: texts.map(t => t.textContent.trim()).join('|'),
+          // Texts drawn over the data (a legend inside the plot would be).
+          covering: texts.filter(t => boxes.some(b => overlap(t.getBBox(), b)))
+                         .map(t => t.textContent.trim())};
 });
 document.getElementById('envgen-probe').textContent = JSON.stringify(
   {width: document.documentElement.scrollWidth, charts});
@@ -116,6 +123,12 @@ fn check_report(run: &Path, out: &Path, charts: &[&str]) {
         assert!(
             text.contains(&label),
             "{}: legend lacks {label}: {text}",
+            name(i)
+        );
+        let covering = &chart["covering"];
+        assert!(
+            !covering.to_string().contains(&label),
+            "{}: the legend covers the data: {covering}",
             name(i)
         );
     }
