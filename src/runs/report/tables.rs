@@ -126,7 +126,7 @@ pub fn environment(runs: &[RunDir]) -> Table {
 
 /// The comparison as tables: what differs between the runs, and their
 /// top-level final metrics (delta vs the first run). Metrics inside an
-/// array (`schemes.3.bytes`) are left to [`item_tables`].
+/// array (`schemes.int8.bytes`, `rounds.1.kept`) are left to [`item_tables`].
 pub fn comparison(cmp: &Comparison, runs: &[RunDir]) -> (String, Vec<Table>) {
     let same = if cmp.same_config {
         format!(
@@ -147,7 +147,10 @@ pub fn comparison(cmp: &Comparison, runs: &[RunDir]) -> (String, Vec<Table>) {
     if !cmp.differences.is_empty() {
         let mut diff = Table::new("What differs", &header);
         for d in &cmp.differences {
-            let mut row = vec![d.field.clone()];
+            // Science keys first, then hardware knobs, then the environment
+            // (the order `compare` gives them in), each named as such.
+            let kind = serde_json::to_value(d.kind).unwrap_or_default();
+            let mut row = vec![format!("{} · {}", kind.as_str().unwrap_or("?"), d.field)];
             row.extend(d.values.iter().map(value_text));
             diff.rows.push(row);
         }
@@ -156,7 +159,12 @@ pub fn comparison(cmp: &Comparison, runs: &[RunDir]) -> (String, Vec<Table>) {
     let mut header = header;
     header[0] = "metric";
     let mut finals = Table::new("Final metrics (delta vs the first run)", &header);
-    for metric in cmp.metrics.iter().filter(|m| !inside_array(&m.name)) {
+    let arrays = array_metrics(runs);
+    for metric in cmp
+        .metrics
+        .iter()
+        .filter(|m| !inside_array(&m.name, &arrays))
+    {
         let mut row = vec![metric.name.clone()];
         for (i, (value, delta)) in metric.values.iter().zip(&metric.delta_pct).enumerate() {
             row.push(match (value, delta) {
@@ -173,9 +181,24 @@ pub fn comparison(cmp: &Comparison, runs: &[RunDir]) -> (String, Vec<Table>) {
     (same, tables)
 }
 
-/// A dotted metric path with an array index in it (`schemes.3.bytes`).
-fn inside_array(name: &str) -> bool {
-    name.split('.').any(|part| part.parse::<usize>().is_ok())
+/// The summary metrics that are arrays in some run (`schemes`, `rounds`).
+fn array_metrics(runs: &[RunDir]) -> Vec<String> {
+    runs.iter()
+        .filter_map(|run| run.summary.as_ref()?["metrics"].as_object().cloned())
+        .flat_map(|metrics| {
+            metrics
+                .into_iter()
+                .filter(|(_, v)| v.is_array())
+                .map(|(k, _)| k)
+        })
+        .collect()
+}
+
+/// A dotted metric path inside one of those arrays (`schemes.int8.bytes`:
+/// `compare` names array items by their own name when they have one).
+fn inside_array(name: &str, arrays: &[String]) -> bool {
+    let top = name.split('.').next().unwrap_or(name);
+    name.contains('.') && arrays.iter().any(|a| a == top)
 }
 
 /// Each run's arrays of objects in `summary.json` metrics (quantize's

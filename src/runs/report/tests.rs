@@ -201,9 +201,11 @@ fn a_chart_without_data_is_named_not_drawn_and_arrays_become_tables() {
     );
     let html = read(&out.join("report.html"));
     assert!(html.contains("rft: held-out accuracy per round (0: before fine-tuning): no run recorded `accuracy` or `answer_rate` against `round` in metrics.jsonl"), "{html}");
-    // Schemes as their own table, not as `schemes.2.bytes` metric lines.
+    // Schemes as their own table, not as `schemes.int8.bytes` metric lines
+    // (compare names array items by their scheme).
     assert!(html.contains("<caption>tiny cccccccc: schemes</caption>"));
-    assert!(!html.contains("schemes.2"), "{html}");
+    assert!(!html.contains("<td>schemes."), "{html}");
+    assert!(html.contains("<td>parameters</td>"), "top-level metrics stay: {html}");
     let md = read(&out.join("report.md"));
     assert!(
         md.contains("| int4-sym-g32 | 4.5 | 1000 | val_perplexity | 3 | 103 |"),
