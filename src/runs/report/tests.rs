@@ -205,7 +205,10 @@ fn a_chart_without_data_is_named_not_drawn_and_arrays_become_tables() {
     // (compare names array items by their scheme).
     assert!(html.contains("<caption>tiny cccccccc: schemes</caption>"));
     assert!(!html.contains("<td>schemes."), "{html}");
-    assert!(html.contains("<td>parameters</td>"), "top-level metrics stay: {html}");
+    assert!(
+        html.contains("<td>parameters</td>"),
+        "top-level metrics stay: {html}"
+    );
     let md = read(&out.join("report.md"));
     assert!(
         md.contains("| int4-sym-g32 | 4.5 | 1000 | val_perplexity | 3 | 103 |"),
