@@ -14,6 +14,9 @@ apt_install pkg-config ca-certificates nix-bin
 # backend, CubeCL kernels) run in CI without a GPU, and must.
 apt_install mesa-vulkan-drivers
 export ENVGEN_TEST_REQUIRE_VULKAN=1
+# Headless Chromium renders `runs report` pages in tests/it/report_cli.rs
+# (every chart must have drawn data); that test fails without it.
+apt_install chromium
 
 export ENVGEN_TEST_STATE="${ENVGEN_TEST_STATE:-$PWD/.envgen-test}"
 mkdir -p "$ENVGEN_TEST_STATE"

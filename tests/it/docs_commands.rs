@@ -205,7 +205,7 @@ fn skip_reason(command: &DocCommand) -> Option<&'static str> {
         ("image", _) => Some("builds or exports container images with Docker (tests/it/images.rs)"),
         ("rerun", _) => Some("trains a new run (tests/it/gpt2_cli.rs covers rerun)"),
         ("runs", "report") => {
-            Some("writes a report directory (tests/runs_report in the runs tests)")
+            Some("writes a report directory (tests/it/report_cli.rs opens one per experiment in Chromium)")
         }
         ("runs", "cancel") => Some("stops a live run (tests/it/runs_cli.rs)"),
         ("sudoku", _) => Some("solves or generates hundreds of puzzles (tests/it/sudoku_cli.rs)"),

@@ -29,6 +29,7 @@ mod layering;
 mod nvml_standin;
 mod precision_cli;
 mod quantize_cli;
+mod report_cli;
 mod rft_cli;
 mod run_docker;
 mod run_slurm;

@@ -276,7 +276,7 @@ where
         state.last_loss = Some(m.loss);
         state.halted_steps_sum += m.halted_steps.iter().sum::<usize>() as u64;
         state.halted_rows += m.halted_steps.len() as u64;
-        let mut record = step_record(&m, step_s);
+        let mut record = step_record(&m, step_s, preset.train.global_batch_size);
         if let (Some((scale, decision)), Some(scaler)) = (m.loss_scale, &trainer.loss_scaler) {
             crate::engine::precision::record_step(&mut record, scale, decision, scaler);
         }
@@ -355,7 +355,10 @@ where
     Ok(summary)
 }
 
-fn step_record(m: &StepMetrics, step_s: f64) -> Value {
+/// One step's metrics.jsonl line. `puzzles_per_s`: the puzzles (rows of
+/// the global batch, one ACT segment each) this step trained on per second,
+/// the throughput `runs report` plots next to steps/s.
+pub(crate) fn step_record(m: &StepMetrics, step_s: f64, puzzles_per_step: usize) -> Value {
     json!({
         "step": m.step,
         "loss": m.loss,
@@ -367,6 +370,7 @@ fn step_record(m: &StepMetrics, step_s: f64) -> Value {
         "halted_rows": m.halted_steps.len(),
         "lr": m.lr,
         "steps_per_s": 1.0 / step_s.max(1e-9),
+        "puzzles_per_s": puzzles_per_step as f64 / step_s.max(1e-9),
         "step_ms": step_s * 1e3,
     })
 }

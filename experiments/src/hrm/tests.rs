@@ -300,3 +300,25 @@ fn micro_batches_match_the_whole_batch() {
     assert!(max_diff < 1e-5, "{max_diff}");
     assert_eq!(whole.act_state().steps, split.act_state().steps);
 }
+
+/// `runs report` plots HRM throughput in puzzles/s (issue #24): each step's
+/// metrics line carries it, the global batch over the step's seconds.
+#[test]
+fn a_step_line_records_puzzles_per_second() {
+    let m = super::train::StepMetrics {
+        step: 3,
+        lr: 1e-3,
+        loss: 1.0,
+        lm_loss: 0.9,
+        q_halt_loss: 0.05,
+        q_continue_loss: 0.05,
+        exact_accuracy: 0.0,
+        cell_accuracy: 0.5,
+        halted_steps: vec![2, 4],
+        loss_scale: None,
+    };
+    let line = super::run::step_record(&m, 0.5, 32);
+    assert_eq!(line["puzzles_per_s"], 64.0);
+    assert_eq!(line["steps_per_s"], 2.0);
+    assert_eq!(line["step"], 3);
+}

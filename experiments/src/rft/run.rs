@@ -76,6 +76,7 @@ pub fn run<B: FusedAutodiffBackend>(
         config,
         &pretrained,
         &split.validation,
+        0,
         &stages.join("eval-before.json"),
         &mut log,
         &inner,
@@ -292,6 +293,7 @@ pub(crate) fn rft_round<B: FusedAutodiffBackend>(
         config,
         &finetune_dir.join(MODEL_FILE),
         &split.validation,
+        round,
         &dir.join("eval.json"),
         log,
         &inner,
@@ -342,12 +344,14 @@ pub(crate) fn train_stage<B: FusedAutodiffBackend>(
     engine::train::<B, RftTrainTask>(task, &stage_control, device)
 }
 
-/// Greedy evaluation of the weights at `model_path`, cached in `record`
-/// (and logged to metrics.jsonl when computed).
+/// Greedy evaluation of the weights at `model_path` after `round` (0: the
+/// pretrained model), cached in `record` and logged to metrics.jsonl when
+/// computed, with its round: `runs report` plots accuracy per round.
 pub(crate) fn eval_stage<B: FusedBackend>(
     config: &RftConfig,
     model_path: &Path,
     questions: &[Question],
+    round: u32,
     record: &Path,
     log: &mut MetricsLog,
     device: &B::Device,
@@ -369,7 +373,7 @@ pub(crate) fn eval_stage<B: FusedBackend>(
         .file_stem()
         .map_or(String::new(), |s| s.to_string_lossy().into_owned());
     log.write(
-        &json!({"stage": stage, "accuracy": evaluation.metrics.accuracy,
+        &json!({"stage": stage, "round": round, "accuracy": evaluation.metrics.accuracy,
         "answer_rate": evaluation.metrics.answer_rate}),
     )?;
     Ok(evaluation)
