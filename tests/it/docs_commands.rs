@@ -323,6 +323,7 @@ fn every_documented_envgen_command_is_valid() {
             .any(|w| w[0] == "--resume" && w[1] == "RUN_DIR");
         let own_run = match command.args.get(1).map(String::as_str) {
             Some("quantize") if resumed => quantize_run(tmp.path(), &run_dir),
+            Some("command") if resumed => command_run(tmp.path()),
             _ => run_dir.clone(),
         };
         let mut args = substitute(&command.args, &own_run, &data_dir);
@@ -378,21 +379,35 @@ fn every_documented_envgen_command_is_valid() {
 
 /// A finished `quantize` run (one scheme) of the tiny gpt2 run `source`.
 fn quantize_run(tmp: &Path, source: &Path) -> PathBuf {
-    let out = tmp.join("quantize-runs");
-    if let Some(done) = std::fs::read_dir(&out).ok().and_then(|mut d| d.next()) {
+    made_once(&tmp.join("quantize-runs"), |c, out| {
+        c.args(["run", "quantize", "--backend", "cpu", "--json"])
+            .arg("--set")
+            .arg(format!("source={}", source.display()))
+            .args(["--set", "schemes=[\"int8\"]", "--out"])
+            .arg(out);
+    })
+}
+
+/// A finished user-command run (`envgen run -- true`), made once.
+fn command_run(tmp: &Path) -> PathBuf {
+    made_once(&tmp.join("command-runs"), |c, out| {
+        c.args(["run", "--json", "--out"])
+            .arg(out)
+            .args(["--", "true"]);
+    })
+}
+
+/// The one run directory in `out`, made by the `envgen` command `args`
+/// builds (given `out`) the first time it is asked for.
+fn made_once(out: &Path, args: impl FnOnce(&mut std::process::Command, &Path)) -> PathBuf {
+    if let Some(done) = std::fs::read_dir(out).ok().and_then(|mut d| d.next()) {
         return done.unwrap().path();
     }
-    let made = envgen()
-        .args(["run", "quantize", "--backend", "cpu", "--json"])
-        .arg("--set")
-        .arg(format!("source={}", source.display()))
-        .args(["--set", "schemes=[\"int8\"]", "--out"])
-        .arg(&out)
-        .current_dir(tmp)
-        .output()
-        .unwrap();
+    let mut cmd = envgen();
+    args(&mut cmd, out);
+    let made = cmd.current_dir(out.parent().unwrap()).output().unwrap();
     assert!(made.status.success(), "{}", text(&made));
-    std::fs::read_dir(&out)
+    std::fs::read_dir(out)
         .unwrap()
         .next()
         .unwrap()
