@@ -301,6 +301,19 @@ fn ngc_25_01_needs_turing() {
 }
 
 #[test]
+fn ngc_25_01_runs_on_turing_at_its_minimum() {
+    // 7.5 is the minimum itself: a T4 (sm_75) is not "dropped" (a `<=`
+    // in the architecture gate would drop it; a mutation test found no test
+    // at the boundary).
+    let v = image_verdict(
+        "Tesla T4",
+        "570.124.06",
+        catalog("nvcr.io/nvidia/pytorch:25.01-py3"),
+    );
+    assert!(!v.codes().contains(&"arch-dropped"), "{v:#?}");
+}
+
+#[test]
 fn ngc_24_10_still_runs_on_volta() {
     // 24.10: CUDA 12.6.2, min CC 6.0 (Triton 24.10 notes); R570 ≥ CUDA 12.6.
     let v = image_verdict(
