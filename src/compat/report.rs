@@ -611,5 +611,8 @@ mod tests {
         assert!(text.contains("fix: fp8-unsupported fix"), "{text}");
         assert_eq!(gpu_label(&[0, 2, 5]), "GPUs 0, 2, 5");
         assert_eq!(gpu_label(&[3]), "GPU 3");
+        assert_eq!(gpu_label(&[0, 1, 2]), "GPUs 0–2");
+        // A verdict of a host without GPUs (an image checked for the CPU).
+        assert_eq!(gpu_label(&[]), "no GPU");
     }
 }
