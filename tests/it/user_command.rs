@@ -7,13 +7,13 @@
 //! forwarded (`interrupted`, exit 130), bad flags exit 2.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
-use crate::common::{envgen, json_of, read_json, run_dir_of, text, turn};
+use crate::common::{envgen, git, json_of, read_json, run_dir_of, text, turn};
 
 /// Trains a linear model for 5 steps, logging each loss as a JSON line.
 pub(crate) const TRAIN: &str = r#"
@@ -45,17 +45,6 @@ pub(crate) fn python() -> PathBuf {
              ENVGEN_TEST_PYTHON to a python with torch"
         ),
     }
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .output()
-        .expect("git");
-    assert!(out.status.success(), "git {args:?}: {}", text(&out));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// A repository with train.py committed, then changed (a comment) and an

@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::common::docker_base::require_docker_host;
-use crate::common::docker_run::{block_on, leftover_containers};
+use crate::common::docker_run::{import_rootfs, leftover_containers};
 use crate::common::run::minimal_rootfs;
-use crate::common::{envgen, json_of, read_json, run_dir_of, text, turn};
+use crate::common::{envgen, git, json_of, read_json, run_dir_of, text, turn};
 
 /// Copy `program` (resolved) to `root/bin/NAME` with the libraries it links.
 fn add_program(root: &Path, program: &str, name: &str) {
@@ -37,19 +37,7 @@ fn image_with_a_shell(tag: &str) -> String {
     minimal_rootfs(root.path());
     add_program(root.path(), "/bin/sh", "sh");
     add_program(root.path(), "/bin/cat", "cat");
-    let tar_dir = tempfile::tempdir().unwrap();
-    let tarball = tar_dir.path().join("rootfs.tar");
-    let mut builder = tar::Builder::new(std::fs::File::create(&tarball).unwrap());
-    builder.follow_symlinks(false);
-    builder.append_dir_all(".", root.path()).unwrap();
-    builder.finish().unwrap();
-    block_on(async {
-        let docker = envgen::image::daemon::connect().await.unwrap();
-        envgen::image::daemon::import_rootfs(&docker, &tarball, "envgen-test/run", tag)
-            .await
-            .unwrap();
-    });
-    format!("envgen-test/run:{tag}")
+    import_rootfs(root.path(), tag)
 }
 
 const SCRIPT: &str = r#"echo "cwd $PWD"
@@ -58,17 +46,6 @@ if (echo x > probe.txt) 2>/dev/null; then echo "workspace writable"; else echo "
 echo '{"step": 1, "loss": 0.25}' >> "$ENVGEN_METRICS"
 cat ../data.txt
 "#;
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", text(&out));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 #[test]
 fn in_docker_the_repo_is_mounted_read_only_and_the_command_runs_non_root() {

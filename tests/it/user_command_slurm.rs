@@ -5,26 +5,14 @@
 //! venv's python — on the node, in its directory, and the manifest has
 //! the command, the commit, the diff hash and the Slurm job.
 
-use std::path::Path;
-use std::process::Command;
-
-use crate::common::{envgen, json_of, read_json, require_slurm_cluster, run_dir_of, text, turn};
+use crate::common::{
+    envgen, git, json_of, read_json, require_slurm_cluster, run_dir_of, text, turn,
+};
 
 const SCRIPT: &str = r#"echo "cwd $PWD"
 echo "job ${SLURM_JOB_ID:-none}"
 exec "$1" train.py
 "#;
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", text(&out));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 #[test]
 fn a_command_runs_as_a_slurm_job_with_its_code_recorded() {

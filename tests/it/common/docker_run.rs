@@ -28,11 +28,16 @@ pub fn import_image(tag: &str, marker: &str) -> String {
     std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o700);
     std::fs::set_permissions(root.path().join("root"), perms).unwrap();
     std::fs::write(root.path().join("etc/envgen-test-marker"), marker).unwrap();
+    import_rootfs(root.path(), tag)
+}
+
+/// Import the root filesystem at `root` as `envgen-test/run:TAG`.
+pub fn import_rootfs(root: &Path, tag: &str) -> String {
     let tar_dir = tempfile::tempdir().unwrap();
     let tarball = tar_dir.path().join("rootfs.tar");
     let mut builder = tar::Builder::new(std::fs::File::create(&tarball).unwrap());
     builder.follow_symlinks(false);
-    builder.append_dir_all(".", root.path()).unwrap();
+    builder.append_dir_all(".", root).unwrap();
     builder.finish().unwrap();
     block_on(async {
         let docker = envgen::image::daemon::connect().await.unwrap();

@@ -88,3 +88,15 @@ pub fn require_slurm_cluster() {
         "these tests need the private Slurm cluster: run ./scripts/test.sh (it starts munge, slurmctld and slurmd)"
     );
 }
+
+/// `git -C DIR ARGS…`, which must succeed; its trimmed stdout.
+pub fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", text(&out));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
