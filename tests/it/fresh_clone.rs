@@ -253,6 +253,10 @@ fn a_fresh_clone_verifies_renders_pinned_and_builds_cpu_without_flags() {
         &["run", "--rm", "--network", "none", &tag, "--version"],
     ));
     let envgen_layer = inspect_last_layer(&tag);
+    // The first clone's build (GBs of debug artifacts) is not needed any
+    // more: free it before the second build, on a CI disk of unknown size.
+    let first_staged = staged_sha256(&binary);
+    std::fs::remove_dir_all(&target).unwrap();
 
     // The same commit built in another directory (other path, other depth)
     // gives the same stripped binary, hence the same envgen layer.
@@ -266,7 +270,7 @@ fn a_fresh_clone_verifies_renders_pinned_and_builds_cpu_without_flags() {
     let other_binary = other_target.join("debug/envgen");
     assert_eq!(
         staged_sha256(&other_binary),
-        staged_sha256(&binary),
+        first_staged,
         "one commit, two directories: the envgen that goes into images must be the same bytes"
     );
     let rebuilt = clean_command(&other_binary)

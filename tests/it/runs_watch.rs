@@ -378,7 +378,19 @@ fn watch_follows_a_docker_run_and_ends_lost_when_its_container_goes() {
     require_docker_host();
     let image = import_image("runs-watch", "runs-watch");
     let tmp = tempfile::tempdir().unwrap();
-    let args = long_run_args(tmp.path(), &["--where", "docker", "--image", &image]);
+    // 400 steps can end within the 12 s watched below on an idle machine:
+    // this run is stopped by removing its container, never by its end.
+    let args = long_run_args(
+        tmp.path(),
+        &[
+            "--where",
+            "docker",
+            "--image",
+            &image,
+            "--set",
+            "train.steps=100000",
+        ],
+    );
     let run = envgen()
         .args(&args)
         .stdout(Stdio::piped())
@@ -407,10 +419,13 @@ fn watch_follows_a_docker_run_and_ends_lost_when_its_container_goes() {
     // Longer than watch's two questions 5 s apart: it must still be watching.
     std::thread::sleep(Duration::from_secs(12));
     let mut watch = watch;
-    assert!(
-        watch.try_wait().unwrap().is_none(),
-        "watch ended while container {name} still trained"
-    );
+    if watch.try_wait().unwrap().is_some() {
+        let ended = watch.wait_with_output().unwrap();
+        panic!(
+            "watch ended while container {name} still trained: {}",
+            text(&ended)
+        );
+    }
     remove_container(&name);
     let removed_at = Instant::now();
     let watched = wait_within(watch, Duration::from_secs(30), "runs watch");
