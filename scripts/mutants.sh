@@ -55,6 +55,9 @@ if [ ! -d "$WORK" ]; then
       tar -C "$WORK/target" -xf -
   fi
 else
+  # A run killed outright (not by its budget) can leave a mutant applied:
+  # drop it before moving to HEAD, or the unmutated baseline fails.
+  git -C "$WORK" checkout --quiet -- .
   git -C "$WORK" checkout --quiet --detach "$(git -C "$ROOT" rev-parse HEAD)"
 fi
 cd "$WORK"

@@ -6,7 +6,7 @@
 use crate::compat::report::{render_catalog, render_host, render_requested, render_summary};
 use crate::compat::summary::{summarize, GpuSummary};
 use crate::compat::{evaluate, CheckRequest, ImageFacts, KnowledgeBase, Verdict, VerdictStatus};
-use crate::error::Result;
+use crate::error::{Result, UserError};
 use crate::host::{Host, HostSource};
 
 #[derive(Debug, clap::Args)]
@@ -17,6 +17,9 @@ pub struct Args {
     /// Check a PyTorch wheel build: release and CUDA variant, e.g. 2.6.0+cu124.
     #[arg(long, value_name = "VERSION+CUDA")]
     pub pytorch: Option<String>,
+    /// Check the torch installed for this Python (its version, CUDA and compiled kernels), e.g. .venv/bin/python.
+    #[arg(long, value_name = "PYTHON")]
+    pub python: Option<String>,
     /// Check that every GPU has the hardware for this precision; repeatable.
     #[arg(long = "precision", value_enum)]
     pub precisions: Vec<crate::compat::HardwarePrecision>,
@@ -65,8 +68,42 @@ impl Args {
     /// Did the user ask about something (an image, a wheel, a precision)?
     /// Then the answer is about that, not the catalog.
     fn asks_something(&self) -> bool {
-        !self.images.is_empty() || self.pytorch.is_some() || !self.precisions.is_empty()
+        !self.images.is_empty()
+            || self.pytorch.is_some()
+            || self.python.is_some()
+            || !self.precisions.is_empty()
     }
+}
+
+/// `--python PY`: the CUDA build of torch that Python imports, as a wheel.
+fn installed_pytorch(python: &str) -> Result<crate::compat::WheelFacts> {
+    use crate::probe::torch::{installed, python_of, InstalledTorch};
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let path = std::env::var_os("PATH");
+    let Some(found) = python_of(&[python.to_string()], path.as_deref(), &cwd) else {
+        return Err(UserError::usage(format!(
+            "--python {python}: not a Python interpreter (nor a script whose #! names one)"
+        ))
+        .with_fix("give the interpreter your code runs with, e.g. --python .venv/bin/python")
+        .into());
+    };
+    let problem = match installed(Some(found)) {
+        InstalledTorch::Cuda { wheel, .. } => return Ok(wheel),
+        InstalledTorch::CpuOnly { python, version } => format!(
+            "{} imports torch {version}, a CPU build: there is no GPU verdict to give",
+            python.display()
+        ),
+        InstalledTorch::Absent { python, why } => {
+            format!("{} cannot import torch ({why})", python.display())
+        }
+        InstalledTorch::Unknown { python, why } => {
+            format!("cannot ask {} about torch: {why}", python.display())
+        }
+        InstalledTorch::NoPython => unreachable!("python_of found one"),
+    };
+    Err(UserError::usage(format!("--python {python}: {problem}"))
+        .with_fix("install a CUDA build of torch in that environment, or name a build with --pytorch VERSION+cuXYZ")
+        .into())
 }
 
 pub fn execute(args: Args) -> Result<i32> {
@@ -79,6 +116,7 @@ pub fn execute(args: Args) -> Result<i32> {
     if let Some(spec) = &args.pytorch {
         kb.wheel(spec)?;
     }
+    let installed = args.python.as_deref().map(installed_pytorch).transpose()?;
     let assumed = !args.assume_gpus.is_empty() || args.assume_driver.is_some();
     let host = if assumed {
         let mut host = kb.assumed_host(&args.assume_gpus, args.assume_driver.as_deref())?;
@@ -97,6 +135,7 @@ pub fn execute(args: Args) -> Result<i32> {
         let request = CheckRequest {
             images: args.images.iter().map(|r| image_facts(kb, r)).collect(),
             pytorch: args.pytorch.clone(),
+            installed_pytorch: installed,
             // `--precision bf16 --precision bf16` asks one question.
             precisions: args
                 .precisions
@@ -164,6 +203,7 @@ mod tests {
         let args = |images: &[&str]| Args {
             images: images.iter().map(|s| s.to_string()).collect(),
             pytorch: None,
+            python: None,
             precisions: vec![],
             assume_gpus: vec![],
             assume_driver: None,

@@ -26,6 +26,11 @@ pub struct Args {
         conflicts_with_all = ["experiment", "preset", "config", "overrides", "sweep", "resume", "from_run"]
     )]
     pub command: Vec<String>,
+    /// Your command as N processes under torchrun (PyTorch's launcher:
+    /// RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT set for each), e.g.
+    /// `--nproc-per-node 4 -- python train.py`.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub nproc_per_node: Option<u32>,
     #[arg(long, conflicts_with = "config")]
     pub preset: Option<String>,
     /// A science config file (TOML) instead of a preset.
@@ -190,6 +195,7 @@ impl Args {
         RunFlags {
             experiment,
             command: self.command,
+            nproc_per_node: self.nproc_per_node,
             preset: self.preset,
             config: self.config,
             overrides: self.overrides,

@@ -12,10 +12,10 @@ mod subjects;
 
 use super::require::RequireRule;
 use super::version::{parse_compute_capability, Version};
-use super::{ImageFacts, KnowledgeBase};
+use super::{ImageFacts, KnowledgeBase, WheelFacts};
 use crate::host::{Gpu, Host};
 use driver::{check_driver, check_require_cuda, driver_predates_gpu, DriverFacts, Packaging};
-use subjects::{check_precision, check_wheel};
+use subjects::{check_precision, check_wheel, check_wheel_facts};
 
 /// How a verdict, or one of its reasons, comes out: `ok` < `warn` < `fail`
 /// (a verdict's is its worst reason's). Not a run's status
@@ -100,6 +100,9 @@ pub struct CheckRequest {
     /// precision is the only thing asked for (see [`CheckRequest::only_images`]).
     pub images: Vec<ImageFacts>,
     pub pytorch: Option<String>,
+    /// A PyTorch build read from an installed torch (its version, CUDA and
+    /// compiled kernels), checked whether or not env/pytorch.toml lists it.
+    pub installed_pytorch: Option<WheelFacts>,
     /// Precisions to check (`--precision`, repeatable).
     pub precisions: Vec<HardwarePrecision>,
 }
@@ -110,7 +113,10 @@ impl CheckRequest {
     fn images_to_check<'a>(&'a self, kb: &'a KnowledgeBase) -> &'a [ImageFacts] {
         if !self.images.is_empty() {
             &self.images
-        } else if self.pytorch.is_none() && self.precisions.is_empty() {
+        } else if self.pytorch.is_none()
+            && self.installed_pytorch.is_none()
+            && self.precisions.is_empty()
+        {
             kb.images()
         } else {
             &[]
@@ -145,6 +151,9 @@ pub fn evaluate(kb: &KnowledgeBase, host: &Host, request: &CheckRequest) -> Vec<
         .collect();
     if let Some(spec) = &request.pytorch {
         subjects.push(Subject::Wheel(spec));
+    }
+    if let Some(wheel) = &request.installed_pytorch {
+        subjects.push(Subject::Installed(wheel));
     }
     for precision in &request.precisions {
         subjects.push(Subject::Precision(*precision));
@@ -190,6 +199,7 @@ pub fn evaluate(kb: &KnowledgeBase, host: &Host, request: &CheckRequest) -> Vec<
                 (None, subject) => match subject {
                     Subject::Image(image) => check_image(kb, &driver, gpu, image, &rules),
                     Subject::Wheel(spec) => check_wheel(kb, &driver, gpu, spec),
+                    Subject::Installed(wheel) => check_wheel_facts(kb, &driver, gpu, wheel),
                     Subject::Precision(precision) => check_precision(kb, gpu, *precision),
                 },
             };
@@ -204,6 +214,7 @@ pub fn evaluate(kb: &KnowledgeBase, host: &Host, request: &CheckRequest) -> Vec<
 enum Subject<'a> {
     Image(&'a ImageFacts),
     Wheel(&'a str),
+    Installed(&'a WheelFacts),
     Precision(HardwarePrecision),
 }
 
@@ -220,6 +231,7 @@ impl Subject<'_> {
         match self {
             Subject::Image(image) => image.reference.clone(),
             Subject::Wheel(spec) => format!("pytorch:{spec}"),
+            Subject::Installed(wheel) => format!("pytorch:{}", wheel.spec),
             Subject::Precision(p) => format!("precision:{}", p.name()),
         }
     }

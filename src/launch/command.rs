@@ -42,6 +42,9 @@ pub struct CommandConfig {
 pub struct CommandLine {
     pub argv: Vec<String>,
     pub workdir: PathBuf,
+    /// Processes under torchrun (`--nproc-per-node`); absent: the command alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nproc_per_node: Option<u32>,
 }
 
 /// A command about to become a run: its config, the record for the
@@ -113,6 +116,14 @@ pub fn find_experiment(flags: &RunFlags) -> Result<&'static dyn Experiment> {
         }
         return Ok(&USER_COMMAND);
     }
+    if flags.nproc_per_node.is_some() {
+        return Err(UserError::usage(format!(
+            "envgen run {}: --nproc-per-node is for your own command (it starts torchrun)",
+            flags.experiment
+        ))
+        .with_fix("the bundled experiments spread over processes with --ranks N; for your code: envgen run --nproc-per-node N -- python train.py")
+        .into());
+    }
     if flags.experiment.is_empty() {
         return Err(UserError::usage("envgen run: no experiment and no command given")
             .with_fix("envgen run EXPERIMENT (see `envgen experiments list`), or envgen run [flags] -- CMD ARGS… for your own code")
@@ -143,6 +154,14 @@ pub fn check_flags(flags: &RunFlags, place: Place) -> Result<()> {
             l.container.name()
         ))
         .with_fix("leave out --container: the job runs the command on the node, in its directory on the shared filesystem")
+        .into());
+    }
+    let first = flags.command.first().map(|p| Path::new(p).file_name());
+    if flags.nproc_per_node.is_some() && first == Some(Some(std::ffi::OsStr::new("torchrun"))) {
+        return Err(UserError::usage(
+            "--nproc-per-node starts torchrun itself: the command after `--` is what each process runs",
+        )
+        .with_fix("give the script: envgen run --nproc-per-node 4 -- python train.py (or drop --nproc-per-node and keep your torchrun line)")
         .into());
     }
     let refused: Vec<&str> = [
@@ -185,6 +204,7 @@ pub fn spec(flags: &RunFlags) -> Result<Option<CommandSpec>> {
             command: CommandLine {
                 argv: flags.command.clone(),
                 workdir,
+                nproc_per_node: flags.nproc_per_node,
             },
         }
     } else if let (Some(source), true) = (&flags.from_run, flags.experiment == NAME) {

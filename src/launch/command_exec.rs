@@ -44,9 +44,16 @@ pub fn run(line: &CommandLine, control: &RunControl) -> anyhow::Result<Summary> 
     // In a container the code is mounted elsewhere (`mounts::add_workspace`).
     let workdir = super::mounts::map_path(&line.workdir, &super::mounts::path_map_from_env())
         .unwrap_or_else(|| line.workdir.clone());
+    // Doctor first, on the machine that runs it (a Slurm node, a container).
+    super::preflight::check(&line.argv, &workdir, &run_dir)?;
+    let (program, args) = match line.nproc_per_node {
+        Some(n) => under_torchrun(n, &line.argv, &workdir, &run_dir)?,
+        None => (program.into(), args.iter().map(Into::into).collect()),
+    };
+    let program = program.as_os_str();
     let started = Instant::now();
     let mut child = Command::new(program)
-        .args(args)
+        .args(&args)
         .current_dir(&workdir)
         .env("ENVGEN_RUN_DIR", &run_dir)
         .env("ENVGEN_METRICS", &metrics)
@@ -58,7 +65,8 @@ pub fn run(line: &CommandLine, control: &RunControl) -> anyhow::Result<Summary> 
         .spawn()
         .map_err(|e| {
             UserError::usage(format!(
-                "cannot start `{program}` in {}: {e}",
+                "cannot start `{}` in {}: {e}",
+                program.to_string_lossy(),
                 workdir.display()
             ))
             .with_fix("check the command after `--` (it runs without a shell: no pipes, no `&&`, no $VARS; wrap those in a script)")
@@ -88,6 +96,45 @@ pub fn run(line: &CommandLine, control: &RunControl) -> anyhow::Result<Summary> 
     }
     rundir::write_json(&run_dir.join("summary.json"), &summary)?;
     Ok(summary)
+}
+
+/// `torchrun` running `argv` as `n` processes on this machine: the
+/// launcher PyTorch users already use (its environment contract: RANK,
+/// LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT),
+/// with `--no-python` so that the command runs as given, and each rank's
+/// output also kept under `RUN_DIR/torchrun/`. The torchrun next to the
+/// command's Python is preferred (a venv's), else the one on PATH.
+fn under_torchrun(
+    n: u32,
+    argv: &[String],
+    workdir: &Path,
+    run_dir: &Path,
+) -> anyhow::Result<(PathBuf, Vec<std::ffi::OsString>)> {
+    let path = std::env::var_os("PATH");
+    let beside_python = crate::probe::torch::python_of(argv, path.as_deref(), workdir)
+        .and_then(|python| Some(python.parent()?.join("torchrun")))
+        .filter(|t| t.is_file());
+    let torchrun = match beside_python {
+        Some(t) => t,
+        None => which::which_in("torchrun", path.as_deref(), workdir).map_err(|_| {
+            UserError::environment(
+                "--nproc-per-node runs the command under torchrun, and no torchrun was found (next to the command's Python, or on PATH)",
+            )
+            .with_fix("install torch where the command runs (torchrun comes with it), or drop --nproc-per-node and start your workers yourself")
+        })?,
+    };
+    let mut args: Vec<std::ffi::OsString> = vec![
+        "--standalone".into(),
+        "--nproc-per-node".into(),
+        n.to_string().into(),
+        "--log-dir".into(),
+        run_dir.join("torchrun").into(),
+        "--tee".into(),
+        "3".into(),
+        "--no-python".into(),
+    ];
+    args.extend(argv.iter().map(Into::into));
+    Ok((torchrun, args))
 }
 
 /// Copy `from` to `log` and to the terminal (stdout or stderr) as it comes.

@@ -31,6 +31,7 @@ pub mod liveness;
 pub mod mounts;
 pub mod native;
 pub mod plan;
+pub mod preflight;
 pub mod ranks;
 pub mod request;
 pub mod signals;

@@ -75,6 +75,8 @@ pub struct RunFlags {
     pub experiment: String,
     /// `-- CMD ARGS…`: a user command instead of an experiment (issue #25).
     pub command: Vec<String>,
+    /// `--nproc-per-node N`: the command under torchrun, N processes.
+    pub nproc_per_node: Option<u32>,
     pub preset: Option<String>,
     pub config: Option<PathBuf>,
     pub overrides: Vec<String>,

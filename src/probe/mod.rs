@@ -14,6 +14,7 @@ pub mod proc;
 pub mod runtimes;
 pub mod slurm;
 pub mod toolkit;
+pub mod torch;
 
 use crate::compat::KnowledgeBase;
 use crate::host::{Gpu, Host, HostSource, Software};

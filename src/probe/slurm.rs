@@ -64,6 +64,19 @@ pub fn probe(notes: &mut Vec<String>) -> Option<Slurm> {
     })
 }
 
+/// The GRES lines of `partition` (all partitions when `None`); empty when
+/// sinfo is missing or does not answer.
+pub fn partition_gres(partition: Option<&str>) -> Vec<String> {
+    let mut args = vec!["-h", "-o", "%G"];
+    if let Some(partition) = partition {
+        args.extend(["-p", partition]);
+    }
+    match run_tool("sinfo", &args, TIMEOUT) {
+        Some(out) if out.status.success() => parse_list(&out.stdout),
+        _ => Vec::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

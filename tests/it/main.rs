@@ -43,3 +43,4 @@ mod tune_cli;
 mod user_command;
 mod user_command_docker;
 mod user_command_slurm;
+mod user_command_torch;

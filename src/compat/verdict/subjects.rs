@@ -2,7 +2,7 @@
 //! (the GPU's tensor cores) against one GPU.
 
 use super::super::version::Version;
-use super::super::KnowledgeBase;
+use super::super::{KnowledgeBase, WheelFacts};
 use super::driver::{check_driver, DriverFacts, Packaging};
 use super::{
     gpu_cc, gpu_label, kernel_match, list_archs, reason, unconfirmed_note, unknown_gpu,
@@ -24,6 +24,17 @@ pub(super) fn check_wheel(
             "pass a known build such as 2.7.1+cu128 (see env/pytorch.toml)".into(),
         )];
     };
+    check_wheel_facts(kb, driver, gpu, wheel)
+}
+
+/// A wheel whose kernels and CUDA are known: one from env/pytorch.toml, or
+/// the torch installed in a command's Python (`launch::preflight`).
+pub(super) fn check_wheel_facts(
+    kb: &KnowledgeBase,
+    driver: &DriverFacts,
+    gpu: &Gpu,
+    wheel: &WheelFacts,
+) -> Vec<Reason> {
     let mut reasons: Vec<Reason> = unknown_gpu(gpu).into_iter().collect();
     let note = unconfirmed_note(&wheel.unconfirmed, &["arch", "intermediate"]);
     let cuda = Version::parse(&wheel.cuda);

@@ -46,6 +46,14 @@ impl Launcher for Slurm {
         // Every flag is checked before a run directory is made (a refused
         // --partition must leave none behind).
         let resources = req.slurm_resources()?;
+        if let Some(spec) = &req.command {
+            let line = &spec.config.command;
+            crate::launch::preflight::before_submit(
+                &line.argv,
+                &line.workdir,
+                resources.partition.as_deref(),
+            )?;
+        }
         let (runs, sweep_base) = launched_runs(req)?;
         let output = match &sweep_base {
             Some(base) => sweep_output(base),

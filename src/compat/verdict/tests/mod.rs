@@ -800,6 +800,7 @@ fn no_gpu_host_warns_once_per_subject() {
         images: vec![catalog(CUDA_12_8)],
         pytorch: Some("2.6.0+cu124".into()),
         precisions: vec![HardwarePrecision::Bf16],
+        ..CheckRequest::default()
     };
     let verdicts = evaluate(kb(), &host, &request);
     assert_eq!(verdicts.len(), 3);
