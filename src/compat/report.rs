@@ -544,6 +544,17 @@ mod tests {
         render_family(&mut out, &family);
         assert!(out.contains("fails a:1 (1 image): driver-too-old"), "{out}");
         assert!(out.contains("fails b:1 … b:2 (2 images)"), "{out}");
+        // Each stop's message, then its fix; a reason without a fix has no fix line.
+        assert!(
+            out.contains("driver-too-old message\n        fix: driver-too-old fix\n"),
+            "{out}"
+        );
+        let mut silent = family.clone();
+        silent.stops.truncate(1);
+        silent.stops[0].reason.fix.clear();
+        let mut out = String::new();
+        render_family(&mut out, &silent);
+        assert!(!out.contains("fix:"), "{out}");
     }
 
     /// The table lists a failing verdict's problems, not its passed checks;

@@ -513,3 +513,27 @@ fn every_gpu_row_has_an_architecture_with_a_minimum_driver() {
         (570, 520, 520)
     );
 }
+
+/// A merged family shows a memory range only when every variant's memory
+/// is known, and names each source once.
+#[test]
+fn a_family_with_an_unknown_memory_has_no_range_and_its_sources_once() {
+    let mut kb = KnowledgeBase::parse_embedded().unwrap();
+    let members: Vec<usize> = ["h100-pcie", "h100-sxm", "h100-nvl"]
+        .iter()
+        .map(|id| kb.gpus.iter().position(|g| g.id == *id).unwrap())
+        .collect();
+    let merged = kb.merge_family("H100", &members).unwrap();
+    assert_eq!(merged.memory_range_mib, Some((81559, 95830)));
+    let mut sources: Vec<&str> = Vec::new();
+    for i in &members {
+        if !sources.contains(&kb.gpus[*i].source.as_str()) {
+            sources.push(&kb.gpus[*i].source);
+        }
+    }
+    assert!(!sources.is_empty());
+    assert_eq!(merged.source, sources.join(" ; "));
+    kb.gpus[members[1]].memory_mib = None;
+    let merged = kb.merge_family("H100", &members).unwrap();
+    assert_eq!((merged.memory_mib, merged.memory_range_mib), (None, None));
+}

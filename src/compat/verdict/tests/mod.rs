@@ -822,6 +822,16 @@ fn no_gpu_host_warns_once_per_subject() {
     };
     let cpu = only_verdict(&host, CheckRequest::only_images(vec![cpu]));
     expect(&cpu, VerdictStatus::Ok, &["no-gpu"]);
+    // Either CUDA fact alone (a CUDA_VERSION, or only a requirement rule)
+    // is an image that needs a GPU.
+    for image in [
+        local_image("only-version:1", Some("12.4.1"), None),
+        local_image("only-rule:1", None, Some("cuda>=12.4")),
+    ] {
+        let verdict = only_verdict(&host, CheckRequest::only_images(vec![image]));
+        let no_gpu = verdict.reasons.iter().find(|r| r.code == "no-gpu").unwrap();
+        assert_eq!(no_gpu.status, VerdictStatus::Warn, "{verdict:#?}");
+    }
 }
 
 #[test]
