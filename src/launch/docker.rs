@@ -21,7 +21,7 @@ use crate::compat::verdict::{evaluate, CheckRequest, VerdictStatus};
 use crate::compat::{ImageFacts, KnowledgeBase};
 use crate::error::{Result, UserError};
 use crate::host::Host;
-use crate::image::daemon::container::{self, ContainerSpec, GpuRequest};
+use crate::image::daemon::container::{self, ContainerSpec, GpuRequest, Mount, IMAGE_ENVGEN};
 use crate::runs::manifest::{self, DockerImage, DockerRecord, ImageRecord};
 
 /// A run in a container: what `prepare` found, for `start` and `follow`.
@@ -153,15 +153,32 @@ impl Docker {
         run_dir: &Path,
     ) -> Result<ContainerSpec> {
         let (image_id, repo_digest) = inspect(daemon, &self.image).await?;
-        // The envgen binary inside (derived from the source revision, so not in
-        // the lock): its hash as the image's label records it.
-        let binary_sha256 = daemon
+        let config = daemon
             .inspect_image(&image_id)
             .await
             .ok()
-            .and_then(|image| image.config)
-            .and_then(|config| config.labels)
+            .and_then(|image| image.config);
+        // The envgen binary inside (derived from the source revision, so not in
+        // the lock): its hash as the image's label records it.
+        let mut binary_sha256 = config
+            .as_ref()
+            .and_then(|config| config.labels.as_ref())
             .and_then(|labels| labels.get(crate::image::build::BINARY_LABEL).cloned());
+        // A command's image need not carry envgen (NGC's PyTorch image does
+        // not): then this envgen runs the command from a read-only mount.
+        let has_envgen = binary_sha256.is_some()
+            || config
+                .as_ref()
+                .and_then(|c| c.entrypoint.as_deref())
+                .is_some_and(|e| e.first().map(String::as_str) == Some(IMAGE_ENVGEN));
+        let mounted_envgen = match req.is_command() && !has_envgen {
+            true => {
+                let exe = std::env::current_exe()?;
+                binary_sha256 = Some(crate::image::lock::sha256_hex(&std::fs::read(&exe)?));
+                Some(exe)
+            }
+            false => None,
+        };
         let record = DockerImage {
             reference: self.image.clone(),
             id: image_id.clone(),
@@ -174,6 +191,7 @@ impl Docker {
                 .unwrap_or_else(|| image_id.clone()),
             repo_digest,
             envgen_binary_sha256: binary_sha256,
+            envgen_mounted: mounted_envgen.is_some(),
         };
         manifest::update(run_dir, |m| {
             m.environment.image = Some(ImageRecord::Docker(record));
@@ -190,6 +208,13 @@ impl Docker {
         if let Some(workspace) = &self.workspace {
             mounts::add_workspace(&mut mounts, &mut mount_env, workspace);
         }
+        if let Some(exe) = &mounted_envgen {
+            mounts.push(Mount {
+                host: exe.clone(),
+                container: MOUNTED_ENVGEN.into(),
+                read_only: true,
+            });
+        }
         let mut env = vec![(
             "ENVGEN_LOG".to_string(),
             std::env::var("ENVGEN_LOG").unwrap_or_default(),
@@ -199,7 +224,9 @@ impl Docker {
             name: container_name(run_dir),
             // Run exactly the image inspected above, even if the tag moves meanwhile.
             image: image_id,
-            entrypoint: None,
+            entrypoint: mounted_envgen
+                .as_ref()
+                .map(|_| vec![MOUNTED_ENVGEN.to_string()]),
             args,
             mounts,
             env,
@@ -323,6 +350,9 @@ fn image_for(
     };
     Ok((reference, profile))
 }
+
+/// Where the launching envgen is mounted into an image that has none.
+const MOUNTED_ENVGEN: &str = "/opt/envgen/bin/envgen";
 
 /// The uid:gid containers run as when envgen itself runs as root: the
 /// profiles' `envgen` user (containers/profiles/*.toml `[user] uid`).

@@ -133,8 +133,13 @@ pub struct DockerImage {
     /// The registry's digest when the image has one, else the image ID.
     pub digest: String,
     pub repo_digest: Option<String>,
-    /// The envgen binary inside, as the image's label records it.
+    /// The envgen binary inside, as the image's label records it (or the
+    /// mounted one's, with `envgen_mounted`).
     pub envgen_binary_sha256: Option<String>,
+    /// The image has no envgen (an NGC or CUDA image): the launching
+    /// envgen was mounted read-only into the container to run the command.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub envgen_mounted: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -384,6 +389,7 @@ pub(crate) fn example() -> Manifest {
         digest: "sha256:abc".into(),
         repo_digest: None,
         envgen_binary_sha256: Some("0f".into()),
+        envgen_mounted: false,
     }));
     environment.slurm = None;
     environment.docker = Some(DockerRecord {

@@ -182,3 +182,50 @@ fn ctrl_c_stops_the_container_and_the_command_sees_sigint() {
     assert!(log.contains("got-sigint"), "{log}");
     assert!(leftover_containers(&dir).is_empty());
 }
+
+/// An image without envgen, as NGC's PyTorch image is: the launching
+/// envgen is mounted read-only into the container and runs the command
+/// there; the manifest says so and records that binary's hash.
+#[test]
+fn an_image_without_envgen_runs_the_command_with_this_envgen_mounted() {
+    let _turn = turn!();
+    require_docker_host();
+    crate::common::docker_base::ensure_base_image();
+    let image = crate::common::docker_base::BASE;
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    for dir in [tmp.path(), &work] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let script = r#"echo "image envgen: $(command -v envgen || echo none)"
+test -x /opt/envgen/bin/envgen && echo "envgen mounted"
+(: > /opt/envgen/bin/envgen) 2>/dev/null || echo "mount read-only"
+echo '{"step": 1, "loss": 0.5}' >> "$ENVGEN_METRICS""#;
+    let out_dir = tmp.path().join("runs");
+    let out = envgen()
+        .args([
+            "run", "--where", "docker", "--image", image, "--json", "--out",
+        ])
+        .arg(&out_dir)
+        .args(["--", "sh", "-c", script])
+        .current_dir(&work)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let dir = run_dir_of(&json_of(&out));
+    let log = std::fs::read_to_string(dir.join("stdout.log")).unwrap();
+    for line in ["image envgen: none", "envgen mounted", "mount read-only"] {
+        assert!(log.contains(line), "{line}: {log}");
+    }
+    let summary = read_json(&dir.join("summary.json"));
+    assert_eq!(summary["status"], "completed", "{summary}");
+    assert_eq!(summary["metrics"]["loss"], 0.5);
+    let manifest = read_json(&dir.join("manifest.json"));
+    assert_eq!(manifest["image"]["envgen_mounted"], true, "{manifest}");
+    let ours =
+        envgen::image::lock::sha256_hex(&std::fs::read(env!("CARGO_BIN_EXE_envgen")).unwrap());
+    assert_eq!(manifest["image"]["envgen_binary_sha256"], ours.as_str());
+    assert!(leftover_containers(&dir).is_empty());
+}
