@@ -174,7 +174,6 @@ pub fn check_flags(flags: &RunFlags, place: Place) -> Result<()> {
         ("--ranks", l.ranks.is_some()),
         ("--nodes", l.nodes.is_some()),
         ("--devices", !l.devices.is_empty()),
-        ("--detach", flags.detach),
     ]
     .into_iter()
     .filter_map(|(flag, given)| given.then_some(flag))

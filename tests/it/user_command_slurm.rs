@@ -68,3 +68,44 @@ fn a_command_runs_as_a_slurm_job_with_its_code_recorded() {
     assert_eq!(summary["steps_done"], 5);
     assert!(summary["metrics"]["loss"].as_f64().unwrap() > 0.0);
 }
+
+/// `--detach`: the job is submitted and envgen returns; `runs watch`
+/// follows the command's run to its end.
+#[test]
+fn a_detached_command_job_is_followed_by_runs_watch() {
+    let _turn = turn!();
+    require_slurm_cluster();
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let runs = tmp.path().join("runs");
+    let script = "echo '{\"step\": 1, \"loss\": 0.75}' >> \"$ENVGEN_METRICS\"; echo detached-ok";
+    let out = envgen()
+        .args(["run", "--where", "slurm", "--detach", "--json", "--out"])
+        .arg(&runs)
+        .args(["--", "sh", "-c", script])
+        .current_dir(&work)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    // Detached: the job ID and the run directories, nothing trained yet.
+    let doc = json_of(&out);
+    assert!(doc["job_id"].as_str().is_some(), "{doc}");
+    let dir = std::path::PathBuf::from(doc["run_dirs"][0].as_str().unwrap());
+    let watched = envgen()
+        .args(["runs", "watch", "--interval", "0.2"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(watched.status.code(), Some(0), "{}", text(&watched));
+    let last = String::from_utf8_lossy(&watched.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_string();
+    assert!(last.starts_with("status  completed"), "{}", text(&watched));
+    let summary = read_json(&dir.join("summary.json"));
+    assert_eq!(summary["metrics"]["loss"], 0.75, "{summary}");
+    let log = std::fs::read_to_string(dir.join("stdout.log")).unwrap();
+    assert!(log.contains("detached-ok"), "{log}");
+}
