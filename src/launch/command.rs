@@ -142,20 +142,12 @@ pub fn experiment_named(name: &str) -> Option<&'static dyn Experiment> {
 }
 
 /// Refuse what a command run cannot do (yet), before anything is made.
-pub fn check_flags(flags: &RunFlags, place: Place) -> Result<()> {
+pub fn check_flags(flags: &RunFlags) -> Result<()> {
     if flags.launched {
         // The launcher's own flags (`plan::job_args`), not the user's.
         return Ok(());
     }
     let l = &flags.launch;
-    if place == Place::Slurm && l.container != super::request::Container::None {
-        return Err(UserError::usage(format!(
-            "envgen run --where slurm --container {} -- CMD: a command in a Slurm container is not supported yet",
-            l.container.name()
-        ))
-        .with_fix("leave out --container: the job runs the command on the node, in its directory on the shared filesystem")
-        .into());
-    }
     let first = flags.command.first().map(|p| Path::new(p).file_name());
     if flags.nproc_per_node.is_some() && first == Some(Some(std::ffi::OsStr::new("torchrun"))) {
         return Err(UserError::usage(

@@ -127,7 +127,7 @@ impl RunRequest {
             decide_where(flags.place)
         };
         let command = if experiment.name() == command::NAME {
-            command::check_flags(&flags, decision.place)?;
+            command::check_flags(&flags)?;
             // envgen itself trains nothing: no CUDA context of its own
             // beside the command's on the GPU.
             flags.backend = BackendChoice::Cpu;

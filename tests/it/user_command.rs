@@ -316,20 +316,8 @@ fn bad_flags_exit_2_and_make_nothing() {
             "cannot be used with",
         ),
         (
-            &[
-                "run",
-                "--where",
-                "slurm",
-                "--container",
-                "pyxis",
-                "--image",
-                "x",
-                "--out",
-                out,
-                "--",
-                "true",
-            ][..],
-            "not supported yet",
+            &["run", "--ranks", "2", "--out", out, "--", "true"][..],
+            "--ranks is one of",
         ),
     ] {
         let got = envgen()

@@ -15,7 +15,7 @@ use crate::common::run::minimal_rootfs;
 use crate::common::{envgen, git, json_of, read_json, run_dir_of, text, turn};
 
 /// Copy `program` (resolved) to `root/bin/NAME` with the libraries it links.
-fn add_program(root: &Path, program: &str, name: &str) {
+pub(crate) fn add_program(root: &Path, program: &str, name: &str) {
     let resolved = std::fs::canonicalize(program).unwrap();
     let target = root.join("bin").join(name);
     std::fs::create_dir_all(target.parent().unwrap()).unwrap();

@@ -109,3 +109,50 @@ fn a_detached_command_job_is_followed_by_runs_watch() {
     let log = std::fs::read_to_string(dir.join("stdout.log")).unwrap();
     assert!(log.contains("detached-ok"), "{log}");
 }
+
+/// `--container charliecloud`: the command runs inside the image directory
+/// (its marker file is only there), in its own directory, which is bound
+/// into the container at the same path.
+#[test]
+fn a_command_runs_in_a_slurm_container() {
+    let _turn = turn!();
+    require_slurm_cluster();
+    let tmp = tempfile::tempdir().unwrap();
+    let image = tmp.path().join("image");
+    crate::common::run::minimal_rootfs(&image);
+    super::user_command_docker::add_program(&image, "/bin/sh", "sh");
+    super::user_command_docker::add_program(&image, "/bin/cat", "cat");
+    std::fs::write(image.join("etc/only-in-the-image"), "inside the image\n").unwrap();
+    let work = tmp.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(work.join("input.txt"), "from the host\n").unwrap();
+    let script = "cat /etc/only-in-the-image; cat input.txt; echo \"cwd $PWD\"";
+    let out = envgen()
+        .args([
+            "run",
+            "--where",
+            "slurm",
+            "--container",
+            "charliecloud",
+            "--image",
+        ])
+        .arg(&image)
+        .args(["--json", "--out"])
+        .arg(tmp.path().join("runs"))
+        .args(["--", "sh", "-c", script])
+        .current_dir(&work)
+        .env("USER", "envgen")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let dir = run_dir_of(&json_of(&out));
+    let log = std::fs::read_to_string(dir.join("stdout.log")).unwrap();
+    assert!(log.contains("inside the image"), "{log}");
+    assert!(log.contains("from the host"), "{log}");
+    assert!(log.contains(&format!("cwd {}", work.display())), "{log}");
+    let job = std::fs::read_to_string(dir.join("job.sbatch")).unwrap();
+    assert!(job.contains("srun ch-run -b "), "{job}");
+    let manifest = read_json(&dir.join("manifest.json"));
+    assert_eq!(manifest["image"]["runtime"], "charliecloud", "{manifest}");
+    assert_eq!(read_json(&dir.join("summary.json"))["status"], "completed");
+}

@@ -63,6 +63,18 @@ impl Launcher for Slurm {
         for run in &runs {
             data.extend(mounts::data_dirs(&science_of(run)?));
         }
+        // A command in a Slurm container: its code is bound at its own path
+        // (the command runs in the same directory as natively).
+        if let Some(spec) = &req.command {
+            let record = &spec.record;
+            data.push(
+                record
+                    .git
+                    .as_ref()
+                    .map_or(&record.workdir, |g| &g.toplevel)
+                    .clone(),
+            );
+        }
         let submission = Submission {
             experiment: req.experiment.name().into(),
             runs: runs.clone(),
