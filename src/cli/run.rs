@@ -329,6 +329,9 @@ fn print_command_plan(doc: &Value) {
         doc["where_reason"].as_str().unwrap_or("-"),
     );
     crate::output::outln!("  in {}", doc["workdir"].as_str().unwrap_or("-"));
+    if let Some(n) = doc["nproc_per_node"].as_u64() {
+        crate::output::outln!("  as {n} processes under torchrun (--nproc-per-node)");
+    }
     match doc["git"].as_object() {
         Some(git) => crate::output::outln!(
             "  git {} at {}, uncommitted diff {}, {} untracked file(s)",

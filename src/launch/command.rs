@@ -288,6 +288,7 @@ pub fn dry_run(req: &RunRequest, spec: &CommandSpec) -> Value {
         "where_reason": req.decision.reason,
         "argv": r.argv,
         "workdir": r.workdir,
+        "nproc_per_node": spec.config.command.nproc_per_node,
         "git": r.git,
         "env": r.env,
         "out": req.flags.out,

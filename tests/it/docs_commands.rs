@@ -226,6 +226,8 @@ fn substitute(args: &[String], run_dir: &Path, data_dir: &Path) -> Vec<String> {
                 "$MB" => Some("16".into()),
                 "$T" | "$R" => Some("2".into()),
                 "$d" => Some("bf16".into()),
+                // "your venv's python": the test venv's, with a real torch.
+                ".venv/bin/python" => Some(super::user_command::python().display().to_string()),
                 _ => None,
             };
             whole.unwrap_or_else(|| {
