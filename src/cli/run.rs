@@ -31,6 +31,10 @@ pub struct Args {
     /// `--nproc-per-node 4 -- python train.py`.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub nproc_per_node: Option<u32>,
+    /// Your command's TensorBoard directory (relative to where it runs):
+    /// the scalars it logged there become the run's metrics when it ends.
+    #[arg(long, value_name = "DIR")]
+    pub tensorboard_dir: Option<PathBuf>,
     #[arg(long, conflicts_with = "config")]
     pub preset: Option<String>,
     /// A science config file (TOML) instead of a preset.
@@ -196,6 +200,7 @@ impl Args {
             experiment,
             command: self.command,
             nproc_per_node: self.nproc_per_node,
+            tensorboard_dir: self.tensorboard_dir,
             preset: self.preset,
             config: self.config,
             overrides: self.overrides,

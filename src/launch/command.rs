@@ -45,6 +45,10 @@ pub struct CommandLine {
     /// Processes under torchrun (`--nproc-per-node`); absent: the command alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nproc_per_node: Option<u32>,
+    /// The command's TensorBoard directory (`--tensorboard-dir`), relative
+    /// to `workdir` unless absolute: its scalars are imported at the end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensorboard_dir: Option<PathBuf>,
 }
 
 /// A command about to become a run: its config, the record for the
@@ -124,6 +128,14 @@ pub fn find_experiment(flags: &RunFlags) -> Result<&'static dyn Experiment> {
         .with_fix("the bundled experiments spread over processes with --ranks N; for your code: envgen run --nproc-per-node N -- python train.py")
         .into());
     }
+    if flags.tensorboard_dir.is_some() {
+        return Err(UserError::usage(format!(
+            "envgen run {}: --tensorboard-dir is for your own command's event files",
+            flags.experiment
+        ))
+        .with_fix("the bundled experiments write tb/ in their run directory by themselves; drop --tensorboard-dir")
+        .into());
+    }
     if flags.experiment.is_empty() {
         return Err(UserError::usage("envgen run: no experiment and no command given")
             .with_fix("envgen run EXPERIMENT (see `envgen experiments list`), or envgen run [flags] -- CMD ARGS… for your own code")
@@ -196,6 +208,7 @@ pub fn spec(flags: &RunFlags) -> Result<Option<CommandSpec>> {
                 argv: flags.command.clone(),
                 workdir,
                 nproc_per_node: flags.nproc_per_node,
+                tensorboard_dir: flags.tensorboard_dir.clone(),
             },
         }
     } else if let (Some(source), true) = (&flags.from_run, flags.experiment == NAME) {
@@ -289,6 +302,7 @@ pub fn dry_run(req: &RunRequest, spec: &CommandSpec) -> Value {
         "argv": r.argv,
         "workdir": r.workdir,
         "nproc_per_node": spec.config.command.nproc_per_node,
+        "tensorboard_dir": spec.config.command.tensorboard_dir,
         "git": r.git,
         "env": r.env,
         "out": req.flags.out,

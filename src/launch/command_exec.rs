@@ -79,6 +79,9 @@ pub fn run(line: &CommandLine, control: &RunControl) -> anyhow::Result<Summary> 
     ];
     let mut events = live_events(&run_dir, &metrics);
     let (status, stopped) = wait(&mut child, control, &mut events, &metrics)?;
+    if let Some(dir) = &line.tensorboard_dir {
+        import_tensorboard(&workdir.join(dir), &metrics);
+    }
     if let Some(events) = &mut events {
         let _ = events.catch_up(&metrics);
     }
@@ -135,6 +138,27 @@ fn under_torchrun(
     ];
     args.extend(argv.iter().map(Into::into));
     Ok((torchrun, args))
+}
+
+/// The scalars the command logged to TensorBoard, as rows of its metrics
+/// (a convenience: a missing or unreadable directory is said, not fatal).
+fn import_tensorboard(dir: &Path, metrics: &Path) {
+    match crate::runs::tensorboard_import::import(dir, metrics) {
+        Ok(0) => eprintln!(
+            "envgen: warning: no TensorBoard scalars under {} (--tensorboard-dir)",
+            dir.display()
+        ),
+        Ok(rows) => eprintln!(
+            "envgen: {rows} step(s) of TensorBoard scalars from {} added to {}",
+            dir.display(),
+            metrics.display()
+        ),
+        Err(e) => eprintln!(
+            "envgen: warning: cannot add the TensorBoard scalars of {} to {}: {e}",
+            dir.display(),
+            metrics.display()
+        ),
+    }
 }
 
 /// Copy `from` to `log` and to the terminal (stdout or stderr) as it comes.

@@ -77,6 +77,8 @@ pub struct RunFlags {
     pub command: Vec<String>,
     /// `--nproc-per-node N`: the command under torchrun, N processes.
     pub nproc_per_node: Option<u32>,
+    /// `--tensorboard-dir DIR`: the command's event files, imported at its end.
+    pub tensorboard_dir: Option<PathBuf>,
     pub preset: Option<String>,
     pub config: Option<PathBuf>,
     pub overrides: Vec<String>,

@@ -11,4 +11,5 @@ pub mod manifest;
 pub mod report;
 pub mod store;
 pub mod tensorboard;
+pub mod tensorboard_import;
 pub mod watch;

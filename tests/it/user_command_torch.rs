@@ -454,3 +454,52 @@ fn on_slurm_the_gres_and_the_node_are_checked_and_ranks_run_in_the_job() {
     let manifest = read_json(&dir.join("manifest.json"));
     assert_eq!(manifest["slurm"]["state"], "COMPLETED", "{manifest}");
 }
+
+/// `--tensorboard-dir`: what the command logged with PyTorch's own
+/// `SummaryWriter.add_scalar` becomes the run's metrics (summary, steps).
+#[test]
+fn a_commands_tensorboard_scalars_become_its_metrics() {
+    let _turn = turn!();
+    let tmp = tempfile::tempdir().unwrap();
+    let code = script_dir(tmp.path());
+    std::fs::write(
+        code.join("tb.py"),
+        r#"
+from torch.utils.tensorboard import SummaryWriter
+w = SummaryWriter("logs/tb")
+for step in range(1, 6):
+    w.add_scalar("loss", 1.0 / step, step)
+    w.add_scalar("train/lr", 0.1 * step, step)
+w.close()
+print("logged", flush=True)
+"#,
+    )
+    .unwrap();
+    let out = tmp.path().join("runs");
+    let args = [
+        "run",
+        "--out",
+        out.to_str().unwrap(),
+        "--tensorboard-dir",
+        "logs/tb",
+        "--",
+        "python",
+        "tb.py",
+    ];
+    let ran = run_on("h100-580", &code, &args, None);
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran));
+    let dir = only_run(&out);
+    let summary = read_json(&dir.join("summary.json"));
+    assert_eq!(summary["steps_done"], 5, "{summary}");
+    assert_eq!(summary["metrics"]["loss"], 0.2, "{summary}");
+    let lr = summary["metrics"]["train/lr"].as_f64().unwrap();
+    assert!((lr - 0.5).abs() < 1e-6, "{summary}");
+    let rows = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap();
+    assert_eq!(rows.lines().count(), 5, "{rows}");
+    // A bundled experiment has its own tb/: the flag is refused there.
+    let refused = envgen()
+        .args(["run", "gpt2", "--tensorboard-dir", "x", "--dry-run"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+}
