@@ -358,6 +358,22 @@ pub fn read(containers: &Containers, profile: &ImageProfile) -> Result<Option<Re
     }))
 }
 
+/// `image render -o DIR`: the requirements file beside the recipes, as the
+/// Apptainer and charliecloud recipes expect it (`requirements.txt`).
+pub fn write_beside(
+    containers: &Containers,
+    profile: &ImageProfile,
+    dir: &Path,
+) -> Result<Option<PathBuf>> {
+    let Some(requirements) = read(containers, profile)? else {
+        return Ok(None);
+    };
+    let path = dir.join("requirements.txt");
+    std::fs::write(&path, &requirements.text)
+        .map_err(|e| anyhow::Error::new(e).context(format!("writing {}", path.display())))?;
+    Ok(Some(path))
+}
+
 fn profile_origin(containers: &Containers, name: &str) -> String {
     match &containers.root {
         Some(root) => root

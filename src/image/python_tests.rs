@@ -176,3 +176,71 @@ fn platforms_cover_the_base_glibc_down_to_manylinux2014() {
         ["manylinux_2_17_aarch64", "manylinux2014_aarch64"]
     );
 }
+
+/// A containers directory with the repository's templates and a `py`
+/// profile naming `requirements/py.txt`.
+fn containers_with_py() -> (tempfile::TempDir, Containers) {
+    let dir = tempfile::tempdir().unwrap();
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("containers");
+    std::fs::create_dir_all(dir.path().join("profiles")).unwrap();
+    std::fs::create_dir_all(dir.path().join("requirements")).unwrap();
+    let templates = dir.path().join("templates");
+    std::fs::create_dir_all(&templates).unwrap();
+    for entry in std::fs::read_dir(source.join("templates")).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, templates.join(path.file_name().unwrap())).unwrap();
+    }
+    let profile = std::fs::read_to_string(source.join("profiles/cpu.toml")).unwrap()
+        + "\n[python]\nversion = \"3.11\"\nrequirements = \"requirements/py.txt\"\n";
+    std::fs::write(dir.path().join("profiles/py.toml"), profile).unwrap();
+    std::fs::copy(
+        source.join("profiles/cpu.toml"),
+        dir.path().join("profiles/cpu.toml"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("requirements/py.txt"), pip_compile_output()).unwrap();
+    let containers = Containers::locate(Some(dir.path())).unwrap();
+    (dir, containers)
+}
+
+/// The install is its own step before `USER` (the image stays non-root),
+/// offline and hash-checked; the other recipes install from the file too;
+/// the profiles without `[python]` render as before (the committed lock's
+/// file hashes check that byte for byte).
+#[test]
+fn the_recipes_install_the_requirements_before_the_user_switch() {
+    let (_dir, containers) = containers_with_py();
+    let profile = containers.profile("py").unwrap();
+    let files = super::super::render::render(&containers, &profile, "b", None).unwrap();
+    let dockerfile = &files[0].1;
+    let install = dockerfile
+        .find("--no-index --no-deps --require-hashes --find-links /tmp/envgen-python/wheels -r /tmp/envgen-python/requirements.txt")
+        .expect(dockerfile);
+    assert!(dockerfile.contains(
+        "COPY python/ /tmp/envgen-python/\nRUN PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install"
+    ));
+    assert!(install < dockerfile.find("\nUSER 1000:1000").unwrap());
+    assert!(files[1]
+        .1
+        .contains("requirements.txt /tmp/envgen-requirements.txt"));
+    assert!(files[1]
+        .1
+        .contains("--require-hashes -r /tmp/envgen-requirements.txt"));
+    assert!(files[2]
+        .1
+        .contains("--require-hashes -r /tmp/envgen-requirements.txt"));
+    let cpu = containers.profile("cpu").unwrap();
+    let plain = super::super::render::render(&containers, &cpu, "b", None).unwrap();
+    assert!(plain.iter().all(|(_, text)| !text.contains("requirements")));
+    let out = tempfile::tempdir().unwrap();
+    let written = write_beside(&containers, &profile, out.path())
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(written).unwrap(),
+        pip_compile_output()
+    );
+    assert!(write_beside(&containers, &cpu, out.path())
+        .unwrap()
+        .is_none());
+}

@@ -250,7 +250,7 @@ fn a_requirement_without_a_hash_or_outside_the_directory_is_refused_with_exit_2(
 }
 
 #[test]
-fn a_wrong_hash_fails_the_build_with_exit_3_and_tags_nothing() {
+fn a_wrong_hash_or_no_python_on_the_host_fails_the_build_with_exit_3_and_tags_nothing() {
     let _turn = turn!();
     python_base();
     let containers = containers_with_py(&requirements(TOMLI_202_WHEEL));
@@ -267,4 +267,34 @@ fn a_wrong_hash_fails_the_build_with_exit_3_and_tags_nothing() {
     );
     assert!(stderr.contains("fix: "), "{stderr}");
     assert!(!image_exists(tag));
+
+    // No python3 on the host, then a python3 without pip: exit 3, said so.
+    let host = tempfile::tempdir().unwrap();
+    let venv = host.path().join("venv");
+    ok(std::process::Command::new("python3")
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .output()
+        .unwrap());
+    let empty = host.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    for (path, says) in [
+        (empty, "there is no python3 on PATH"),
+        (venv.join("bin"), "python3 has no pip"),
+    ] {
+        let out = envgen()
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env("PATH", &path)
+            .args(["image", "build", "py", "--tag", tag, "--containers"])
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(says) && stderr.contains("fix: install"),
+            "{stderr}"
+        );
+        assert!(!image_exists(tag));
+    }
 }
