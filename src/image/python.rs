@@ -206,6 +206,10 @@ fn refuse_line(first: &str, line: &str) -> (String, String) {
             "pip options are not read from this file".into(),
             "remove the line; to download from another index, set PIP_INDEX_URL (or PIP_EXTRA_INDEX_URL) for `envgen image build` (uv: --no-emit-index-url)".into(),
         ),
+        "--hash" => (
+            "a --hash without its requirement (is the `\\` ending the line before missing?)".into(),
+            compile,
+        ),
         _ if first.starts_with('-') => ("a pip option, not a requirement".into(), compile),
         _ if line.contains("://") || line.contains(" @ ") || first.contains('@') => (
             "a URL or direct reference cannot be pinned here".into(),

@@ -70,6 +70,16 @@ fn every_other_form_is_refused_with_its_line_and_the_fix() {
             "no --hash",
         ),
         ("-e ./src\n".to_string(), 1, "editable"),
+        (
+            format!("six==1.16.0 {hash}\ntomli==2.0.1\n  {hash}\n"),
+            2,
+            "no --hash",
+        ),
+        (
+            format!("six==1.16.0 {hash} \\\n\n  {hash}\n"),
+            3,
+            "line before missing",
+        ),
         ("-r other.txt\n".to_string(), 1, "includes another file"),
         (
             "--index-url https://example.org/simple\n".to_string(),
