@@ -7,6 +7,7 @@ use crate::image::build::{self, BuildRequest, LockCheck};
 use crate::image::daemon;
 use crate::image::export::{self, Format};
 use crate::image::lock::{self, DigestSource, Lockfile, Resolution};
+use crate::image::python;
 use crate::image::{render, Containers};
 use crate::launch::signals::EXIT_INTERRUPTED;
 
@@ -290,6 +291,9 @@ fn render_cmd(
                     anyhow::Error::new(e).context(format!("writing {}", path.display()))
                 })?;
                 crate::output::outln!("{}", dir.join(file).display());
+            }
+            if let Some(path) = python::write_beside(containers, &profile, dir)? {
+                crate::output::outln!("{}", path.display());
             }
         }
         None => {

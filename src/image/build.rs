@@ -18,6 +18,7 @@ use super::daemon;
 use super::elf;
 use super::lock::{self, DigestSource, LockEntry};
 use super::profile::{Containers, ImageProfile};
+use super::python;
 use super::render;
 use crate::error::{Result, UserError};
 
@@ -437,6 +438,8 @@ fn base_missing(base: &str, from: &str, message: &str) -> anyhow::Error {
 /// Build a profile (see the module docs).
 pub async fn build(containers: &Containers, request: &BuildRequest) -> Result<BuildOutcome> {
     let profile = containers.profile(&request.profile)?;
+    // A bad requirements file is refused (with its line) before anything runs.
+    let requirements = python::read(containers, &profile)?;
     let base = request
         .base
         .clone()
@@ -501,6 +504,13 @@ pub async fn build(containers: &Containers, request: &BuildRequest) -> Result<Bu
     }
     std::fs::write(staging.path().join(".dockerignore"), DOCKERIGNORE)?;
     stage_binary(&binary, staging.path())?;
+    if let Some(requirements) = &requirements {
+        // The wheels for the base's glibc (measured, else the profile's).
+        let glibc = have.map_or(profile.base.glibc.clone(), |(major, minor)| {
+            format!("{major}.{minor}")
+        });
+        python::stage(requirements, &glibc, staging.path())?;
+    }
     let context = super::context::pack(staging.path())?;
 
     let tag = request
@@ -514,6 +524,12 @@ pub async fn build(containers: &Containers, request: &BuildRequest) -> Result<Bu
     let mut labels = labels(&profile.name, &lock_sha, &binary_sha);
     if let Some(stand_in) = stand_in_label {
         labels.insert(STAND_IN_LABEL.into(), stand_in);
+    }
+    if let Some(requirements) = &requirements {
+        labels.insert(
+            python::REQUIREMENTS_LABEL.into(),
+            requirements.lock.sha256.clone(),
+        );
     }
     let options = BuildImageOptions {
         dockerfile: render::DOCKERFILE.into(),

@@ -1,6 +1,7 @@
 //! `containers/envgen.lock`: per profile, the base resolved to a digest (with
 //! where the digest was read), the sha256 of every rendered file and of the
-//! profile source, and the package pins. These are the *inputs* of an image;
+//! profile source, the package pins, and the profile's requirements file
+//! (its sha256 and `name==version` pins, see `python.rs`). These are the *inputs* of an image;
 //! the envgen binary that goes in is derived from the source revision and is
 //! recorded in the image's labels and the run manifest, not here, so the same
 //! lock holds on every machine. `verify` recomputes it all and names each
@@ -13,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
 use super::profile::{Containers, ImageProfile};
+use super::python::{self, RequirementsLock};
 use super::render;
 use crate::error::{Result, UserError};
 
@@ -97,6 +99,10 @@ pub struct LockEntry {
     pub apt: BTreeMap<String, String>,
     #[serde(default)]
     pub pip: BTreeMap<String, String>,
+    /// The profile's requirements file (`[python]`): its sha256 and pins.
+    /// Absent for a profile without one, so older locks read unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requirements: Option<RequirementsLock>,
 }
 
 impl LockEntry {
@@ -201,6 +207,7 @@ pub fn compute_entry(
         files,
         apt: profile.apt.clone(),
         pip: profile.pip.clone(),
+        requirements: python::read(containers, profile)?.map(|r| r.lock),
     })
 }
 
@@ -270,6 +277,10 @@ pub fn compare(profile: &str, locked: &LockEntry, now: &LockEntry) -> Vec<Drift>
                 profile_file.clone(),
             );
         }
+    }
+    let (a, b) = (locked.requirements.as_ref(), now.requirements.as_ref());
+    for (entry, was, is, source) in python::drifts(a, b) {
+        push(entry, &was, &is, source);
     }
     drifts
 }

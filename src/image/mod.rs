@@ -12,6 +12,7 @@ pub mod elf;
 pub mod export;
 pub mod lock;
 pub mod profile;
+pub mod python;
 pub mod render;
 
 pub use build::ensure_built;

@@ -72,6 +72,9 @@ pub struct ImageProfile {
     pub pip: BTreeMap<String, String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// The profile's own Python dependencies: a hash-pinned requirements file.
+    #[serde(default)]
+    pub python: Option<super::python::Python>,
     pub user: User,
 }
 
@@ -333,6 +336,9 @@ impl ImageProfile {
                 &self.user.name,
                 "a non-root user name and uid",
             ));
+        }
+        if let Some(python) = &self.python {
+            python.validate(origin)?;
         }
         if let Some(cuda) = &self.cuda {
             if cuda.require.chars().any(|c| "\"\\$`\n".contains(c)) {

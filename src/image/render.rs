@@ -58,6 +58,7 @@ fn profile_data(profile: &ImageProfile, base: &str, from: &str) -> serde_json::V
         "pip": pins(&profile.pip),
         "env": profile.env.iter().map(|(k, v)| json!({"key": k, "value": v})).collect::<Vec<_>>(),
         "require_cuda": profile.cuda.as_ref().map(|c| c.require.clone()),
+        "python": profile.python.as_ref().map(|p| json!({"version": p.version, "requirements": p.requirements})),
         "user": {"name": profile.user.name, "uid": profile.user.uid},
     })
 }

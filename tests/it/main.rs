@@ -23,6 +23,7 @@ mod gpt2_cli;
 mod gpt2_data_cli;
 mod gpt2_hf;
 mod hrm_cli;
+mod image_requirements;
 mod images;
 mod io_errors_cli;
 mod layering;

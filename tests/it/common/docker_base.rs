@@ -70,23 +70,47 @@ pub fn ok(output: Output) -> Output {
 /// `debian:bookworm-slim` in the test daemon: a minbase debootstrap of
 /// Debian 12, imported (glibc 2.36, like the real slim image).
 pub fn ensure_base_image() {
-    if docker(&["image", "inspect", BASE]).status.success() {
+    ensure_debootstrap_image("debian", "bookworm-slim", "bookworm-minbase.tar", &[]);
+}
+
+/// A base with Debian 12's python3 (3.11) and pip, for the images with a
+/// profile's own Python dependencies (`image_requirements`).
+pub const PYTHON_BASE: &str = "envgen-test/python:bookworm";
+
+/// [`PYTHON_BASE`] in the test daemon: minbase plus python3 and
+/// python3-pip (made once, cached like the plain base; a minute and a half).
+pub fn ensure_python_base_image() {
+    let (repository, tag) = PYTHON_BASE.split_once(':').unwrap();
+    ensure_debootstrap_image(
+        repository,
+        tag,
+        "bookworm-python3-pip.tar",
+        &["python3", "python3-pip"],
+    );
+}
+
+/// `REPOSITORY:TAG` in the test daemon: a `debootstrap --variant=minbase
+/// bookworm` with `include`d packages, imported; the tarball cached under
+/// the state directory as `tarball_name`.
+fn ensure_debootstrap_image(repository: &str, tag: &str, tarball_name: &str, include: &[&str]) {
+    if docker(&["image", "inspect", &format!("{repository}:{tag}")])
+        .status
+        .success()
+    {
         return;
     }
-    let tarball = state_dir().join("bookworm-minbase.tar");
+    let tarball = state_dir().join(tarball_name);
     if !tarball.exists() {
-        let rootfs = state_dir().join("bookworm-rootfs");
+        let rootfs = state_dir().join(format!("{tarball_name}.rootfs"));
         let _ = std::fs::remove_dir_all(&rootfs);
         let rootfs_arg = rootfs.to_str().unwrap();
-        ok(run(
-            "debootstrap",
-            &[
-                "--variant=minbase",
-                "bookworm",
-                rootfs_arg,
-                "http://deb.debian.org/debian",
-            ],
-        ));
+        let include = format!("--include={}", include.join(","));
+        let mut args = vec!["--variant=minbase"];
+        if include != "--include=" {
+            args.push(&include);
+        }
+        args.extend(["bookworm", rootfs_arg, "http://deb.debian.org/debian"]);
+        ok(run("debootstrap", &args));
         // What debian:bookworm-slim leaves out too: package caches and lists.
         for dir in ["var/cache/apt/archives", "var/lib/apt/lists"] {
             let _ = run(
@@ -113,7 +137,7 @@ pub fn ensure_base_image() {
     let runtime = envgen::image::daemon::runtime().unwrap();
     runtime.block_on(async {
         let docker = envgen::image::daemon::connect().await.unwrap();
-        envgen::image::daemon::import_rootfs(&docker, &tarball, "debian", "bookworm-slim")
+        envgen::image::daemon::import_rootfs(&docker, &tarball, repository, tag)
             .await
             .unwrap();
     });
