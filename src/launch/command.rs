@@ -175,8 +175,15 @@ pub fn check_flags(flags: &RunFlags) -> Result<()> {
         ("--profile", flags.profile.is_some()),
         ("--backend", flags.backend != BackendChoice::Auto),
         ("--stop-after", flags.stop_after.is_some()),
-        ("--ranks", l.ranks.is_some()),
-        ("--nodes", l.nodes.is_some()),
+        // Node ranks of torchrun (below), not envgen's data-parallel ranks.
+        (
+            "--ranks",
+            l.ranks.is_some() && flags.nproc_per_node.is_none(),
+        ),
+        (
+            "--nodes",
+            l.nodes.is_some() && flags.nproc_per_node.is_none(),
+        ),
         ("--devices", !l.devices.is_empty()),
     ]
     .into_iter()
@@ -402,7 +409,9 @@ impl Experiment for UserCommand {
         }
         line
     }
+    /// Its processes meet through torchrun: `--nodes M` (or `--ranks M`
+    /// here) with `--nproc-per-node` gives torchrun M node ranks.
     fn data_parallel(&self) -> bool {
-        false
+        true
     }
 }

@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use envgen_experiments::engine::tensorboard::EventsFile;
-use envgen_experiments::engine::{rundir, RunControl, Status, Summary};
+use envgen_experiments::engine::{rundir, RunControl, Status, Summary, World};
 use serde_json::{json, Map, Value};
 
 use super::command::CommandLine;
@@ -44,10 +44,17 @@ pub fn run(line: &CommandLine, control: &RunControl) -> anyhow::Result<Summary> 
     // In a container the code is mounted elsewhere (`mounts::add_workspace`).
     let workdir = super::mounts::map_path(&line.workdir, &super::mounts::path_map_from_env())
         .unwrap_or_else(|| line.workdir.clone());
+    // One torchrun agent per node when the run has several (`--nodes`):
+    // node rank 0 keeps the run's files, the others their own logs.
+    let node = control.world.as_ref().map(|w| w.rank).filter(|r| *r > 0);
+    let own = |name: &str, ext: &str| match node {
+        Some(rank) => run_dir.join(format!("{name}.node-{rank}.{ext}")),
+        None => run_dir.join(format!("{name}.{ext}")),
+    };
     // Doctor first, on the machine that runs it (a Slurm node, a container).
-    super::preflight::check(&line.argv, &workdir, &run_dir)?;
+    super::preflight::check(&line.argv, &workdir, &own("preflight", "json"))?;
     let (program, args) = match line.nproc_per_node {
-        Some(n) => under_torchrun(n, &line.argv, &workdir, &run_dir)?,
+        Some(n) => under_torchrun(n, &line.argv, &workdir, &run_dir, control.world.as_ref())?,
         None => (program.into(), args.iter().map(Into::into).collect()),
     };
     let program = program.as_os_str();
@@ -74,12 +81,12 @@ pub fn run(line: &CommandLine, control: &RunControl) -> anyhow::Result<Summary> 
     // With --json envgen's stdout is one JSON document: the command's goes to stderr.
     let to_stdout = control.progress;
     let copies = [
-        tee(child.stdout.take(), run_dir.join("stdout.log"), to_stdout)?,
-        tee(child.stderr.take(), run_dir.join("stderr.log"), false)?,
+        tee(child.stdout.take(), own("stdout", "log"), to_stdout)?,
+        tee(child.stderr.take(), own("stderr", "log"), false)?,
     ];
-    let mut events = live_events(&run_dir, &metrics);
+    let mut events = live_events(&run_dir, &metrics).filter(|_| node.is_none());
     let (status, stopped) = wait(&mut child, control, &mut events, &metrics)?;
-    if let Some(dir) = &line.tensorboard_dir {
+    if let (Some(dir), None) = (&line.tensorboard_dir, node) {
         import_tensorboard(&workdir.join(dir), &metrics);
     }
     if let Some(events) = &mut events {
@@ -97,7 +104,9 @@ pub fn run(line: &CommandLine, control: &RunControl) -> anyhow::Result<Summary> 
     if let Some(mib) = children_peak_rss_mib() {
         summary.metrics.insert("peak_rss_mib".into(), json!(mib));
     }
-    rundir::write_json(&run_dir.join("summary.json"), &summary)?;
+    if node.is_none() {
+        rundir::write_json(&run_dir.join("summary.json"), &summary)?;
+    }
     Ok(summary)
 }
 
@@ -107,11 +116,15 @@ pub fn run(line: &CommandLine, control: &RunControl) -> anyhow::Result<Summary> 
 /// with `--no-python` so that the command runs as given, and each rank's
 /// output also kept under `RUN_DIR/torchrun/`. The torchrun next to the
 /// command's Python is preferred (a venv's), else the one on PATH.
+/// Alone, it is `--standalone`; as one of several node ranks (`world`:
+/// srun's tasks, or `--ranks` here) it meets the others by torchrun's
+/// static rendezvous at the address envgen's launcher gave rank 0.
 fn under_torchrun(
     n: u32,
     argv: &[String],
     workdir: &Path,
     run_dir: &Path,
+    world: Option<&World>,
 ) -> anyhow::Result<(PathBuf, Vec<std::ffi::OsString>)> {
     let path = std::env::var_os("PATH");
     let beside_python = crate::probe::torch::python_of(argv, path.as_deref(), workdir)
@@ -126,18 +139,43 @@ fn under_torchrun(
             .with_fix("install torch where the command runs (torchrun comes with it), or drop --nproc-per-node and start your workers yourself")
         })?,
     };
-    let mut args: Vec<std::ffi::OsString> = vec![
-        "--standalone".into(),
+    Ok((torchrun, torchrun_args(n, argv, run_dir, world)))
+}
+
+fn torchrun_args(
+    n: u32,
+    argv: &[String],
+    run_dir: &Path,
+    world: Option<&World>,
+) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = match world {
+        None => vec!["--standalone".into()],
+        Some(w) => vec![
+            "--nnodes".into(),
+            w.size.to_string().into(),
+            "--node-rank".into(),
+            w.rank.to_string().into(),
+            "--master-addr".into(),
+            w.rendezvous.0.clone().into(),
+            "--master-port".into(),
+            w.rendezvous.1.to_string().into(),
+        ],
+    };
+    let logs = match world {
+        Some(w) => run_dir.join("torchrun").join(format!("node-{}", w.rank)),
+        None => run_dir.join("torchrun"),
+    };
+    args.extend([
         "--nproc-per-node".into(),
         n.to_string().into(),
         "--log-dir".into(),
-        run_dir.join("torchrun").into(),
+        logs.into(),
         "--tee".into(),
         "3".into(),
         "--no-python".into(),
-    ];
+    ]);
     args.extend(argv.iter().map(Into::into));
-    Ok((torchrun, args))
+    args
 }
 
 /// The scalars the command logged to TensorBoard, as rows of its metrics
@@ -343,6 +381,34 @@ fn children_peak_rss_mib() -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn torchrun_is_standalone_alone_and_a_node_rank_in_a_world() {
+        let words = |args: Vec<std::ffi::OsString>| -> Vec<String> {
+            args.into_iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect()
+        };
+        let argv = vec!["python".to_string(), "train.py".into()];
+        let alone = words(torchrun_args(4, &argv, Path::new("/r"), None));
+        assert_eq!(alone[0], "--standalone");
+        assert!(alone.ends_with(&["--no-python".into(), "python".into(), "train.py".into()]));
+        let world = World {
+            rank: 1,
+            size: 3,
+            rendezvous: ("node07".into(), 29400),
+            node_host: "node08".into(),
+            data_port: 29402,
+            timeout: Duration::from_secs(60),
+        };
+        let node = words(torchrun_args(4, &argv, Path::new("/r"), Some(&world)));
+        let joined = node.join(" ");
+        assert!(
+            joined.starts_with("--nnodes 3 --node-rank 1 --master-addr node07 --master-port 29400 --nproc-per-node 4 --log-dir /r/torchrun/node-1"),
+            "{joined}"
+        );
+        assert!(!joined.contains("--standalone"), "{joined}");
+    }
 
     #[test]
     fn the_last_number_of_each_key_is_kept() {

@@ -70,7 +70,10 @@ impl Launcher for Native {
             if !req.experiment.data_parallel() {
                 return Err(not_data_parallel(req.experiment, w.size));
             }
-            select_gpu_of_rank();
+            // A command's rank is a torchrun agent: every GPU of the node is its.
+            if !req.is_command() {
+                select_gpu_of_rank();
+            }
         }
         self.leader = engine::distributed::writes_files(self.world.as_ref());
         let world_size = self.world.as_ref().map_or(1, |w| w.size);
@@ -239,7 +242,15 @@ impl Native {
             }
             record.environment.world_size = Some(setup.world_size);
             if let Some(w) = &self.world {
-                record.environment.distributed = Some(distributed_record(w));
+                let mut distributed = distributed_record(w);
+                if req.is_command() {
+                    distributed.reduction = "torchrun".into();
+                    distributed.reduction_detail = format!(
+                        "torchrun node ranks, static rendezvous at {}:{}",
+                        w.rendezvous.0, w.rendezvous.1
+                    );
+                }
+                record.environment.distributed = Some(distributed);
             }
             record.profile = knobs.clone();
             manifest::write(dir, &record)?;

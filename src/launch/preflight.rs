@@ -28,8 +28,8 @@ pub const FILE: &str = "preflight.json";
 pub const SWITCH_ENV: &str = "ENVGEN_PREFLIGHT";
 
 /// Check the command `argv` (run from `workdir`) before it starts; the
-/// record goes to `run_dir`.
-pub fn check(argv: &[String], workdir: &Path, run_dir: &Path) -> Result<()> {
+/// record goes to `record_file` (the run's [`FILE`], or a node's own).
+pub fn check(argv: &[String], workdir: &Path, record_file: &Path) -> Result<()> {
     if std::env::var(SWITCH_ENV).is_ok_and(|v| v == "off") {
         eprintln!("envgen: preflight: skipped ({SWITCH_ENV}=off)");
         return Ok(());
@@ -50,7 +50,7 @@ pub fn check(argv: &[String], workdir: &Path, run_dir: &Path) -> Result<()> {
         "verdicts": outcome.verdicts,
     });
     if let Ok(text) = serde_json::to_vec_pretty(&record) {
-        let _ = envgen_experiments::fsutil::write_atomic(&run_dir.join(FILE), &text);
+        let _ = envgen_experiments::fsutil::write_atomic(record_file, &text);
     }
     eprintln!("envgen: preflight: {}", outcome.line);
     let mut warned: Vec<&str> = Vec::new();

@@ -47,6 +47,11 @@ impl Launcher for Ranks {
             self.devices = Some((0..size).map(|g| g.to_string()).collect());
         }
         self.cpu = resolved.name() == "cpu";
+        if req.is_command() {
+            // torchrun agents: the command's processes choose their GPUs.
+            self.devices = None;
+            self.cpu = false;
+        }
         let run_dir = match &req.flags.resume {
             Some(dir) => {
                 config_of_run(req.experiment, dir)?;

@@ -254,7 +254,9 @@ fn world_plan(flags: &RunFlags, experiment: &dyn Experiment, place: Place) -> Re
         place,
         l.ranks,
         l.nodes,
-        gpus_per_node.filter(|_| flags.backend != BackendChoice::Cpu),
+        // A command's task is a torchrun agent for the whole node.
+        gpus_per_node
+            .filter(|_| flags.backend != BackendChoice::Cpu && flags.experiment != command::NAME),
     )?;
     if !l.devices.is_empty() && place != Place::Native {
         return Err(

@@ -315,6 +315,37 @@ fn nproc_per_node_runs_the_command_as_torchrun_ranks() {
     let config = std::fs::read_to_string(dir.join("config.toml")).unwrap();
     assert!(config.contains("nproc_per_node = 2"), "{config}");
 
+    // Two torchrun node ranks (what `--nodes 2` gives under Slurm), each
+    // with one process, meet by torchrun's static rendezvous.
+    let out = tmp.path().join("nodes");
+    let args = [
+        "run",
+        "--out",
+        out.to_str().unwrap(),
+        "--ranks",
+        "2",
+        "--nproc-per-node",
+        "1",
+        "--",
+        "python",
+        "all_reduce.py",
+    ];
+    let ran = run_on("h100-580", &code, &args, None);
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran));
+    let dir = only_run(&out);
+    let summary = read_json(&dir.join("summary.json"));
+    assert_eq!(summary["metrics"]["world_size"], 2, "{summary}");
+    assert_eq!(summary["metrics"]["sum"], 3.0, "{summary}");
+    let manifest = read_json(&dir.join("manifest.json"));
+    assert_eq!(
+        manifest["distributed"]["reduction"], "torchrun",
+        "{manifest}"
+    );
+    // Node rank 1 keeps its own output and preflight beside rank 0's.
+    let node1 = std::fs::read_to_string(dir.join("stdout.node-1.log")).unwrap();
+    assert!(node1.contains("rank 1/2 local 0 sum 3.0"), "{node1}");
+    assert!(dir.join("preflight.node-1.json").is_file());
+
     // A rank that fails fails the run.
     let out = tmp.path().join("failing");
     let fake = bin_dir(true);
@@ -348,6 +379,7 @@ fn nproc_per_node_runs_the_command_as_torchrun_ranks() {
         vec!["--nproc-per-node", "2", "--", "torchrun", "all_reduce.py"],
         vec!["--nproc-per-node", "0", "--", "python", "all_reduce.py"],
         vec!["gpt2", "--nproc-per-node", "2"],
+        vec!["--ranks", "2", "--", "python", "all_reduce.py"],
     ] {
         let out = envgen()
             .args(["run", "--out", nothing.to_str().unwrap()])
@@ -453,6 +485,37 @@ fn on_slurm_the_gres_and_the_node_are_checked_and_ranks_run_in_the_job() {
     assert_eq!(summary["metrics"]["sum"], 3.0, "{summary}");
     let manifest = read_json(&dir.join("manifest.json"));
     assert_eq!(manifest["slurm"]["state"], "COMPLETED", "{manifest}");
+
+    // Two srun tasks (torchrun node ranks, as on two nodes) of one process
+    // each, meeting at the rendezvous the job derives from Slurm's nodelist.
+    let out = tmp.path().join("node-ranks");
+    let args = [
+        "run",
+        "--where",
+        "slurm",
+        "--out",
+        out.to_str().unwrap(),
+        "--ranks",
+        "2",
+        "--nproc-per-node",
+        "1",
+        "--",
+        "python",
+        "all_reduce.py",
+    ];
+    let ran = run_on("h100-580", &code, &args, None);
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran));
+    let dir = only_run(&out);
+    let summary = read_json(&dir.join("summary.json"));
+    assert_eq!(summary["metrics"]["world_size"], 2, "{summary}");
+    assert_eq!(summary["metrics"]["sum"], 3.0, "{summary}");
+    let job = std::fs::read_to_string(dir.join("job.sbatch")).unwrap();
+    assert!(
+        job.contains("ENVGEN_RENDEZVOUS=\"$(scontrol show hostnames"),
+        "{job}"
+    );
+    assert!(job.contains("--ntasks-per-node=2"), "{job}");
+    assert!(dir.join("stdout.node-1.log").is_file());
 }
 
 /// `--tensorboard-dir`: what the command logged with PyTorch's own
