@@ -70,6 +70,17 @@ fn path_with(fake: &Path, extra: Option<&Path>) -> std::ffi::OsString {
 
 /// `envgen run ARGS` in `dir` on the recorded GPU host `fixture`.
 fn run_on(fixture: &str, dir: &Path, args: &[&str], extra_path: Option<&Path>) -> Output {
+    run_with(fixture, dir, args, extra_path, &[])
+}
+
+/// [`run_on`] with more environment variables.
+fn run_with(
+    fixture: &str,
+    dir: &Path,
+    args: &[&str],
+    extra_path: Option<&Path>,
+    envs: &[(&str, &str)],
+) -> Output {
     let fake = bin_dir(true);
     envgen()
         .args(args)
@@ -82,6 +93,7 @@ fn run_on(fixture: &str, dir: &Path, args: &[&str], extra_path: Option<&Path>) -
         .env("OMP_NUM_THREADS", "1")
         .env_remove("ENVGEN_METRICS")
         .env_remove("ENVGEN_PREFLIGHT")
+        .envs(envs.iter().copied())
         .output()
         .unwrap()
 }
@@ -94,6 +106,41 @@ fn only_run(out: &Path) -> PathBuf {
         .collect();
     assert_eq!(runs.len(), 1, "{runs:?}");
     runs[0].clone()
+}
+
+/// `out` exited with `code` and said `words` (stdout or stderr).
+fn expect_exit(out: &Output, code: i32, words: &str) {
+    assert_eq!(out.status.code(), Some(code), "{}", text(out));
+    assert!(text(out).contains(words), "{words}: {}", text(out));
+}
+
+/// `envgen run --out OUT -- python train.py` on the recorded host `fixture`.
+fn train_on(fixture: &str, code: &Path, out: &Path) -> Output {
+    let args = [
+        "run",
+        "--out",
+        out.to_str().unwrap(),
+        "--",
+        "python",
+        "train.py",
+    ];
+    run_on(fixture, code, &args, None)
+}
+
+/// `envgen run FLAGS --out OUT -- python all_reduce.py` on the H100 host:
+/// it completes with two processes that all-reduced 1 + 2. The run
+/// directory.
+fn all_reduced(code: &Path, out: &Path, flags: &[&str]) -> PathBuf {
+    let mut args = vec!["run", "--out", out.to_str().unwrap()];
+    args.extend(flags);
+    args.extend(["--", "python", "all_reduce.py"]);
+    let ran = run_on("h100-580", code, &args, None);
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran));
+    let dir = only_run(out);
+    let summary = read_json(&dir.join("summary.json"));
+    assert_eq!(summary["metrics"]["world_size"], 2, "{summary}");
+    assert_eq!(summary["metrics"]["sum"], 3.0, "{summary}");
+    dir
 }
 
 fn codes(preflight: &Value) -> Vec<String> {
@@ -121,16 +168,8 @@ fn preflight_refuses_a_torch_the_driver_cannot_run_before_the_command_starts() {
     let tmp = tempfile::tempdir().unwrap();
     let code = script_dir(tmp.path());
     let out = tmp.path().join("refused");
-    let run = [
-        "run",
-        "--out",
-        out.to_str().unwrap(),
-        "--",
-        "python",
-        "train.py",
-    ];
     // An A30 on driver 535 (CUDA 12.2) cannot load a CUDA 13 runtime.
-    let refused = run_on("a30-535", &code, &run, None);
+    let refused = train_on("a30-535", &code, &out);
     assert_eq!(refused.status.code(), Some(3), "{}", text(&refused));
     let said = text(&refused);
     assert!(
@@ -164,15 +203,7 @@ fn preflight_refuses_a_torch_the_driver_cannot_run_before_the_command_starts() {
 
     // An H100 on driver 580 (CUDA 13.0) runs it.
     let out = tmp.path().join("ran");
-    let run = [
-        "run",
-        "--out",
-        out.to_str().unwrap(),
-        "--",
-        "python",
-        "train.py",
-    ];
-    let ran = run_on("h100-580", &code, &run, None);
+    let ran = train_on("h100-580", &code, &out);
     assert_eq!(ran.status.code(), Some(0), "{}", text(&ran));
     let dir = only_run(&out);
     assert_eq!(read_json(&dir.join("summary.json"))["status"], "completed");
@@ -193,31 +224,22 @@ fn preflight_refuses_a_torch_the_driver_cannot_run_before_the_command_starts() {
 
     // ENVGEN_PREFLIGHT=off: the user's word against envgen's tables.
     let out = tmp.path().join("skipped");
-    let fake = bin_dir(true);
-    let skipped = envgen()
-        .args([
-            "run",
-            "--out",
-            out.to_str().unwrap(),
-            "--",
-            "python",
-            "train.py",
-        ])
-        .current_dir(&code)
-        .env("PATH", path_with(fake.path(), None))
-        .env("ENVGEN_NO_NVML", "1")
-        .env("FAKE_NVIDIA_SMI_DIR", fixtures_dir().join("a30-535"))
-        .env("CUDA_VISIBLE_DEVICES", "")
-        .env("ENVGEN_PREFLIGHT", "off")
-        .env_remove("ENVGEN_METRICS")
-        .output()
-        .unwrap();
-    assert_eq!(skipped.status.code(), Some(0), "{}", text(&skipped));
-    assert!(
-        text(&skipped).contains("preflight: skipped"),
-        "{}",
-        text(&skipped)
+    let args = [
+        "run",
+        "--out",
+        out.to_str().unwrap(),
+        "--",
+        "python",
+        "train.py",
+    ];
+    let skipped = run_with(
+        "a30-535",
+        &code,
+        &args,
+        None,
+        &[("ENVGEN_PREFLIGHT", "off")],
     );
+    expect_exit(&skipped, 0, "preflight: skipped");
 }
 
 #[test]
@@ -263,19 +285,13 @@ fn doctor_checks_the_torch_a_python_imports() {
         .arg(&python)
         .output()
         .unwrap();
-    assert_eq!(v100.status.code(), Some(1), "{}", text(&v100));
-    assert!(text(&v100).contains("sm_70"), "{}", text(&v100));
+    expect_exit(&v100, 1, "sm_70");
     // Not a Python: a usage error.
     let sh = envgen()
         .args(["doctor", "--python", "/bin/sh"])
         .output()
         .unwrap();
-    assert_eq!(sh.status.code(), Some(2), "{}", text(&sh));
-    assert!(
-        text(&sh).contains("not a Python interpreter"),
-        "{}",
-        text(&sh)
-    );
+    expect_exit(&sh, 2, "not a Python interpreter");
 }
 
 #[test]
@@ -284,23 +300,9 @@ fn nproc_per_node_runs_the_command_as_torchrun_ranks() {
     let tmp = tempfile::tempdir().unwrap();
     let code = script_dir(tmp.path());
     let out = tmp.path().join("runs");
-    let args = [
-        "run",
-        "--out",
-        out.to_str().unwrap(),
-        "--nproc-per-node",
-        "2",
-        "--",
-        "python",
-        "all_reduce.py",
-    ];
-    let ran = run_on("h100-580", &code, &args, None);
-    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran));
-    let dir = only_run(&out);
+    let dir = all_reduced(&code, &out, &["--nproc-per-node", "2"]);
     let summary = read_json(&dir.join("summary.json"));
     assert_eq!(summary["status"], "completed", "{summary}");
-    assert_eq!(summary["metrics"]["world_size"], 2, "{summary}");
-    assert_eq!(summary["metrics"]["sum"], 3.0, "{summary}");
     let log = std::fs::read_to_string(dir.join("stdout.log")).unwrap();
     for rank in ["rank 0/2 local 0 sum 3.0", "rank 1/2 local 1 sum 3.0"] {
         assert!(log.contains(rank), "{log}");
@@ -318,24 +320,7 @@ fn nproc_per_node_runs_the_command_as_torchrun_ranks() {
     // Two torchrun node ranks (what `--nodes 2` gives under Slurm), each
     // with one process, meet by torchrun's static rendezvous.
     let out = tmp.path().join("nodes");
-    let args = [
-        "run",
-        "--out",
-        out.to_str().unwrap(),
-        "--ranks",
-        "2",
-        "--nproc-per-node",
-        "1",
-        "--",
-        "python",
-        "all_reduce.py",
-    ];
-    let ran = run_on("h100-580", &code, &args, None);
-    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran));
-    let dir = only_run(&out);
-    let summary = read_json(&dir.join("summary.json"));
-    assert_eq!(summary["metrics"]["world_size"], 2, "{summary}");
-    assert_eq!(summary["metrics"]["sum"], 3.0, "{summary}");
+    let dir = all_reduced(&code, &out, &["--ranks", "2", "--nproc-per-node", "1"]);
     let manifest = read_json(&dir.join("manifest.json"));
     assert_eq!(
         manifest["distributed"]["reduction"], "torchrun",
@@ -348,26 +333,17 @@ fn nproc_per_node_runs_the_command_as_torchrun_ranks() {
 
     // A rank that fails fails the run.
     let out = tmp.path().join("failing");
-    let fake = bin_dir(true);
-    let failed = envgen()
-        .args([
-            "run",
-            "--out",
-            out.to_str().unwrap(),
-            "--nproc-per-node",
-            "2",
-            "--",
-            "python",
-            "all_reduce.py",
-        ])
-        .current_dir(&code)
-        .env("PATH", path_with(fake.path(), None))
-        .env("FAIL_RANK", "1")
-        .env("ENVGEN_PREFLIGHT", "off")
-        .env("OMP_NUM_THREADS", "1")
-        .env_remove("ENVGEN_METRICS")
-        .output()
-        .unwrap();
+    let args = [
+        "run",
+        "--out",
+        out.to_str().unwrap(),
+        "--nproc-per-node",
+        "2",
+        "--",
+        "python",
+        "all_reduce.py",
+    ];
+    let failed = run_with("h100-580", &code, &args, None, &[("FAIL_RANK", "1")]);
     assert_eq!(failed.status.code(), Some(1), "{}", text(&failed));
     let summary = read_json(&only_run(&out).join("summary.json"));
     assert_eq!(summary["status"], "failed", "{summary}");
@@ -426,12 +402,7 @@ fn on_slurm_the_gres_and_the_node_are_checked_and_ranks_run_in_the_job() {
         "train.py",
     ];
     let refused = run_on("h100-580", &code, &args, Some(&sinfo_dir));
-    assert_eq!(refused.status.code(), Some(3), "{}", text(&refused));
-    assert!(
-        text(&refused).contains("(GRES tesla_v100)"),
-        "{}",
-        text(&refused)
-    );
+    expect_exit(&refused, 3, "(GRES tesla_v100)");
     assert!(text(&refused).contains("sm_70"), "{}", text(&refused));
     assert!(!out.exists(), "a refused submission left {}", out.display());
 
@@ -465,50 +436,18 @@ fn on_slurm_the_gres_and_the_node_are_checked_and_ranks_run_in_the_job() {
 
     // Two torchrun ranks inside one job.
     let out = tmp.path().join("ranks");
-    let args = [
-        "run",
-        "--where",
-        "slurm",
-        "--out",
-        out.to_str().unwrap(),
-        "--nproc-per-node",
-        "2",
-        "--",
-        "python",
-        "all_reduce.py",
-    ];
-    let ran = run_on("h100-580", &code, &args, None);
-    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran));
-    let dir = only_run(&out);
-    let summary = read_json(&dir.join("summary.json"));
-    assert_eq!(summary["metrics"]["world_size"], 2, "{summary}");
-    assert_eq!(summary["metrics"]["sum"], 3.0, "{summary}");
+    let dir = all_reduced(&code, &out, &["--where", "slurm", "--nproc-per-node", "2"]);
     let manifest = read_json(&dir.join("manifest.json"));
     assert_eq!(manifest["slurm"]["state"], "COMPLETED", "{manifest}");
 
     // Two srun tasks (torchrun node ranks, as on two nodes) of one process
     // each, meeting at the rendezvous the job derives from Slurm's nodelist.
     let out = tmp.path().join("node-ranks");
-    let args = [
-        "run",
-        "--where",
-        "slurm",
-        "--out",
-        out.to_str().unwrap(),
-        "--ranks",
-        "2",
-        "--nproc-per-node",
-        "1",
-        "--",
-        "python",
-        "all_reduce.py",
-    ];
-    let ran = run_on("h100-580", &code, &args, None);
-    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran));
-    let dir = only_run(&out);
-    let summary = read_json(&dir.join("summary.json"));
-    assert_eq!(summary["metrics"]["world_size"], 2, "{summary}");
-    assert_eq!(summary["metrics"]["sum"], 3.0, "{summary}");
+    let dir = all_reduced(
+        &code,
+        &out,
+        &["--where", "slurm", "--ranks", "2", "--nproc-per-node", "1"],
+    );
     let job = std::fs::read_to_string(dir.join("job.sbatch")).unwrap();
     assert!(
         job.contains("ENVGEN_RENDEZVOUS=\"$(scontrol show hostnames"),
