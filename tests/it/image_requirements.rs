@@ -15,7 +15,7 @@ use envgen::image::lock::{sha256_hex, Lockfile};
 use serde_json::Value;
 
 use crate::common::docker_base::{self, docker, ensure_python_base_image, inspect, ok, stdout};
-use crate::common::{envgen, git, json_of, run_dir_of, text, turn};
+use crate::common::{envgen, git, git_init, json_of, run_dir_of, text, turn};
 
 /// six 1.16.0: sdist and wheel; tomli 2.0.1: wheel and sdist (PyPI's files).
 const SIX_SDIST: &str = "1e61c37477a1626458e36f7b1d82aa5c9b094fa4802892072e49de9c60c4c926";
@@ -68,15 +68,7 @@ fn python_base() {
 /// A copy of the repository's containers/ (no lock) with the `py` profile
 /// and `requirements/py.txt`.
 fn containers_with_py(requirements_text: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("containers");
-    for sub in ["profiles", "templates"] {
-        std::fs::create_dir(dir.path().join(sub)).unwrap();
-        for entry in std::fs::read_dir(source.join(sub)).unwrap() {
-            let path = entry.unwrap().path();
-            std::fs::copy(&path, dir.path().join(sub).join(path.file_name().unwrap())).unwrap();
-        }
-    }
+    let dir = super::images::containers_copy();
     std::fs::write(dir.path().join("profiles/py.toml"), PROFILE).unwrap();
     std::fs::create_dir(dir.path().join("requirements")).unwrap();
     std::fs::write(dir.path().join("requirements/py.txt"), requirements_text).unwrap();
@@ -184,10 +176,7 @@ fn requirements_are_locked_verified_built_in_and_importable_as_the_non_root_user
 fn run_a_script_that_imports_them(tag: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let repo = tmp.path().join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    git(&repo, &["init", "-q"]);
-    git(&repo, &["config", "user.email", "t@example.com"]);
-    git(&repo, &["config", "user.name", "test"]);
+    git_init(&repo);
     std::fs::write(
         repo.join("train.py"),
         "import six, tomli\nprint('trained with six', six.__version__, 'and tomli', tomli.loads('x = 2')['x'])\n",

@@ -45,7 +45,7 @@ fn registry() -> String {
 
 /// A private copy of the repository's profiles and templates (no lock), so
 /// tests can lock, tamper and re-lock without touching containers/.
-fn containers_copy() -> tempfile::TempDir {
+pub(crate) fn containers_copy() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("containers");
     for sub in ["profiles", "templates"] {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
-use crate::common::{envgen, git, json_of, read_json, run_dir_of, text, turn};
+use crate::common::{envgen, git, git_init, json_of, read_json, run_dir_of, text, turn};
 
 /// Trains a linear model for 5 steps, logging each loss as a JSON line.
 pub(crate) const TRAIN: &str = r#"
@@ -51,10 +51,7 @@ pub(crate) fn python() -> PathBuf {
 /// untracked notes.txt beside it.
 fn repo_with_changes(root: &Path) -> PathBuf {
     let repo = root.join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    git(&repo, &["init", "-q"]);
-    git(&repo, &["config", "user.email", "t@example.com"]);
-    git(&repo, &["config", "user.name", "test"]);
+    git_init(&repo);
     std::fs::write(repo.join("train.py"), TRAIN).unwrap();
     git(&repo, &["add", "train.py"]);
     git(&repo, &["commit", "-q", "-m", "train"]);
@@ -361,10 +358,7 @@ fn bad_flags_exit_2_and_make_nothing() {
 fn rerun_replays_the_command_and_warns_when_the_code_moved() {
     let tmp = tempfile::tempdir().unwrap();
     let repo = tmp.path().join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    git(&repo, &["init", "-q"]);
-    git(&repo, &["config", "user.email", "t@example.com"]);
-    git(&repo, &["config", "user.name", "test"]);
+    git_init(&repo);
     std::fs::write(repo.join("a.txt"), "one\n").unwrap();
     git(&repo, &["add", "a.txt"]);
     git(&repo, &["commit", "-q", "-m", "one"]);

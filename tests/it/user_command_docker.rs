@@ -12,7 +12,7 @@ use std::process::Command;
 use crate::common::docker_base::require_docker_host;
 use crate::common::docker_run::{import_rootfs, leftover_containers};
 use crate::common::run::minimal_rootfs;
-use crate::common::{envgen, git, json_of, read_json, run_dir_of, text, turn};
+use crate::common::{envgen, git, git_init, json_of, read_json, run_dir_of, text, turn};
 
 /// Copy `program` (resolved) to `root/bin/NAME` with the libraries it links.
 pub(crate) fn add_program(root: &Path, program: &str, name: &str) {
@@ -56,9 +56,7 @@ fn in_docker_the_repo_is_mounted_read_only_and_the_command_runs_non_root() {
     let repo = tmp.path().join("repo");
     let sub = repo.join("sub");
     std::fs::create_dir_all(&sub).unwrap();
-    git(&repo, &["init", "-q"]);
-    git(&repo, &["config", "user.email", "t@example.com"]);
-    git(&repo, &["config", "user.name", "test"]);
+    git_init(&repo);
     std::fs::write(sub.join("run.sh"), SCRIPT).unwrap();
     std::fs::write(repo.join("data.txt"), "data v1\n").unwrap();
     git(&repo, &["add", "."]);

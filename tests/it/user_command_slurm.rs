@@ -6,7 +6,7 @@
 //! the command, the commit, the diff hash and the Slurm job.
 
 use crate::common::{
-    envgen, git, json_of, read_json, require_slurm_cluster, run_dir_of, text, turn,
+    envgen, git, git_init, json_of, read_json, require_slurm_cluster, run_dir_of, text, turn,
 };
 
 const SCRIPT: &str = r#"echo "cwd $PWD"
@@ -20,10 +20,7 @@ fn a_command_runs_as_a_slurm_job_with_its_code_recorded() {
     require_slurm_cluster();
     let tmp = tempfile::tempdir().unwrap();
     let repo = tmp.path().join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    git(&repo, &["init", "-q"]);
-    git(&repo, &["config", "user.email", "t@example.com"]);
-    git(&repo, &["config", "user.name", "test"]);
+    git_init(&repo);
     let python = super::user_command::python();
     std::fs::write(repo.join("job.sh"), SCRIPT).unwrap();
     std::fs::write(repo.join("train.py"), super::user_command::TRAIN).unwrap();

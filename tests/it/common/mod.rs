@@ -90,6 +90,14 @@ pub fn require_slurm_cluster() {
 }
 
 /// `git -C DIR ARGS…`, which must succeed; its trimmed stdout.
+/// `git init` in `dir` with a committer identity (for test repositories).
+pub fn git_init(dir: &std::path::Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    git(dir, &["init", "-q"]);
+    git(dir, &["config", "user.email", "t@example.com"]);
+    git(dir, &["config", "user.name", "test"]);
+}
+
 pub fn git(dir: &std::path::Path, args: &[&str]) -> String {
     let out = std::process::Command::new("git")
         .arg("-C")
