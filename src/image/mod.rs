@@ -6,6 +6,7 @@
 //! [`ensure_built`] and [`build::default_tag`] (run --where docker).
 
 pub mod build;
+mod build_log;
 pub mod context;
 pub mod daemon;
 pub mod elf;
