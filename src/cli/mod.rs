@@ -30,6 +30,9 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once per process and matched at once: boxing `run`'s many flags
+// would only add a dereference.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Probe the host and say, per GPU and image, whether it will really run.

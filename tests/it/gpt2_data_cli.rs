@@ -108,6 +108,8 @@ fn write_npy(path: &Path, from: u64, count: u64) {
 /// Run `envgen ARGS` and return its output with the child's own peak
 /// resident set (getrusage of exactly that child, through wait4), in bytes.
 #[cfg(target_os = "linux")]
+// The child is reaped by wait4 below, which clippy cannot see.
+#[allow(clippy::zombie_processes)]
 fn run_measured(args: &[&str]) -> (std::process::Output, u64) {
     use std::io::Read;
     let mut child = envgen()

@@ -77,9 +77,9 @@ fn docker_run_trains_the_same_bits_as_native_and_rerun_reproduces_them() {
 fn interrupted_without_container(dir: &Path, out: &std::process::Output) {
     assert_exit_130(out);
     assert!(
-        leftover_containers(&dir).is_empty(),
+        leftover_containers(dir).is_empty(),
         "{:?}",
-        leftover_containers(&dir)
+        leftover_containers(dir)
     );
     assert_interrupted_then_resume(dir, 400);
 }
@@ -542,8 +542,8 @@ fn corpus_in(dir: &Path) -> std::path::PathBuf {
 fn assert_same_bits(native: &serde_json::Value, docker: &serde_json::Value) {
     for key in ["final_train_loss", "final_val_loss"] {
         assert_eq!(
-            metric_bits(&native, key),
-            metric_bits(&docker, key),
+            metric_bits(native, key),
+            metric_bits(docker, key),
             "{key}: the container must train exactly as the native run"
         );
     }

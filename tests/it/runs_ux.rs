@@ -28,9 +28,24 @@ fn stdout(out: &Output) -> String {
 /// fails with a broken pipe. It must end as it would otherwise, without a
 /// panic (exit 101).
 fn with_closed_stdout(mut cmd: Command) -> Output {
-    let (reader, writer) = std::io::pipe().unwrap();
+    // libc's pipe(2), not std::io::pipe (Rust 1.87; the MSRV is 1.85).
+    let mut fds = [0; 2];
+    // SAFETY: pipe(2) fills the two descriptors it is given.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe(2)");
+    // SAFETY: both descriptors were just made and are owned here only.
+    let (reader, writer) = unsafe {
+        use std::os::fd::FromRawFd;
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    };
     drop(reader);
-    let child = cmd.stdout(writer).stderr(Stdio::piped()).spawn().unwrap();
+    let child = cmd
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     // The parent's copy of the write end went into `cmd`; drop it with it.
     drop(cmd);
     child.wait_with_output().unwrap()

@@ -198,8 +198,7 @@ fn nearest_bases_are_found_by_major_minor_from_both_sides() {
     // Exactly a base's major.minor: that base (the newest patch of it).
     let newest_of_lowest = bases
         .iter()
-        .filter(|b| b.major_minor() == lowest.major_minor())
-        .last()
+        .rfind(|b| b.major_minor() == lowest.major_minor())
         .unwrap();
     assert_eq!(
         kb.newest_base_at_most(&lowest.major_minor()),
