@@ -926,3 +926,11 @@ proptest! {
         let _ = kb().assumed_host(std::slice::from_ref(&text), Some(&text));
     }
 }
+
+/// A refusal by the runtime replaces only the driver-compatibility reasons
+/// it makes moot; the GPU's own problem (Volta dropped by CUDA 13) stays.
+#[test]
+fn the_runtime_refusal_keeps_the_architecture_reason() {
+    let v = image_verdict("v100-16gb", "450.51.06", catalog(CUDA_13_0));
+    expect(&v, VerdictStatus::Fail, &["arch-dropped", "driver-too-old"]);
+}
