@@ -177,6 +177,8 @@ fn consumer_gpu_on_r560_is_refused_by_the_cuda_12_8_gate() {
     // NVIDIA_REQUIRE_CUDA lists: the runtime refuses "cuda>=12.8".
     let v = image_verdict("RTX 4090", "560.35.03", catalog(CUDA_12_8));
     expect(&v, VerdictStatus::Fail, &["driver-too-old"]);
+    // The fix is the minor-version reason's (the driver it needs).
+    assert!(v.reasons[0].fix.contains("≥ 570.124.06 (R570)"), "{v:#?}");
     assert!(
         v.reasons[0]
             .message
@@ -197,6 +199,9 @@ fn a30_on_r560_is_refused_by_the_cuda_13_gate() {
     // R560 is not in the CUDA 13 image's forward-compat branch list.
     let v = image_verdict("A30", "560.35.03", catalog(CUDA_13_0));
     expect(&v, VerdictStatus::Fail, &["driver-too-old"]);
+    // The fix is the forward-compatibility reason's (the driver it needs),
+    // not the generic one.
+    assert!(v.reasons[0].fix.contains("≥ 580.65.06 (R580)"), "{v:#?}");
 }
 
 #[test]
