@@ -118,4 +118,13 @@ mod tests {
         let text = crate::error::render(&kb.wheel("2.6.0").unwrap_err());
         assert!(text.contains("but not its CUDA variant"), "{text}");
     }
+
+    #[test]
+    fn a_variant_is_cu_and_three_digits() {
+        assert_eq!(wheel_variant_cuda("cu128").as_deref(), Some("12.8"));
+        assert_eq!(wheel_variant_cuda("cu117").as_deref(), Some("11.7"));
+        for bad in ["cu12", "cu1280", "cuabc", "cu12a", "rocm6.2", "cpu", "cu"] {
+            assert_eq!(wheel_variant_cuda(bad), None, "{bad}");
+        }
+    }
 }
