@@ -422,7 +422,7 @@ pub fn random_weights(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::backend::Cpu;
     use crate::llama::config::{Rope, RopeScaling};
