@@ -284,7 +284,7 @@ fn rope(doc: &Value, path: &Path) -> anyhow::Result<Rope> {
         .as_f64()
         .or_else(|| doc["rope_theta"].as_f64())
         .unwrap_or(10_000.0);
-    if !(theta > 1.0) {
+    if theta.is_nan() || theta <= 1.0 {
         return Err(bad(
             path,
             "rope_theta",

@@ -69,13 +69,16 @@ pub struct Generation {
     pub finish: Finish,
 }
 
+/// Turns a row's generated tokens into text (for the stop strings).
+pub type Decode<'a> = &'a dyn Fn(&[u32]) -> String;
+
 /// Continue each prompt. `decode` turns a row's generated tokens into text
 /// for the stop strings (needed only when there are any).
 pub fn generate<B: Backend>(
     model: &Llama<B>,
     prompts: &[Vec<u32>],
     opts: &GenerateOptions,
-    decode: Option<&dyn Fn(&[u32]) -> String>,
+    decode: Option<Decode<'_>>,
     device: &B::Device,
 ) -> anyhow::Result<Vec<Generation>> {
     let cfg = model.config();
@@ -215,11 +218,7 @@ fn last_logits<B: Backend>(
         .unwrap_or_default()
 }
 
-fn stops(
-    generated: &[u32],
-    stop_strings: &[String],
-    decode: Option<&dyn Fn(&[u32]) -> String>,
-) -> bool {
+fn stops(generated: &[u32], stop_strings: &[String], decode: Option<Decode<'_>>) -> bool {
     match decode {
         Some(decode) if !stop_strings.is_empty() => {
             let text = decode(generated);
