@@ -153,6 +153,17 @@ fn sample_pretrained(dir: &Path, args: &Args) -> Result<i32> {
                 .with_fix("use --top-k with a GPT-2 checkpoint")
                 .into());
             }
+            if let Some(&t) = prompt.iter().find(|&&t| t as usize >= config.vocab_size) {
+                return Err(UserError::usage(format!(
+                    "the prompt holds token {t}, outside the model's vocab_size {} ({})",
+                    config.vocab_size,
+                    dir.join("config.json").display()
+                ))
+                .with_fix(
+                    "put the tokenizer.json the checkpoint was trained with into the directory",
+                )
+                .into());
+            }
             let out = gpt2::sample(
                 model,
                 config,

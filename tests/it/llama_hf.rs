@@ -22,6 +22,8 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use envgen_experiments::backend::Cpu;
+use envgen_experiments::data::Tokenizer;
+use envgen_experiments::gpt2;
 use envgen_experiments::llama::{self, GenerateOptions, Llama};
 use envgen_experiments::pretrained::{self, Pretrained};
 use serde_json::Value;
@@ -330,4 +332,61 @@ fn unsupported_or_incomplete_checkpoints_are_refused_by_name() {
     let out = run(&["sample", "--model", copy.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("hf:DIR"));
+}
+
+/// A GPT-2 directory goes through the same `--model hf:DIR`: without a
+/// tokenizer.json it is read with GPT-2's BPE, and prints what envgen's
+/// GPT-2 sampler gives; a prompt its vocabulary cannot hold is exit 2.
+#[test]
+fn envgen_sample_reads_gpt2_directories_too() {
+    let _turn = turn!();
+    let tmp = tempfile::tempdir().unwrap();
+    let device = Default::default();
+    let cfg = gpt2::ModelConfig {
+        n_layer: 1,
+        n_head: 2,
+        n_embd: 16,
+        block_size: 32,
+        vocab_size: 50257,
+        dropout: 0.0,
+    };
+    let model = cfg.init::<Cpu>(&device);
+    gpt2::hf::save_pretrained(&model, &cfg, tmp.path()).unwrap();
+    let tokenizer = Tokenizer::gpt2();
+    let options = gpt2::SampleOptions {
+        tokens: 6,
+        temperature: 0.0,
+        top_k: None,
+        seed: 0,
+        vocab_limit: None,
+    };
+    let prompt = tokenizer.encode("Hello, I'm");
+    let want = tokenizer.decode(&gpt2::sample(&model, &cfg, &prompt, options, &device));
+    let spec = format!("hf:{}", tmp.path().display());
+    let args = [
+        "sample",
+        "--model",
+        &spec,
+        "--prompt",
+        "Hello, I'm",
+        "--tokens",
+        "6",
+        "--temperature",
+        "0",
+    ];
+    let out = run_ok(&args);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{want}\n"));
+
+    let small = gpt2::ModelConfig {
+        vocab_size: 40,
+        ..cfg
+    };
+    gpt2::hf::save_pretrained(&small.init::<Cpu>(&device), &small, tmp.path()).unwrap();
+    let out = run(&args);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("vocab_size 40"),
+        "{}",
+        text(&out)
+    );
 }
