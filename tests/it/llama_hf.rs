@@ -1,5 +1,5 @@
 //! envgen's Llama-family model against Hugging Face `transformers` (torch,
-//! CPU). One Python run makes, with a fixed seed, four randomly initialised
+//! CPU). One Python run makes, with a fixed seed, five randomly initialised
 //! tiny checkpoints with `save_pretrained` and a `tokenizers` BPE trained on
 //! a paragraph of text:
 //!
@@ -9,6 +9,7 @@
 //! - `qwen2`: Qwen2ForCausalLM (q/k/v biases), GQA, saved in 5 shards with
 //!   `model.safetensors.index.json`;
 //! - `llama3`: Llama 3.1's RoPE scaling, saved in bfloat16;
+//! - `linear`: linear RoPE scaling (position interpolation, factor 3);
 //!
 //! and writes their logits for a few token sequences and their greedy
 //! continuations (`generate(do_sample=False)`). envgen must load each
@@ -60,6 +61,9 @@ models_ = {
                rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 4.0,
                                 "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                 "original_max_position_embeddings": 16}, **shape), {}, torch.bfloat16),
+    "linear": (LlamaForCausalLM, LlamaConfig(num_key_value_heads=2, tie_word_embeddings=False,
+               rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 3.0},
+               **shape), {}, None),
 }
 sequences = [[0, 5, 17, 299, 42, 42, 7, 150, 3, 88, 260, 31], [0, 200, 100], [9, 8, 7, 6, 5, 4]]
 out = {}
@@ -259,6 +263,12 @@ fn a_sharded_qwen2_with_qkv_biases_matches_transformers() {
 fn a_bf16_llama3_scaled_rope_checkpoint_matches_transformers() {
     let _turn = turn!();
     check("llama3");
+}
+
+#[test]
+fn a_linearly_scaled_rope_checkpoint_matches_transformers() {
+    let _turn = turn!();
+    check("linear");
 }
 
 #[test]
