@@ -120,83 +120,63 @@ impl<B: Backend> Llama<B> {
         device: &B::Device,
     ) -> anyhow::Result<Self> {
         let (d, hd) = (cfg.hidden_size, cfg.head_dim);
-        let (h, kvh) = (cfg.num_attention_heads, cfg.num_key_value_heads);
-        // `nn.Linear` weights are [d_out, d_in]: transposed into Burn's layout.
-        let mut linear = |name: &str, d_in: usize, d_out: usize, bias: bool| {
-            let w = weights(&format!("{name}.weight"), &[d_out, d_in])?;
-            let w = Tensor::<B, 2>::from_data(TensorData::new(w, [d_out, d_in]), device);
-            let bias = match bias {
-                true => {
-                    let b = weights(&format!("{name}.bias"), &[d_out])?;
-                    let b = Tensor::<B, 1>::from_data(TensorData::new(b, [d_out]), device);
-                    Some(Param::from_tensor(b))
-                }
-                false => None,
-            };
-            anyhow::Ok(Linear {
-                weight: Param::from_tensor(w.transpose()),
-                bias,
-            })
-        };
+        let (h, kvh, ff) = (
+            cfg.num_attention_heads,
+            cfg.num_key_value_heads,
+            cfg.intermediate_size,
+        );
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for i in 0..cfg.num_hidden_layers {
-            let p = format!("model.layers.{i}");
+            let mut proj = |name: &str, d_in: usize, d_out: usize, bias: bool| {
+                let name = format!("model.layers.{i}.{name}");
+                linear(weights, &name, d_in, d_out, bias, device)
+            };
             let self_attn = Attention {
-                q_proj: linear(&format!("{p}.self_attn.q_proj"), d, h * hd, cfg.qkv_bias)?,
-                k_proj: linear(&format!("{p}.self_attn.k_proj"), d, kvh * hd, cfg.qkv_bias)?,
-                v_proj: linear(&format!("{p}.self_attn.v_proj"), d, kvh * hd, cfg.qkv_bias)?,
-                o_proj: linear(&format!("{p}.self_attn.o_proj"), h * hd, d, cfg.o_bias)?,
+                q_proj: proj("self_attn.q_proj", d, h * hd, cfg.qkv_bias)?,
+                k_proj: proj("self_attn.k_proj", d, kvh * hd, cfg.qkv_bias)?,
+                v_proj: proj("self_attn.v_proj", d, kvh * hd, cfg.qkv_bias)?,
+                o_proj: proj("self_attn.o_proj", h * hd, d, cfg.o_bias)?,
                 n_head: h,
                 n_kv_head: kvh,
                 head_dim: hd,
             };
-            let ff = cfg.intermediate_size;
             let mlp = Mlp {
-                gate_proj: linear(&format!("{p}.mlp.gate_proj"), d, ff, cfg.mlp_bias)?,
-                up_proj: linear(&format!("{p}.mlp.up_proj"), d, ff, cfg.mlp_bias)?,
-                down_proj: linear(&format!("{p}.mlp.down_proj"), ff, d, cfg.mlp_bias)?,
+                gate_proj: proj("mlp.gate_proj", d, ff, cfg.mlp_bias)?,
+                up_proj: proj("mlp.up_proj", d, ff, cfg.mlp_bias)?,
+                down_proj: proj("mlp.down_proj", ff, d, cfg.mlp_bias)?,
             };
-            layers.push((p, self_attn, mlp));
+            let p = format!("model.layers.{i}");
+            layers.push(DecoderLayer {
+                input_layernorm: rms_norm(weights, &format!("{p}.input_layernorm"), cfg, device)?,
+                self_attn,
+                post_attention_layernorm: rms_norm(
+                    weights,
+                    &format!("{p}.post_attention_layernorm"),
+                    cfg,
+                    device,
+                )?,
+                mlp,
+            });
         }
-        let mut norm = |name: &str| -> anyhow::Result<RmsNorm<B>> {
-            let values = weights(name, &[d])?;
-            Ok(RmsNorm {
-                weight: Param::from_tensor(Tensor::from_data(TensorData::new(values, [d]), device)),
-                eps: cfg.rms_norm_eps,
-            })
-        };
-        let layers = layers
-            .into_iter()
-            .map(|(p, self_attn, mlp)| {
-                Ok(DecoderLayer {
-                    input_layernorm: norm(&format!("{p}.input_layernorm.weight"))?,
-                    self_attn,
-                    post_attention_layernorm: norm(&format!(
-                        "{p}.post_attention_layernorm.weight"
-                    ))?,
-                    mlp,
-                })
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        let norm = norm("model.norm.weight")?;
-        let embed = weights("model.embed_tokens.weight", &[cfg.vocab_size, d])?;
+        let norm = rms_norm(weights, "model.norm", cfg, device)?;
         let embed_tokens = Embedding {
-            weight: Param::from_tensor(Tensor::from_data(
-                TensorData::new(embed, [cfg.vocab_size, d]),
+            weight: Param::from_tensor(tensor(
+                weights,
+                "model.embed_tokens.weight",
+                [cfg.vocab_size, d],
                 device,
-            )),
+            )?),
         };
         let lm_head = match cfg.tie_word_embeddings {
             true => None,
-            false => {
-                let values = weights("lm_head.weight", &[cfg.vocab_size, d])?;
-                let w =
-                    Tensor::<B, 2>::from_data(TensorData::new(values, [cfg.vocab_size, d]), device);
-                Some(Linear {
-                    weight: Param::from_tensor(w.transpose()),
-                    bias: None,
-                })
-            }
+            false => Some(linear(
+                weights,
+                "lm_head",
+                d,
+                cfg.vocab_size,
+                false,
+                device,
+            )?),
         };
         Ok(Llama {
             embed_tokens,
@@ -310,6 +290,61 @@ impl<B: Backend> Attention<B> {
         self.o_proj
             .forward(y.swap_dims(1, 2).reshape([b, t, h * hd]))
     }
+}
+
+/// The tensor `name` of `shape` from `weights`.
+fn tensor<B: Backend, const D: usize>(
+    weights: &mut WeightSource<'_>,
+    name: &str,
+    shape: [usize; D],
+    device: &B::Device,
+) -> anyhow::Result<Tensor<B, D>> {
+    let values = weights(name, &shape)?;
+    Ok(Tensor::from_data(TensorData::new(values, shape), device))
+}
+
+/// `{name}.weight` (and `{name}.bias`). `nn.Linear` weights are [d_out,
+/// d_in]: transposed into Burn's [d_in, d_out].
+fn linear<B: Backend>(
+    weights: &mut WeightSource<'_>,
+    name: &str,
+    d_in: usize,
+    d_out: usize,
+    bias: bool,
+    device: &B::Device,
+) -> anyhow::Result<Linear<B>> {
+    let weight = tensor::<B, 2>(weights, &format!("{name}.weight"), [d_out, d_in], device)?;
+    let bias = match bias {
+        true => Some(Param::from_tensor(tensor(
+            weights,
+            &format!("{name}.bias"),
+            [d_out],
+            device,
+        )?)),
+        false => None,
+    };
+    Ok(Linear {
+        weight: Param::from_tensor(weight.transpose()),
+        bias,
+    })
+}
+
+fn rms_norm<B: Backend>(
+    weights: &mut WeightSource<'_>,
+    name: &str,
+    cfg: &LlamaConfig,
+    device: &B::Device,
+) -> anyhow::Result<RmsNorm<B>> {
+    let weight = tensor(
+        weights,
+        &format!("{name}.weight"),
+        [cfg.hidden_size],
+        device,
+    )?;
+    Ok(RmsNorm {
+        weight: Param::from_tensor(weight),
+        eps: cfg.rms_norm_eps,
+    })
 }
 
 /// `[b, kvh, t, hd]` → `[b, kvh·n_rep, t, hd]`, each head repeated in place.
