@@ -210,6 +210,13 @@ fn geforce_on_r570_cannot_run_cuda_13() {
     // has no forward compat, and the 13.0 rule lists no geforce brand.
     let v = image_verdict("RTX 4090", "570.124.06", catalog(CUDA_13_0));
     expect(&v, VerdictStatus::Fail, &["forward-compat-unsupported"]);
+    // Unavailable because of its class, not because of the image's libraries.
+    assert!(
+        v.reasons[0]
+            .message
+            .contains("it is unavailable on a consumer (GeForce) GPU"),
+        "{v:#?}"
+    );
     assert!(
         v.reasons[0].message.contains("unsatisfied condition"),
         "{v:#?}"
@@ -938,4 +945,41 @@ proptest! {
 fn the_runtime_refusal_keeps_the_architecture_reason() {
     let v = image_verdict("v100-16gb", "450.51.06", catalog(CUDA_13_0));
     expect(&v, VerdictStatus::Fail, &["arch-dropped", "driver-too-old"]);
+}
+
+/// A driver known only by its CUDA (no version: a `/proc` probe, a
+/// described host) is still checked against the image's rule.
+#[test]
+fn a_driver_known_by_its_cuda_alone_meets_the_runtime_gate() {
+    let mut host = kb().assumed_host(&["A30".into()], None).unwrap();
+    host.cuda_driver_version = Some("12.2".into());
+    let v = only_verdict(&host, CheckRequest::only_images(vec![catalog(CUDA_13_0)]));
+    assert!(
+        v.reasons
+            .iter()
+            .any(|r| r.message.contains("unsatisfied condition: cuda>=13.0")),
+        "{v:#?}"
+    );
+}
+
+/// A build for the architecture's last CUDA without its kernels lacks
+/// kernels; the toolkit has not dropped the architecture yet (Volta: CUDA
+/// 12.9 is its last).
+#[test]
+fn a_wheel_at_the_architectures_last_cuda_without_its_kernels_has_none() {
+    let wheel = crate::compat::WheelFacts {
+        spec: "2.8.0+cu129".into(),
+        cuda: "12.9".into(),
+        sass: vec!["8.0".into(), "9.0".into()],
+        ptx: vec![],
+        unconfirmed: vec![],
+        source: "test".into(),
+    };
+    let request = CheckRequest {
+        installed_pytorch: Some(wheel),
+        ..CheckRequest::default()
+    };
+    let v = only_verdict(&host("v100-16gb", "575.51.03"), request);
+    assert!(v.codes().contains(&"no-kernel-image"), "{v:#?}");
+    assert!(!v.codes().contains(&"arch-dropped"), "{v:#?}");
 }
