@@ -960,6 +960,25 @@ fn a_driver_known_by_its_cuda_alone_meets_the_runtime_gate() {
             .any(|r| r.message.contains("unsatisfied condition: cuda>=13.0")),
         "{v:#?}"
     );
+    // Across CUDA majors there is no minor-version compatibility: a CUDA 13
+    // wheel (no rule of its own) on that driver is refused outright.
+    let wheel = crate::compat::WheelFacts {
+        spec: "2.9.0+cu130".into(),
+        cuda: "13.0".into(),
+        sass: vec!["8.0".into()],
+        ptx: vec![],
+        unconfirmed: vec![],
+        source: "test".into(),
+    };
+    let request = CheckRequest {
+        installed_pytorch: Some(wheel),
+        ..CheckRequest::default()
+    };
+    expect(
+        &only_verdict(&host, request),
+        VerdictStatus::Fail,
+        &["driver-too-old"],
+    );
 }
 
 /// A build for the architecture's last CUDA without its kernels lacks
