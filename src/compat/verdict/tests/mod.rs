@@ -962,14 +962,7 @@ fn a_driver_known_by_its_cuda_alone_meets_the_runtime_gate() {
     );
     // Across CUDA majors there is no minor-version compatibility: a CUDA 13
     // wheel (no rule of its own) on that driver is refused outright.
-    let wheel = crate::compat::WheelFacts {
-        spec: "2.9.0+cu130".into(),
-        cuda: "13.0".into(),
-        sass: vec!["8.0".into()],
-        ptx: vec![],
-        unconfirmed: vec![],
-        source: "test".into(),
-    };
+    let wheel = installed_wheel("2.9.0+cu130", "13.0", &["8.0"]);
     let request = CheckRequest {
         installed_pytorch: Some(wheel),
         ..CheckRequest::default()
@@ -986,14 +979,7 @@ fn a_driver_known_by_its_cuda_alone_meets_the_runtime_gate() {
 /// 12.9 is its last).
 #[test]
 fn a_wheel_at_the_architectures_last_cuda_without_its_kernels_has_none() {
-    let wheel = crate::compat::WheelFacts {
-        spec: "2.8.0+cu129".into(),
-        cuda: "12.9".into(),
-        sass: vec!["8.0".into(), "9.0".into()],
-        ptx: vec![],
-        unconfirmed: vec![],
-        source: "test".into(),
-    };
+    let wheel = installed_wheel("2.8.0+cu129", "12.9", &["8.0", "9.0"]);
     let request = CheckRequest {
         installed_pytorch: Some(wheel),
         ..CheckRequest::default()
@@ -1001,4 +987,16 @@ fn a_wheel_at_the_architectures_last_cuda_without_its_kernels_has_none() {
     let v = only_verdict(&host("v100-16gb", "575.51.03"), request);
     assert!(v.codes().contains(&"no-kernel-image"), "{v:#?}");
     assert!(!v.codes().contains(&"arch-dropped"), "{v:#?}");
+}
+
+/// The facts of an installed torch build (as `probe::torch` reads them).
+fn installed_wheel(spec: &str, cuda: &str, sass: &[&str]) -> crate::compat::WheelFacts {
+    crate::compat::WheelFacts {
+        spec: spec.into(),
+        cuda: cuda.into(),
+        sass: sass.iter().map(|s| s.to_string()).collect(),
+        ptx: vec![],
+        unconfirmed: vec![],
+        source: "test".into(),
+    }
 }
