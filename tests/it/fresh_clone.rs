@@ -89,8 +89,10 @@ fn clean_command(program: impl AsRef<std::ffi::OsStr>) -> Command {
 }
 
 /// `git clone` of REPO at `head` into `clone`, then `cargo build` there into
-/// `target` (seeded with this run's dependencies).
-fn clone_and_build(head: &str, clone: &Path, target: &Path) {
+/// `target` (seeded with this run's dependencies). Returns the registry
+/// crates cargo compiled again: none when `cargo build` resolves the same
+/// features as `cargo test` (see `build_and_test_resolve_the_same_features`).
+fn clone_and_build(head: &str, clone: &Path, target: &Path) -> Vec<String> {
     ok(run(
         "git",
         &[
@@ -115,10 +117,79 @@ fn clone_and_build(head: &str, clone: &Path, target: &Path) {
         .output()
         .unwrap();
     assert!(built.status.success(), "{}", text(&built));
+    // "Compiling NAME vX.Y.Z" without "(path)": a registry crate.
+    let rebuilt: Vec<String> = String::from_utf8_lossy(&built.stderr)
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("Compiling "))
+        .filter(|krate| !krate.contains('('))
+        .map(str::to_string)
+        .collect();
     eprintln!(
-        "fresh clone {}: envgen built in {:.0} s",
+        "fresh clone {}: envgen built in {:.0} s; registry crates compiled again: {}",
         clone.display(),
-        started.elapsed().as_secs_f64()
+        started.elapsed().as_secs_f64(),
+        rebuilt.len()
+    );
+    rebuilt
+}
+
+/// Each package's features as `cargo tree` resolves them, keyed by
+/// "NAME vVERSION (SOURCE)".
+fn resolved_features(edges: &str) -> std::collections::BTreeMap<String, String> {
+    let manifest = format!("{REPO}/Cargo.toml");
+    let out = ok(run(
+        "cargo",
+        &[
+            "tree",
+            "--manifest-path",
+            &manifest,
+            "--workspace",
+            "--locked",
+            "--offline",
+            "--prefix",
+            "none",
+            "-e",
+            edges,
+            "-f",
+            "{p}|{f}",
+        ],
+    ));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| line.trim_end_matches(" (*)").split_once('|'))
+        .map(|(package, features)| (package.to_string(), features.to_string()))
+        .collect()
+}
+
+/// The clone's build must reuse every dependency this test run compiled:
+/// a dependency compiled again in the clone's own target directory embeds
+/// that directory (build scripts' OUT_DIR) and the binary depends on where
+/// it was built. Resolver 2 resolves features without dev-dependencies for
+/// `cargo build`, so a dev-dependency that turns on a feature of a shared
+/// crate splits the two builds (png did: crc32fast, simd-adler32, hence
+/// all of Burn). experiments/Cargo.toml turns such features on for both.
+#[test]
+fn build_and_test_resolve_the_same_features() {
+    let built = resolved_features("normal,build");
+    let tested = resolved_features("normal,build,dev");
+    assert!(
+        built.len() > 100,
+        "cargo tree printed {} packages",
+        built.len()
+    );
+    let split: Vec<String> = built
+        .iter()
+        .filter_map(|(package, features)| {
+            let with_dev = tested.get(package)?;
+            (with_dev != features)
+                .then(|| format!("{package}: build [{features}], test [{with_dev}]"))
+        })
+        .collect();
+    assert!(
+        split.is_empty(),
+        "features differ between `cargo build` and `cargo test`; turn them on in \
+         experiments/Cargo.toml's feature-unification shim:\n{}",
+        split.join("\n")
     );
 }
 
@@ -164,7 +235,7 @@ fn a_fresh_clone_verifies_renders_pinned_and_builds_cpu_without_flags() {
         .unwrap();
     let clone = work.path().join("envgen");
     let target = work.path().join("target");
-    clone_and_build(&head, &clone, &target);
+    let rebuilt = clone_and_build(&head, &clone, &target);
     let binary = target.join("debug/envgen");
     // verify: every profile matches the committed lock, with this binary.
     let verified = envgen_in(&clone, &binary, &["image", "verify"]);
@@ -266,12 +337,13 @@ fn a_fresh_clone_verifies_renders_pinned_and_builds_cpu_without_flags() {
         .unwrap();
     let other_clone = other.path().join("a/b/envgen-elsewhere");
     let other_target = other.path().join("target");
-    clone_and_build(&head, &other_clone, &other_target);
+    let other_rebuilt = clone_and_build(&head, &other_clone, &other_target);
     let other_binary = other_target.join("debug/envgen");
     assert_eq!(
         staged_sha256(&other_binary),
         first_staged,
-        "one commit, two directories: the envgen that goes into images must be the same bytes"
+        "one commit, two directories: the envgen that goes into images must be the same bytes \
+         (registry crates compiled again: {rebuilt:?} and {other_rebuilt:?})"
     );
     let rebuilt = clean_command(&other_binary)
         .args([
