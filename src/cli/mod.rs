@@ -57,7 +57,7 @@ pub enum Command {
     Runs(runs::Command),
     /// Re-create a run from its manifest (same science config, same image).
     Rerun(rerun::Args),
-    /// Sample text from a trained GPT-2 run.
+    /// Sample text from a trained GPT-2 run or a Hugging Face checkpoint.
     Sample(sample::Args),
     /// Evaluate a finished GPT-2 (run or Hugging Face directory): val loss, HellaSwag.
     Eval(eval::Args),

@@ -1,16 +1,27 @@
-//! `envgen sample RUN_DIR --prompt …`: generate text from a trained GPT-2 run.
+//! `envgen sample RUN_DIR --prompt …`: generate text from a trained GPT-2
+//! run; `envgen sample --model hf:DIR --prompt …`: from a Hugging Face
+//! checkpoint (GPT-2 or Llama-family, by its config.json).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use envgen_experiments::backend::Cpu;
 use envgen_experiments::data;
 use envgen_experiments::gpt2::{self, eval, hf, Gpt2Config};
+use envgen_experiments::llama::{self, GenerateOptions};
+use envgen_experiments::pretrained::{self, Pretrained};
+use serde_json::json;
 
-use crate::error::Result;
+use crate::error::{Result, UserError};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    pub run: PathBuf,
+    /// A trained GPT-2 run directory.
+    #[arg(required_unless_present = "model", conflicts_with = "model")]
+    pub run: Option<PathBuf>,
+    /// A Hugging Face model directory, as hf:DIR (config.json,
+    /// model.safetensors or its shards, tokenizer.json).
+    #[arg(long)]
+    pub model: Option<String>,
     #[arg(long, default_value = "")]
     pub prompt: String,
     #[arg(long, default_value_t = 200)]
@@ -18,15 +29,55 @@ pub struct Args {
     /// 0 = greedy.
     #[arg(long, default_value_t = 0.8)]
     pub temperature: f32,
+    /// Run directories only.
     #[arg(long = "top-k")]
     pub top_k: Option<usize>,
+    /// Nucleus sampling (--model only): draw from the most likely tokens
+    /// whose probability reaches P.
+    #[arg(long = "top-p", default_value_t = 1.0)]
+    pub top_p: f32,
+    /// Stop once the continuation contains this text (--model only;
+    /// repeatable). The checkpoint's end-of-sequence ids always stop it.
+    #[arg(long = "stop")]
+    pub stop: Vec<String>,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// One JSON object: prompt, text, tokens, finish.
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub fn execute(args: Args) -> Result<i32> {
-    let config: Gpt2Config = eval::run_config(&args.run)?;
-    let weights = eval::run_weights(&args.run)?;
+    if !(0.0..=1.0).contains(&args.top_p) || args.top_p == 0.0 {
+        return Err(
+            UserError::usage(format!("--top-p {} is not in (0, 1]", args.top_p))
+                .with_fix("use e.g. --top-p 0.9, or 1 for the whole vocabulary")
+                .into(),
+        );
+    }
+    match (&args.model, &args.run) {
+        (Some(spec), _) => {
+            let dir = pretrained::dir_of(spec, "--model")?;
+            sample_pretrained(&dir, &args)
+        }
+        (None, Some(run)) => sample_run(run, &args),
+        // clap requires one of them; kept as an error rather than a panic.
+        (None, None) => Err(UserError::usage("give RUN_DIR or --model hf:DIR")
+            .with_fix("e.g. envgen sample --model hf:./SmolLM2-360M-Instruct --prompt 'Hi'")
+            .into()),
+    }
+}
+
+fn sample_run(run: &Path, args: &Args) -> Result<i32> {
+    if args.top_p < 1.0 || !args.stop.is_empty() {
+        return Err(
+            UserError::usage("--top-p and --stop apply to --model hf:DIR only")
+                .with_fix("use --top-k with a run directory")
+                .into(),
+        );
+    }
+    let config: Gpt2Config = eval::run_config(run)?;
+    let weights = eval::run_weights(run)?;
     let device = Default::default();
     let model = hf::load(config.model.init::<Cpu>(&device), &weights)?;
     // The tokenizer alone: never the training set (shards can be terabytes).
@@ -47,6 +98,94 @@ pub fn execute(args: Args) -> Result<i32> {
         },
         &device,
     );
-    crate::output::outln!("{}{}", args.prompt, tokenizer.decode(&out));
+    let text = tokenizer.decode(&out);
+    if args.json {
+        let doc = json!({"prompt": args.prompt, "text": text, "tokens": out});
+        crate::output::outln!("{doc}");
+    } else {
+        crate::output::outln!("{}{}", args.prompt, text);
+    }
+    Ok(0)
+}
+
+/// A Hugging Face checkpoint: prints the continuation only (its text is
+/// decoded from the new tokens alone, which the prompt's text need not
+/// prefix exactly once a tokenizer normalizes).
+fn sample_pretrained(dir: &Path, args: &Args) -> Result<i32> {
+    let device = Default::default();
+    let model = pretrained::load::<Cpu>(dir, &device)?;
+    let tokenizer = pretrained::tokenizer(dir, &model)?;
+    let prompt = tokenizer.encode(&args.prompt)?;
+    let (tokens, finish) = match &model {
+        Pretrained::Llama(model) => {
+            if args.top_k.is_some() {
+                return Err(UserError::usage("--top-k applies to GPT-2 models")
+                    .with_fix("use --top-p with a Llama-family checkpoint")
+                    .into());
+            }
+            let cfg = model.config();
+            let mut prompt = prompt;
+            if prompt.is_empty() {
+                // Nothing to condition on: start from BOS, as transformers does.
+                prompt.extend(cfg.bos_token_id);
+            }
+            let opts = GenerateOptions {
+                max_new_tokens: args.tokens,
+                temperature: args.temperature,
+                top_p: args.top_p,
+                seed: args.seed,
+                eos_token_ids: cfg.eos_token_ids.clone(),
+                stop_strings: args.stop.clone(),
+            };
+            let decode = |ids: &[u32]| tokenizer.decode(ids);
+            let out = llama::generate(model, &[prompt], &opts, Some(&decode), &device)?;
+            let row = out.into_iter().next().unwrap_or(llama::Generation {
+                tokens: vec![],
+                finish: llama::Finish::Length,
+            });
+            (row.tokens, row.finish.name())
+        }
+        Pretrained::Gpt2 { config, model } => {
+            if args.top_p < 1.0 || !args.stop.is_empty() {
+                return Err(UserError::usage(
+                    "--top-p and --stop apply to Llama-family checkpoints only",
+                )
+                .with_fix("use --top-k with a GPT-2 checkpoint")
+                .into());
+            }
+            if let Some(&t) = prompt.iter().find(|&&t| t as usize >= config.vocab_size) {
+                return Err(UserError::usage(format!(
+                    "the prompt holds token {t}, outside the model's vocab_size {} ({})",
+                    config.vocab_size,
+                    dir.join("config.json").display()
+                ))
+                .with_fix(
+                    "put the tokenizer.json the checkpoint was trained with into the directory",
+                )
+                .into());
+            }
+            let out = gpt2::sample(
+                model,
+                config,
+                &prompt,
+                gpt2::SampleOptions {
+                    tokens: args.tokens,
+                    temperature: args.temperature,
+                    top_k: args.top_k,
+                    seed: args.seed,
+                    vocab_limit: None,
+                },
+                &device,
+            );
+            (out, "length")
+        }
+    };
+    let text = tokenizer.decode(&tokens);
+    if args.json {
+        let doc = json!({"prompt": args.prompt, "text": text, "tokens": tokens, "finish": finish});
+        crate::output::outln!("{doc}");
+    } else {
+        crate::output::outln!("{text}");
+    }
     Ok(0)
 }

@@ -27,6 +27,7 @@ mod image_requirements;
 mod images;
 mod io_errors_cli;
 mod layering;
+mod llama_hf;
 mod nvml_standin;
 mod precision_cli;
 mod quantize_cli;

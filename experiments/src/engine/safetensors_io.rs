@@ -51,28 +51,34 @@ pub fn from_bytes(bytes: &[u8], origin: &str) -> anyhow::Result<NamedTensors> {
     })?;
     let mut out = HashMap::new();
     for (name, view) in file.tensors() {
-        let data = view.data();
-        let values: Vec<f32> = match view.dtype() {
-            Dtype::F32 => f32_from_le_bytes(data),
-            Dtype::BF16 => data
-                .chunks_exact(2)
-                .map(|c| f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16))
-                .collect(),
-            Dtype::F16 => data
-                .chunks_exact(2)
-                .map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
-                .collect(),
-            other => {
-                return Err(UserError::usage(format!(
-                    "{origin}: tensor `{name}` has dtype {other:?}; only F32/F16/BF16 are read"
-                ))
-                .with_fix("convert the file to float32")
-                .into())
-            }
-        };
+        let values = values_of(&view, &name, origin)?;
         out.insert(name, (view.shape().to_vec(), values));
     }
     Ok(out)
+}
+
+/// One tensor's values as f32 (F32, F16 and BF16 accepted; `name` and
+/// `origin` name it in the error).
+pub fn values_of(view: &TensorView<'_>, name: &str, origin: &str) -> anyhow::Result<Vec<f32>> {
+    let data = view.data();
+    Ok(match view.dtype() {
+        Dtype::F32 => f32_from_le_bytes(data),
+        Dtype::BF16 => data
+            .chunks_exact(2)
+            .map(|c| f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16))
+            .collect(),
+        Dtype::F16 => data
+            .chunks_exact(2)
+            .map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
+            .collect(),
+        other => {
+            return Err(UserError::usage(format!(
+                "{origin}: tensor `{name}` has dtype {other:?}; only F32/F16/BF16 are read"
+            ))
+            .with_fix("convert the file to float32")
+            .into())
+        }
+    })
 }
 
 /// f32 values as little-endian bytes: one memcpy on little-endian machines

@@ -1,0 +1,86 @@
+//! A checkpoint's tokenizer: its `tokenizer.json` through Hugging Face's
+//! `tokenizers` crate (the same Rust code `transformers`' fast tokenizers
+//! run), or, for a GPT-2 directory without one, envgen's built-in GPT-2 BPE.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::data;
+use crate::error::UserError;
+
+pub const FILE: &str = "tokenizer.json";
+
+#[derive(Clone)]
+pub enum HfTokenizer {
+    Json {
+        inner: Box<tokenizers::Tokenizer>,
+        path: PathBuf,
+    },
+    /// A GPT-2 directory without tokenizer.json: r50k_base, compiled in.
+    Gpt2(data::Tokenizer),
+}
+
+impl fmt::Debug for HfTokenizer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HfTokenizer::Json { path, .. } => write!(f, "HfTokenizer({})", path.display()),
+            HfTokenizer::Gpt2(_) => write!(f, "HfTokenizer(gpt2 built in)"),
+        }
+    }
+}
+
+impl HfTokenizer {
+    /// `DIR/tokenizer.json` (required unless `gpt2_fallback`).
+    pub fn load(dir: &Path, gpt2_fallback: bool) -> anyhow::Result<Self> {
+        let path = dir.join(FILE);
+        if !path.is_file() {
+            if gpt2_fallback {
+                return Ok(HfTokenizer::Gpt2(data::Tokenizer::gpt2()));
+            }
+            return Err(UserError::usage(format!("{} has no {FILE}", dir.display()))
+                .with_fix("copy the checkpoint's tokenizer.json into the directory (tokenizer.save_pretrained writes it)")
+                .into());
+        }
+        let inner = tokenizers::Tokenizer::from_file(&path).map_err(|e| {
+            UserError::usage(format!("{}: not a tokenizers file: {e}", path.display()))
+                .with_fix("give the tokenizer.json the checkpoint was published with")
+        })?;
+        Ok(HfTokenizer::Json {
+            inner: Box::new(inner),
+            path,
+        })
+    }
+
+    /// Token ids of `text`, with the special tokens the tokenizer's
+    /// post-processor adds (a BOS for Llama's), as transformers'
+    /// `tokenizer(text)` does.
+    pub fn encode(&self, text: &str) -> anyhow::Result<Vec<u32>> {
+        match self {
+            HfTokenizer::Json { inner, path } => Ok(inner
+                .encode(text, true)
+                .map_err(|e| {
+                    UserError::usage(format!("{}: cannot encode {text:?}: {e}", path.display()))
+                })?
+                .get_ids()
+                .to_vec()),
+            HfTokenizer::Gpt2(t) => Ok(t.encode(text)),
+        }
+    }
+
+    /// Text of `ids` without special tokens (`skip_special_tokens=True`);
+    /// ids the vocabulary does not hold decode to nothing rather than fail.
+    pub fn decode(&self, ids: &[u32]) -> String {
+        match self {
+            HfTokenizer::Json { inner, .. } => inner.decode(ids, true).unwrap_or_default(),
+            HfTokenizer::Gpt2(t) => t.decode(ids),
+        }
+    }
+
+    /// The id of a token string (`</s>`), if the vocabulary has it.
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        match self {
+            HfTokenizer::Json { inner, .. } => inner.token_to_id(token),
+            HfTokenizer::Gpt2(_) => (token == "<|endoftext|>").then_some(data::tokenizer::GPT2_EOT),
+        }
+    }
+}

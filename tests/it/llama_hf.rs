@@ -1,0 +1,402 @@
+//! envgen's Llama-family model against Hugging Face `transformers` (torch,
+//! CPU). One Python run makes, with a fixed seed, five randomly initialised
+//! tiny checkpoints with `save_pretrained` and a `tokenizers` BPE trained on
+//! a paragraph of text:
+//!
+//! - `mha`: LlamaForCausalLM, 4 heads = 4 key/value heads, tied head (SmolLM2's shape);
+//! - `gqa`: 4 heads on 2 key/value heads, separate head, rope_theta 500000,
+//!   `attention_bias` (q/k/v/o biases);
+//! - `qwen2`: Qwen2ForCausalLM (q/k/v biases), GQA, saved in 5 shards with
+//!   `model.safetensors.index.json`;
+//! - `llama3`: Llama 3.1's RoPE scaling, saved in bfloat16;
+//! - `linear`: linear RoPE scaling (position interpolation, factor 3);
+//!
+//! and writes their logits for a few token sequences and their greedy
+//! continuations (`generate(do_sample=False)`). envgen must load each
+//! through `pretrained::load`, match the logits to 1e-4 and the greedy
+//! tokens exactly, generating with the KV cache (all sequences in one
+//! batch) and without it (the full forward at every step). Needs
+//! `ENVGEN_TEST_PYTHON` (scripts/services/pyref.sh builds it in CI).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use envgen_experiments::backend::Cpu;
+use envgen_experiments::data::Tokenizer;
+use envgen_experiments::gpt2;
+use envgen_experiments::llama::{self, GenerateOptions, Llama};
+use envgen_experiments::pretrained::{self, Pretrained};
+use serde_json::Value;
+
+use crate::common::{run, run_ok, text, turn};
+
+const REFERENCE: &str = r#"
+import json, os, sys
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+root = sys.argv[1]
+torch.manual_seed(1234)
+text = ("the cat sat on the mat. the dog ate the bone. a bird sang in the tree, "
+        "and the cat watched the bird while the dog slept by the door.") * 4
+tok = Tokenizer(models.BPE())
+tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+tok.decoder = decoders.ByteLevel()
+tok.train_from_iterator([text], trainers.BpeTrainer(
+    vocab_size=300, special_tokens=["<s>", "</s>"],
+    initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+
+shape = dict(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+             num_attention_heads=4, max_position_embeddings=128, rms_norm_eps=1e-5,
+             bos_token_id=0, eos_token_id=1, initializer_range=0.1)
+models_ = {
+    "mha": (LlamaForCausalLM, LlamaConfig(num_key_value_heads=4, tie_word_embeddings=True, **shape), {}, None),
+    "gqa": (LlamaForCausalLM, LlamaConfig(num_key_value_heads=2, tie_word_embeddings=False,
+                                          rope_theta=500000.0, attention_bias=True, **shape), {}, None),
+    "qwen2": (Qwen2ForCausalLM, Qwen2Config(num_key_value_heads=2, tie_word_embeddings=False, **shape),
+              {"max_shard_size": "100KB"}, None),
+    "llama3": (LlamaForCausalLM, LlamaConfig(num_key_value_heads=4, tie_word_embeddings=True,
+               rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 4.0,
+                                "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                "original_max_position_embeddings": 16}, **shape), {}, torch.bfloat16),
+    "linear": (LlamaForCausalLM, LlamaConfig(num_key_value_heads=2, tie_word_embeddings=False,
+               rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 3.0},
+               **shape), {}, None),
+}
+sequences = [[0, 5, 17, 299, 42, 42, 7, 150, 3, 88, 260, 31], [0, 200, 100], [9, 8, 7, 6, 5, 4]]
+out = {}
+for name, (cls, config, save_args, dtype) in models_.items():
+    model = cls(config)
+    # Norm weights start at 1 and biases at 0: randomise them so that
+    # every tensor's layout matters.
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(0.1 * torch.randn_like(p))
+    if dtype is not None:
+        model = model.to(dtype)
+    directory = os.path.join(root, name)
+    model.save_pretrained(directory, **save_args)
+    tok.save(os.path.join(directory, "tokenizer.json"))
+    # The reference is what transformers loads from the directory, in f32
+    # (bf16 weights widened, as envgen does; RoPE's frequencies computed
+    # afresh, not kept in bf16 from the live model).
+    model = cls.from_pretrained(directory, dtype=torch.float32).eval()
+    logits, greedy = [], []
+    with torch.no_grad():
+        for seq in sequences:
+            ids = torch.tensor([seq])
+            logits.append(model(ids).logits[0].flatten().tolist())
+            gen = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                 max_new_tokens=10, eos_token_id=1, pad_token_id=1)
+            greedy.append(gen[0, len(seq):].tolist())
+    out[name] = {"logits": logits, "greedy": greedy}
+    if name == "gqa":
+        prompt = "the cat sat on the"
+        ids = tok.encode(prompt).ids
+        gen = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                             do_sample=False, max_new_tokens=10, eos_token_id=1, pad_token_id=1)
+        new = gen[0, len(ids):].tolist()
+        out["cli"] = {"model": name, "prompt": prompt, "tokens": new,
+                      "text": tok.decode(new, skip_special_tokens=True)}
+out["sequences"] = sequences
+json.dump(out, open(os.path.join(root, "reference.json"), "w"))
+"#;
+
+/// The checkpoints and transformers' answers, made once per test process.
+struct Fixture {
+    root: PathBuf,
+    reference: Value,
+}
+
+fn fixture() -> &'static Fixture {
+    static FIXTURE: OnceLock<Fixture> = OnceLock::new();
+    FIXTURE.get_or_init(|| {
+        let python = match std::env::var_os("ENVGEN_TEST_PYTHON") {
+            Some(p) if !p.is_empty() => PathBuf::from(p),
+            _ => panic!(
+                "ENVGEN_TEST_PYTHON is not set: these tests compare with Hugging Face \
+                 transformers. Run them through scripts/test.sh (scripts/services/pyref.sh \
+                 builds the venv), or set it to a python with torch, transformers and tokenizers"
+            ),
+        };
+        let root =
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("llama_hf-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        let out = Command::new(python)
+            .args(["-c", REFERENCE, root.to_str().unwrap()])
+            .env("OMP_NUM_THREADS", "2")
+            .env("HF_HUB_OFFLINE", "1")
+            .output()
+            .expect("run ENVGEN_TEST_PYTHON");
+        assert!(
+            out.status.success(),
+            "reference script failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let reference =
+            serde_json::from_str(&std::fs::read_to_string(root.join("reference.json")).unwrap())
+                .unwrap();
+        Fixture { root, reference }
+    })
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect()
+}
+
+fn load(name: &str) -> Llama<Cpu> {
+    let dir = fixture().root.join(name);
+    match pretrained::load::<Cpu>(&dir, &Default::default()).unwrap() {
+        Pretrained::Llama(model) => model,
+        Pretrained::Gpt2 { .. } => panic!("{name} loaded as GPT-2"),
+    }
+}
+
+fn logits(model: &Llama<Cpu>, seq: &[u32]) -> Vec<f32> {
+    llama::generate::logits_of(model, seq, &Default::default())
+}
+
+/// Greedy without the cache: the full forward over the whole row at every
+/// step, stopping at transformers' eos (1).
+fn uncached_greedy(model: &Llama<Cpu>, seq: &[u32], steps: usize) -> Vec<u32> {
+    let mut row = seq.to_vec();
+    for _ in 0..steps {
+        let all = logits(model, &row);
+        let vocab = all.len() / row.len();
+        let last = &all[(row.len() - 1) * vocab..];
+        let next = last
+            .iter()
+            .enumerate()
+            .fold(
+                (0, f32::NEG_INFINITY),
+                |b, (i, &v)| if v > b.1 { (i, v) } else { b },
+            )
+            .0 as u32;
+        row.push(next);
+        if next == 1 {
+            break;
+        }
+    }
+    row[seq.len()..].to_vec()
+}
+
+fn check(name: &str) {
+    let fx = fixture();
+    let want = &fx.reference[name];
+    let model = load(name);
+    let sequences: Vec<Vec<u32>> = fx.reference["sequences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(ids)
+        .collect();
+    for (seq, theirs) in sequences.iter().zip(want["logits"].as_array().unwrap()) {
+        let ours = logits(&model, seq);
+        let theirs: Vec<f32> = theirs
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() as f32)
+            .collect();
+        assert_eq!(ours.len(), theirs.len(), "{name}: logit counts");
+        let diff = ours
+            .iter()
+            .zip(&theirs)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        let scale = theirs.iter().fold(0f32, |m, x| m.max(x.abs()));
+        eprintln!("{name}: max |logit difference| {diff:e}, largest |logit| {scale}");
+        assert!(diff <= 1e-4, "{name}: logits differ by {diff} on {seq:?}");
+    }
+    let greedy: Vec<Vec<u32>> = want["greedy"].as_array().unwrap().iter().map(ids).collect();
+    // The eos comes from the checkpoint (config.json / generation_config.json).
+    assert_eq!(model.config().eos_token_ids, vec![1], "{name}: eos ids");
+    let opts = GenerateOptions {
+        max_new_tokens: 10,
+        eos_token_ids: model.config().eos_token_ids.clone(),
+        ..Default::default()
+    };
+    // All sequences in one batch (different prompt lengths), with the cache.
+    let batch = llama::generate(&model, &sequences, &opts, None, &Default::default()).unwrap();
+    for ((seq, got), theirs) in sequences.iter().zip(&batch).zip(&greedy) {
+        assert_eq!(&got.tokens, theirs, "{name}: cached greedy of {seq:?}");
+        assert_eq!(
+            &uncached_greedy(&model, seq, 10),
+            theirs,
+            "{name}: uncached greedy of {seq:?}"
+        );
+    }
+}
+
+#[test]
+fn a_tied_multi_head_llama_matches_transformers() {
+    let _turn = turn!();
+    check("mha");
+}
+
+#[test]
+fn a_grouped_query_llama_with_its_rope_theta_and_biases_matches_transformers() {
+    let _turn = turn!();
+    check("gqa");
+}
+
+#[test]
+fn a_sharded_qwen2_with_qkv_biases_matches_transformers() {
+    let _turn = turn!();
+    assert!(fixture()
+        .root
+        .join("qwen2/model.safetensors.index.json")
+        .is_file());
+    assert!(!fixture().root.join("qwen2/model.safetensors").exists());
+    check("qwen2");
+}
+
+#[test]
+fn a_bf16_llama3_scaled_rope_checkpoint_matches_transformers() {
+    let _turn = turn!();
+    check("llama3");
+}
+
+#[test]
+fn a_linearly_scaled_rope_checkpoint_matches_transformers() {
+    let _turn = turn!();
+    check("linear");
+}
+
+#[test]
+fn envgen_sample_prints_transformers_greedy_text() {
+    let _turn = turn!();
+    let fx = fixture();
+    let cli = &fx.reference["cli"];
+    let dir = fx.root.join(cli["model"].as_str().unwrap());
+    let spec = format!("hf:{}", dir.display());
+    let args = [
+        "sample",
+        "--model",
+        &spec,
+        "--prompt",
+        cli["prompt"].as_str().unwrap(),
+        "--tokens",
+        "10",
+        "--temperature",
+        "0",
+    ];
+    let out = run_ok(&args);
+    let want = cli["text"].as_str().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{want}\n"));
+    let mut json_args = args.to_vec();
+    json_args.push("--json");
+    let doc = crate::common::json_of(&run_ok(&json_args));
+    assert_eq!(ids(&doc["tokens"]), ids(&cli["tokens"]));
+    assert_eq!(doc["text"], want);
+}
+
+/// What envgen does not compute is refused by name (exit 2), never loaded
+/// wrong: an unknown RoPE scaling, a missing tokenizer, a missing shard.
+#[test]
+fn unsupported_or_incomplete_checkpoints_are_refused_by_name() {
+    let _turn = turn!();
+    let fx = fixture();
+    let copy = fx.root.join("broken");
+    let _ = std::fs::remove_dir_all(&copy);
+    std::fs::create_dir_all(&copy).unwrap();
+    for f in std::fs::read_dir(fx.root.join("qwen2")).unwrap() {
+        let f = f.unwrap();
+        std::fs::copy(f.path(), copy.join(f.file_name())).unwrap();
+    }
+    let spec = format!("hf:{}", copy.display());
+    let sample = |expect: &str| {
+        let out = run(&[
+            "sample", "--model", &spec, "--prompt", "the", "--tokens", "2",
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(expect), "{expect}: {}", text(&out));
+        assert!(err.contains("fix:"), "{}", text(&out));
+    };
+    let config = copy.join("config.json");
+    let original = std::fs::read_to_string(&config).unwrap();
+    let mut doc: Value = serde_json::from_str(&original).unwrap();
+    doc["rope_parameters"] = serde_json::json!({"rope_type": "yarn", "factor": 4.0});
+    std::fs::write(&config, doc.to_string()).unwrap();
+    sample("rope_parameters.rope_type");
+    doc["rope_parameters"] = serde_json::json!({"rope_type": "default"});
+    doc["hidden_act"] = "gelu".into();
+    std::fs::write(&config, doc.to_string()).unwrap();
+    sample("hidden_act");
+    std::fs::write(&config, &original).unwrap();
+    std::fs::remove_file(copy.join("tokenizer.json")).unwrap();
+    sample("tokenizer.json");
+    std::fs::remove_file(copy.join("model-00003-of-00005.safetensors")).unwrap();
+    sample("model-00003-of-00005.safetensors");
+    std::fs::remove_file(copy.join("model.safetensors.index.json")).unwrap();
+    sample("model.safetensors.index.json");
+    let out = run(&["sample", "--model", copy.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("hf:DIR"));
+}
+
+/// A GPT-2 directory goes through the same `--model hf:DIR`: without a
+/// tokenizer.json it is read with GPT-2's BPE, and prints what envgen's
+/// GPT-2 sampler gives; a prompt its vocabulary cannot hold is exit 2.
+#[test]
+fn envgen_sample_reads_gpt2_directories_too() {
+    let _turn = turn!();
+    let tmp = tempfile::tempdir().unwrap();
+    let device = Default::default();
+    let cfg = gpt2::ModelConfig {
+        n_layer: 1,
+        n_head: 2,
+        n_embd: 16,
+        block_size: 32,
+        vocab_size: 50257,
+        dropout: 0.0,
+    };
+    let model = cfg.init::<Cpu>(&device);
+    gpt2::hf::save_pretrained(&model, &cfg, tmp.path()).unwrap();
+    let tokenizer = Tokenizer::gpt2();
+    let options = gpt2::SampleOptions {
+        tokens: 6,
+        temperature: 0.0,
+        top_k: None,
+        seed: 0,
+        vocab_limit: None,
+    };
+    let prompt = tokenizer.encode("Hello, I'm");
+    let want = tokenizer.decode(&gpt2::sample(&model, &cfg, &prompt, options, &device));
+    let spec = format!("hf:{}", tmp.path().display());
+    let args = [
+        "sample",
+        "--model",
+        &spec,
+        "--prompt",
+        "Hello, I'm",
+        "--tokens",
+        "6",
+        "--temperature",
+        "0",
+    ];
+    let out = run_ok(&args);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{want}\n"));
+
+    let small = gpt2::ModelConfig {
+        vocab_size: 40,
+        ..cfg
+    };
+    gpt2::hf::save_pretrained(&small.init::<Cpu>(&device), &small, tmp.path()).unwrap();
+    let out = run(&args);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("vocab_size 40"),
+        "{}",
+        text(&out)
+    );
+}
