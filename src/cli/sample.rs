@@ -40,6 +40,14 @@ pub struct Args {
     /// repeatable). The checkpoint's end-of-sequence ids always stop it.
     #[arg(long = "stop")]
     pub stop: Vec<String>,
+    /// Send --prompt as the user's turn through the checkpoint's chat
+    /// template (--model only), as transformers' apply_chat_template with
+    /// add_generation_prompt=True does.
+    #[arg(long, requires = "model")]
+    pub chat: bool,
+    /// A system turn before the user's (--chat only).
+    #[arg(long, requires = "chat")]
+    pub system: Option<String>,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// One JSON object: prompt, text, tokens, finish.
@@ -115,7 +123,24 @@ fn sample_pretrained(dir: &Path, args: &Args) -> Result<i32> {
     let device = Default::default();
     let model = pretrained::load::<Cpu>(dir, &device)?;
     let tokenizer = pretrained::tokenizer(dir, &model)?;
-    let prompt = tokenizer.encode(&args.prompt)?;
+    let prompt = if args.chat {
+        let template = pretrained::ChatTemplate::load(dir)?.ok_or_else(|| {
+            UserError::usage(format!(
+                "{} has no chat template (chat_template.jinja or chat_template in tokenizer_config.json)",
+                dir.display()
+            ))
+            .with_fix("drop --chat for a base model, or use the instruct checkpoint")
+        })?;
+        let mut messages = Vec::new();
+        if let Some(system) = &args.system {
+            messages.push(pretrained::Message::new("system", system));
+        }
+        messages.push(pretrained::Message::new("user", &args.prompt));
+        tokenizer.encode_chat(&template.render(&messages, true)?)?
+    } else {
+        tokenizer.encode(&args.prompt)?
+    };
+    let prompt_tokens = prompt.clone();
     let (tokens, finish) = match &model {
         Pretrained::Llama(model) => {
             if args.top_k.is_some() {
@@ -182,7 +207,8 @@ fn sample_pretrained(dir: &Path, args: &Args) -> Result<i32> {
     };
     let text = tokenizer.decode(&tokens);
     if args.json {
-        let doc = json!({"prompt": args.prompt, "text": text, "tokens": tokens, "finish": finish});
+        let doc = json!({"prompt": args.prompt, "prompt_tokens": prompt_tokens,
+            "text": text, "tokens": tokens, "finish": finish});
         crate::output::outln!("{doc}");
     } else {
         crate::output::outln!("{text}");

@@ -101,6 +101,51 @@ for name, (cls, config, save_args, dtype) in models_.items():
         new = gen[0, len(ids):].tolist()
         out["cli"] = {"model": name, "prompt": prompt, "tokens": new,
                       "text": tok.decode(new, skip_special_tokens=True)}
+# The chat template test: the gqa checkpoint with a tokenizer saved by
+# transformers (tokenizer_config.json, chat_template.jinja) and a template
+# that leans on trim_blocks/lstrip_blocks, special tokens, slicing,
+# Python string methods and raise_exception.
+import shutil
+from transformers import PreTrainedTokenizerFast
+chat_dir = os.path.join(root, "chat")
+shutil.copytree(os.path.join(root, "gqa"), chat_dir)
+hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")
+hf_tok.chat_template = """{% if messages[0]['role'] == 'system' %}
+    {% set system = messages[0]['content'] | trim %}
+    {% set turns = messages[1:] %}
+{% else %}
+    {% set system = 'the cat and the dog' %}
+    {% set turns = messages %}
+{% endif %}
+{{ bos_token }}system: {{ system }}{{ eos_token }}
+{% for message in turns %}
+    {% if message['role'] not in ['user', 'assistant'] %}
+        {{ raise_exception('only user and assistant turns follow the system turn, not ' + message['role']) }}
+    {% endif %}
+{{ message['role'] }}: {{ message['content'].strip() }}{{ eos_token }}
+{% endfor %}
+{% if add_generation_prompt %}
+assistant:{% endif %}
+"""
+hf_tok.save_pretrained(chat_dir)
+conversations = [
+    ([{"role": "user", "content": " the cat sat on the "}], True),
+    ([{"role": "system", "content": "a bird sang "}, {"role": "user", "content": "the dog ate"}], True),
+    ([{"role": "user", "content": "the mat"}, {"role": "assistant", "content": "the bone"},
+      {"role": "user", "content": "the tree"}], False),
+]
+chat = []
+for messages, gen in conversations:
+    text_ = hf_tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen)
+    chat.append({"messages": messages, "add_generation_prompt": gen, "text": text_,
+                 "ids": hf_tok(text_, add_special_tokens=False)["input_ids"]})
+chat_model = LlamaForCausalLM.from_pretrained(chat_dir, dtype=torch.float32).eval()
+system_user = chat[1]
+ids = torch.tensor([system_user["ids"]])
+with torch.no_grad():
+    gen = chat_model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                              max_new_tokens=10, eos_token_id=1, pad_token_id=1)
+out["chat"] = {"conversations": chat, "greedy": gen[0, ids.shape[1]:].tolist()}
 out["sequences"] = sequences
 json.dump(out, open(os.path.join(root, "reference.json"), "w"))
 "#;
@@ -399,4 +444,70 @@ fn envgen_sample_reads_gpt2_directories_too() {
         "{}",
         text(&out)
     );
+}
+
+/// The chat template of a checkpoint saved by transformers
+/// (chat_template.jinja, tokenizer_config.json's special tokens) renders
+/// to transformers' `apply_chat_template` text and token ids, and `envgen
+/// sample --chat` continues it with transformers' greedy tokens.
+#[test]
+fn chat_templates_render_and_generate_as_in_transformers() {
+    let _turn = turn!();
+    let fx = fixture();
+    let chat = &fx.reference["chat"];
+    let dir = fx.root.join("chat");
+    let template = pretrained::ChatTemplate::load(&dir)
+        .unwrap()
+        .expect("saved template");
+    let tokenizer = pretrained::HfTokenizer::load(&dir, false).unwrap();
+    let conversations = chat["conversations"].as_array().unwrap();
+    for c in conversations {
+        let messages: Vec<pretrained::Message> = c["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                pretrained::Message::new(
+                    m["role"].as_str().unwrap(),
+                    m["content"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        let generation_prompt = c["add_generation_prompt"].as_bool().unwrap();
+        let rendered = template.render(&messages, generation_prompt).unwrap();
+        assert_eq!(rendered, c["text"].as_str().unwrap(), "{messages:?}");
+        assert_eq!(tokenizer.encode_chat(&rendered).unwrap(), ids(&c["ids"]));
+    }
+    // The template's own refusal, quoted, exit 2.
+    let e = template
+        .render(&[pretrained::Message::new("tool", "x")], true)
+        .unwrap_err();
+    assert_eq!(envgen_experiments::error::exit_code_of(&e), 2);
+    assert!(e.to_string().contains("not tool"), "{e}");
+
+    let spec = format!("hf:{}", dir.display());
+    let system_user = &conversations[1]["messages"];
+    let doc = crate::common::json_of(&run_ok(&[
+        "sample",
+        "--model",
+        &spec,
+        "--chat",
+        "--system",
+        system_user[0]["content"].as_str().unwrap(),
+        "--prompt",
+        system_user[1]["content"].as_str().unwrap(),
+        "--tokens",
+        "10",
+        "--temperature",
+        "0",
+        "--json",
+    ]));
+    assert_eq!(ids(&doc["prompt_tokens"]), ids(&conversations[1]["ids"]));
+    assert_eq!(ids(&doc["tokens"]), ids(&chat["greedy"]));
+
+    // A checkpoint without a template: --chat is refused by name.
+    let plain = format!("hf:{}", fx.root.join("gqa").display());
+    let out = run(&["sample", "--model", &plain, "--chat", "--prompt", "x"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("no chat template"), "{}", text(&out));
 }

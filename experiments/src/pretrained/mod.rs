@@ -4,6 +4,7 @@
 //! such a directory as `hf:DIR` (`model.init = "hf:DIR"`, `envgen sample
 //! --model hf:DIR`).
 
+pub mod chat;
 pub mod tokenizer;
 
 use std::path::{Path, PathBuf};
@@ -13,6 +14,7 @@ use burn::prelude::*;
 use crate::error::UserError;
 use crate::gpt2::{self, Gpt2};
 use crate::llama::{self, Llama};
+pub use chat::{ChatTemplate, Message};
 pub use tokenizer::HfTokenizer;
 
 /// The prefix that marks a Hugging Face directory in a config or a flag.

@@ -55,9 +55,20 @@ impl HfTokenizer {
     /// post-processor adds (a BOS for Llama's), as transformers'
     /// `tokenizer(text)` does.
     pub fn encode(&self, text: &str) -> anyhow::Result<Vec<u32>> {
+        self.encode_with(text, true)
+    }
+
+    /// Token ids of a rendered chat: no special tokens added, since the
+    /// template writes them itself (transformers' `apply_chat_template`
+    /// tokenizes with `add_special_tokens=False`).
+    pub fn encode_chat(&self, text: &str) -> anyhow::Result<Vec<u32>> {
+        self.encode_with(text, false)
+    }
+
+    fn encode_with(&self, text: &str, add_special_tokens: bool) -> anyhow::Result<Vec<u32>> {
         match self {
             HfTokenizer::Json { inner, path } => Ok(inner
-                .encode(text, true)
+                .encode(text, add_special_tokens)
                 .map_err(|e| {
                     UserError::usage(format!("{}: cannot encode {text:?}: {e}", path.display()))
                 })?

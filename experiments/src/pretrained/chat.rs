@@ -1,0 +1,295 @@
+//! A checkpoint's chat template: the Jinja text in `chat_template.jinja`
+//! or `tokenizer_config.json`'s `chat_template`, rendered with MiniJinja the
+//! way transformers' `apply_chat_template(..., tokenize=False)` renders it
+//! with Jinja2 (transformers/utils/chat_template_utils.py, read in the test
+//! venv's transformers 5):
+//!
+//! - `trim_blocks` and `lstrip_blocks` on, loop controls (`break`,
+//!   `continue`) on, a single trailing newline of the template dropped;
+//! - the globals `raise_exception(msg)` (an error with the template's
+//!   message) and `strftime_now(format)`; `namespace` and `dict` are
+//!   MiniJinja built-ins;
+//! - the variables `messages`, `add_generation_prompt` and the tokenizer's
+//!   special tokens (`bos_token`, `eos_token`, …) as strings;
+//! - Python's string and dict methods (`.strip()`, `.startswith()`,
+//!   `.items()`) through minijinja-contrib's pycompat.
+//!
+//! Not covered: `tools`/`documents` (envgen passes none) and the exact
+//! spacing of `tojson` (MiniJinja writes compact JSON, Python's `json.dumps`
+//! puts a space after `,` and `:`), which only tool-calling templates use.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use minijinja::{Environment, Error, ErrorKind};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::error::UserError;
+
+/// Where transformers ≥ 4.43 saves the template (beside tokenizer.json).
+pub const TEMPLATE_FILE: &str = "chat_template.jinja";
+pub const CONFIG_FILE: &str = "tokenizer_config.json";
+
+/// The special tokens transformers hands a template (`special_tokens_map`).
+const SPECIAL_TOKENS: &[&str] = &[
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+];
+
+/// One chat turn, as transformers' `{"role": …, "content": …}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Message {
+    pub role: String,
+    pub content: String,
+}
+
+impl Message {
+    pub fn new(role: &str, content: &str) -> Self {
+        Self {
+            role: role.to_string(),
+            content: content.to_string(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ChatTemplate {
+    source: String,
+    /// The file the template came from (for errors).
+    path: PathBuf,
+    special_tokens: BTreeMap<String, String>,
+}
+
+impl ChatTemplate {
+    /// The template of the checkpoint in `dir`; `None` when it has none
+    /// (base models usually ship without one).
+    pub fn load(dir: &Path) -> anyhow::Result<Option<Self>> {
+        let config_path = dir.join(CONFIG_FILE);
+        let config: Value = if config_path.is_file() {
+            read_json(&config_path)?
+        } else {
+            Value::Null
+        };
+        let special_tokens = SPECIAL_TOKENS
+            .iter()
+            .filter_map(|&key| Some((key.to_string(), token_text(&config[key])?)))
+            .collect();
+        let file = dir.join(TEMPLATE_FILE);
+        let (source, path) = if file.is_file() {
+            let text = std::fs::read_to_string(&file).map_err(|e| {
+                UserError::usage(format!("{}: {e}", file.display()))
+                    .with_fix("give a UTF-8 Jinja template")
+            })?;
+            (text, file)
+        } else {
+            match template_in_config(&config, &config_path)? {
+                Some(text) => (text, config_path),
+                None => return Ok(None),
+            }
+        };
+        Ok(Some(Self {
+            source,
+            path,
+            special_tokens,
+        }))
+    }
+
+    /// The text of `messages` in the model's chat format; with
+    /// `add_generation_prompt`, followed by the opening of the assistant's
+    /// turn. A template's `raise_exception` is a usage error quoting it.
+    pub fn render(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+    ) -> anyhow::Result<String> {
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function(
+            "raise_exception",
+            |message: String| -> Result<String, Error> {
+                Err(Error::new(ErrorKind::InvalidOperation, message))
+            },
+        );
+        env.add_function("strftime_now", strftime_now);
+        let mut context: BTreeMap<&str, minijinja::Value> = self
+            .special_tokens
+            .iter()
+            .map(|(k, v)| (k.as_str(), minijinja::Value::from(v.clone())))
+            .collect();
+        context.insert("messages", minijinja::Value::from_serialize(messages));
+        context.insert(
+            "add_generation_prompt",
+            minijinja::Value::from(add_generation_prompt),
+        );
+        env.render_str(&self.source, context).map_err(|e| {
+            let detail = match e.kind() {
+                ErrorKind::InvalidOperation => e.detail().unwrap_or("").to_string(),
+                _ => format!("{e:#}"),
+            };
+            UserError::usage(format!(
+                "{}: the chat template refused the conversation: {detail}",
+                self.path.display()
+            ))
+            .with_fix("give the roles and turn order the model's template expects (usually system?, then user/assistant alternating)")
+            .into()
+        })
+    }
+}
+
+fn read_json(path: &Path) -> anyhow::Result<Value> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        UserError::usage(format!("{}: {e}", path.display()))
+            .with_fix("give the tokenizer_config.json the checkpoint was saved with")
+    })?;
+    serde_json::from_str(&text).map_err(|e| {
+        UserError::usage(format!("{}: not JSON: {e}", path.display()))
+            .with_fix("give the tokenizer_config.json the checkpoint was saved with")
+            .into()
+    })
+}
+
+/// A special token as a string: configs write either `"</s>"` or an
+/// AddedToken object `{"content": "</s>", …}`.
+fn token_text(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.clone()),
+        Value::Object(o) => o.get("content")?.as_str().map(str::to_string),
+        _ => None,
+    }
+}
+
+/// `chat_template` of tokenizer_config.json: a string, or a list of
+/// `{"name", "template"}` of which transformers uses "default".
+fn template_in_config(config: &Value, path: &Path) -> anyhow::Result<Option<String>> {
+    match &config["chat_template"] {
+        Value::Null => Ok(None),
+        Value::String(s) => Ok(Some(s.clone())),
+        Value::Array(named) => named
+            .iter()
+            .find(|t| t["name"] == "default")
+            .and_then(|t| t["template"].as_str())
+            .map(|s| Some(s.to_string()))
+            .ok_or_else(|| {
+                UserError::usage(format!(
+                    "{}: chat_template lists named templates but none named \"default\"",
+                    path.display()
+                ))
+                .with_fix("name the template to use \"default\"")
+                .into()
+            }),
+        other => Err(UserError::usage(format!(
+            "{}: chat_template is {other}, expected a string",
+            path.display()
+        ))
+        .with_fix("give the tokenizer_config.json the checkpoint was saved with")
+        .into()),
+    }
+}
+
+/// transformers' `strftime_now`: the local time in a C `strftime` format
+/// (Llama 3.1's template writes today's date into the system turn).
+/// libc's own strftime, so every directive means what Python's does on Linux.
+fn strftime_now(format: String) -> Result<String, Error> {
+    let invalid = |what: &str| Error::new(ErrorKind::InvalidOperation, what.to_string());
+    let format = std::ffi::CString::new(format).map_err(|_| invalid("NUL in the format"))?;
+    let mut buffer = vec![0u8; 256];
+    // SAFETY: time/localtime_r fill the tm we own; strftime writes at most
+    // buffer.len() bytes into the buffer and returns how many it wrote.
+    let written = unsafe {
+        let now = libc::time(std::ptr::null_mut());
+        let mut tm: libc::tm = std::mem::zeroed();
+        if libc::localtime_r(&now, &mut tm).is_null() {
+            return Err(invalid("no local time"));
+        }
+        libc::strftime(
+            buffer.as_mut_ptr().cast(),
+            buffer.len(),
+            format.as_ptr(),
+            &tm,
+        )
+    };
+    buffer.truncate(written);
+    String::from_utf8(buffer).map_err(|_| invalid("strftime wrote non-UTF-8"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn template(dir: &Path, config: Value) -> ChatTemplate {
+        std::fs::write(dir.join(CONFIG_FILE), config.to_string()).unwrap();
+        ChatTemplate::load(dir).unwrap().expect("a template")
+    }
+
+    #[test]
+    fn blocks_are_trimmed_and_special_tokens_and_methods_are_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = template(
+            dir.path(),
+            serde_json::json!({
+                "bos_token": {"content": "<s>", "special": true},
+                "eos_token": "</s>",
+                "chat_template": "{{ bos_token }}\n{% for m in messages %}\n  {% if m['role'] == 'user' %}\n[{{ m['content'].strip() }}]{{ eos_token }}\n  {% endif %}\n{% endfor %}\n{% if add_generation_prompt %}>{% endif %}\n",
+            }),
+        );
+        let messages = [Message::new("user", "  hi "), Message::new("user", "yo")];
+        assert_eq!(
+            t.render(&messages, true).unwrap(),
+            "<s>\n[hi]</s>\n[yo]</s>\n>"
+        );
+        assert_eq!(
+            t.render(&messages, false).unwrap(),
+            "<s>\n[hi]</s>\n[yo]</s>\n"
+        );
+    }
+
+    #[test]
+    fn raise_exception_is_a_usage_error_quoting_the_template() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = template(
+            dir.path(),
+            serde_json::json!({"chat_template": "{% for m in messages %}{% if m.role == 'tool' %}{{ raise_exception('no tools here') }}{% endif %}{{ m.content }}{% endfor %}"}),
+        );
+        let e = t.render(&[Message::new("tool", "x")], true).unwrap_err();
+        assert_eq!(crate::error::exit_code_of(&e), 2);
+        assert!(e.to_string().contains("no tools here"), "{e}");
+        assert_eq!(t.render(&[Message::new("user", "x")], true).unwrap(), "x");
+    }
+
+    #[test]
+    fn the_template_file_wins_and_named_lists_use_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = template(
+            dir.path(),
+            serde_json::json!({"chat_template": [
+                {"name": "tool_use", "template": "tools"},
+                {"name": "default", "template": "plain"}]}),
+        );
+        assert_eq!(t.render(&[], false).unwrap(), "plain");
+        std::fs::write(dir.path().join(TEMPLATE_FILE), "from file\n").unwrap();
+        let t = ChatTemplate::load(dir.path()).unwrap().unwrap();
+        // Jinja2 drops one trailing newline of the template, as does MiniJinja.
+        assert_eq!(t.render(&[], false).unwrap(), "from file");
+        std::fs::remove_file(dir.path().join(TEMPLATE_FILE)).unwrap();
+        std::fs::write(dir.path().join(CONFIG_FILE), "{}").unwrap();
+        assert!(ChatTemplate::load(dir.path()).unwrap().is_none());
+        std::fs::write(dir.path().join(CONFIG_FILE), "{").unwrap();
+        let e = ChatTemplate::load(dir.path()).unwrap_err();
+        assert_eq!(crate::error::exit_code_of(&e), 2);
+    }
+
+    #[test]
+    fn strftime_now_formats_the_current_date() {
+        let year = strftime_now("%Y".into()).unwrap();
+        assert_eq!(year.len(), 4);
+        assert!(year.starts_with("20"), "{year}");
+    }
+}
