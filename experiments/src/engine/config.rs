@@ -1,7 +1,7 @@
 //! Science configs: TOML in, typed struct out, `--set` overrides, hashing.
 //!
-//! A config file may carry a `[hardware]` table (a hint such as the
-//! micro-batch that fits a typical machine). It is split off before anything
+//! A config file may carry a `[hardware]` table (hints such as the
+//! micro-batch or the generation batch that fit a typical machine). It is split off before anything
 //! else: the science config alone is what `config.toml` holds and
 //! `config_hash` hashes, so the same science hashes the same on any machine.
 
@@ -197,6 +197,9 @@ fn default_grad_clip() -> f64 {
 pub struct HardwareHint {
     #[serde(default)]
     pub micro_batch: Option<usize>,
+    /// Rows per generation call, for experiments that sample (rft).
+    #[serde(default)]
+    pub gen_batch: Option<usize>,
 }
 
 /// A resolved science config plus the hardware hint that came with it.
@@ -220,7 +223,7 @@ pub fn load<T: Serialize + DeserializeOwned>(
     let hardware: HardwareHint = match tree.remove("hardware") {
         Some(value) => value.try_into().map_err(|e| {
             UserError::usage(format!("{origin}: [hardware]: {e}"))
-                .with_fix("the [hardware] table only knows `micro_batch`")
+                .with_fix("the [hardware] table only knows `micro_batch` and `gen_batch`")
         })?,
         None => HardwareHint::default(),
     };
