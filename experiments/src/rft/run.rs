@@ -407,6 +407,8 @@ pub(crate) fn train_stage<B: FusedAutodiffBackend>(
 /// Greedy evaluation of the weights at `model_path` after `round` (0: the
 /// pretrained model), cached in `record` and logged to metrics.jsonl when
 /// computed, with its round: `runs report` plots accuracy per round.
+/// `control` gives the generation batch and whether to show progress.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn eval_stage<B: FusedBackend>(
     config: &RftConfig,
     model_path: &Path,
