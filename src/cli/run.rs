@@ -54,7 +54,7 @@ pub struct Args {
     /// Rows (completions) per generation call of an experiment that
     /// samples (rft): a hardware knob like --micro-batch, recorded in the
     /// manifest's profile; the samples do not depend on it (default: the
-    /// preset's `[hardware] gen_batch`, else 64).
+    /// hardware profile's, then the preset's `[hardware] gen_batch`, else 64).
     #[arg(long, value_name = "N", value_parser = at_least_one)]
     pub gen_batch: Option<usize>,
     /// CPU threads for tensor work (a hardware knob, recorded in the

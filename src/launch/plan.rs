@@ -75,7 +75,7 @@ pub struct Setup<'a> {
 
 /// The knobs of a run that starts from step 0 here: `--micro-batch` wins,
 /// then the hardware profile, then the preset's hint; the global batch is
-/// split over the ranks, then into micro-batches.
+/// split over the ranks, then into micro-batches. `--gen-batch` likewise.
 pub fn fresh_knobs(
     req: &RunRequest,
     setup: &Setup,
@@ -96,7 +96,12 @@ pub fn fresh_knobs(
     Ok(HardwareKnobs {
         name: Some(choice.profile.clone()),
         micro_batch,
-        gen_batch: gen_batch(req.flags.gen_batch.or(loaded.hardware.gen_batch))?,
+        gen_batch: gen_batch(
+            req.flags
+                .gen_batch
+                .or(choice.gen_batch)
+                .or(loaded.hardware.gen_batch),
+        )?,
         grad_accum,
         precision: choice.precision.name().into(),
         backend: setup.backend.into(),
