@@ -230,21 +230,38 @@ pub fn load<T: Serialize + DeserializeOwned>(
     // Round-trip through T first so defaults appear in the tree: then an
     // override of a defaulted key is type-checked like any other.
     let typed: T = toml::Value::Table(tree).try_into().map_err(|e| {
-        UserError::usage(format!("{origin}: {e}"))
-            .with_fix("compare with `envgen experiments describe EXP --json`")
+        schema_error(
+            origin,
+            &e,
+            "compare with `envgen experiments describe EXP --json`",
+        )
     })?;
     let mut value = toml::Value::try_from(&typed)?;
     for item in overrides {
         apply_override(&mut value, item)?;
     }
     let science: T = value.try_into().map_err(|e| {
-        UserError::usage(format!(
-            "{origin} with --set {}: {e}",
-            overrides.join(" --set ")
-        ))
-        .with_fix("check the overridden keys against `envgen experiments describe EXP --json`")
+        schema_error(
+            &format!("{origin} with --set {}", overrides.join(" --set ")),
+            &e,
+            "check the overridden keys against `envgen experiments describe EXP --json`",
+        )
     })?;
     Ok(Loaded { science, hardware })
+}
+
+/// Marks the fix inside a config type's own deserialization error (e.g. a
+/// removed key refused with its replacement): `"WHAT Fix: FIX"`.
+pub const FIX_MARKER: &str = " Fix: ";
+
+/// A config that does not fit its schema (exit 2); a message that carries
+/// its own fix ([`FIX_MARKER`]) gets that fix instead of `generic_fix`.
+fn schema_error(origin: &str, e: &toml::de::Error, generic_fix: &str) -> anyhow::Error {
+    match e.message().split_once(FIX_MARKER) {
+        Some((what, fix)) => UserError::usage(format!("{origin}: {what}")).with_fix(fix.trim()),
+        None => UserError::usage(format!("{origin}: {e}")).with_fix(generic_fix),
+    }
+    .into()
 }
 
 /// Apply one `a.b.c=value` override to a TOML tree. An existing key keeps its

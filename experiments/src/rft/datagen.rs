@@ -95,7 +95,8 @@ struct DatagenTable {
     check_reasoning: bool,
 }
 
-/// Why `datagen.batch_questions` is refused, and what to do instead.
+/// Why `datagen.batch_questions` is refused, and what to do instead (after
+/// [`crate::engine::config::FIX_MARKER`], which makes it the error's fix).
 pub const BATCH_QUESTIONS_GONE: &str = "datagen.batch_questions is no longer a config key: \
 the generation batch is a hardware knob (samples no longer depend on it, and it is not in \
 config_hash). Fix: delete the batch_questions line and pass `envgen run rft --gen-batch N` \

@@ -251,8 +251,14 @@ fn batch_questions_is_refused_with_its_replacement() {
     let err = load_config(&old, "config.toml", &[]).unwrap_err();
     let text = format!("{err:#}");
     assert!(text.contains("datagen.batch_questions"), "{text}");
-    assert!(text.contains("--gen-batch"), "{text}");
     assert_eq!(crate::error::exit_code_of(&err), 2);
+    // Its own fix, not the generic "compare with experiments describe".
+    let fix = err
+        .downcast_ref::<crate::error::UserError>()
+        .and_then(|e| e.fix.clone())
+        .unwrap_or_default();
+    assert!(fix.starts_with("delete the batch_questions line"), "{text}");
+    assert!(fix.contains("--gen-batch"), "{text}");
     let err = with(&["datagen.batch_questions=32"]).unwrap_err();
     assert!(format!("{err:#}").contains("--gen-batch"), "{err:#}");
 }
