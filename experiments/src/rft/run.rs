@@ -281,6 +281,7 @@ pub(crate) fn rft_round<B: FusedAutodiffBackend>(
         let t0 = Instant::now();
         let bar = engine::train::progress_bar(control.progress, split.train.len() as u64, 0);
         bar.set_prefix(format!("datagen (round {round}) "));
+        bar.set_message("questions");
         let dataset = build_dataset(
             &mut sampler,
             &split.train,
