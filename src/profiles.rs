@@ -88,6 +88,10 @@ pub struct HardwareProfile {
     /// "experiment/preset" → micro-batch (sequences per forward pass).
     #[serde(default)]
     pub micro_batch: BTreeMap<String, usize>,
+    /// "experiment/preset" → generation batch (rows per generation call of
+    /// an experiment that samples, such as rft).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub gen_batch: BTreeMap<String, usize>,
     /// Defaults for `envgen run --where slurm --profile NAME` (flags win).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<SlurmDefaults>,
@@ -143,6 +147,8 @@ pub struct HardwareChoice {
     pub precision: Precision,
     /// `None`: the preset's global batch fits in one pass.
     pub micro_batch: Option<usize>,
+    /// `None`: the preset's hint or the experiment's default.
+    pub gen_batch: Option<usize>,
     pub warnings: Vec<String>,
 }
 
@@ -310,6 +316,10 @@ impl Profiles {
                 .micro_batch
                 .get(&format!("{experiment}/{preset}"))
                 .copied(),
+            gen_batch: profile
+                .gen_batch
+                .get(&format!("{experiment}/{preset}"))
+                .copied(),
             warnings,
         })
     }
@@ -447,5 +457,20 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("micro_bach"), "{err}");
+    }
+
+    #[test]
+    fn a_profile_may_set_the_generation_batch_of_a_preset() {
+        let profiles = Profiles::parse(
+            "[[profile]]\nname='x'\nmatch={cpu=true}\nbackend='cpu'\nprecision='fp32'\ngen_batch={'rft/tiny'=96}\n",
+        )
+        .unwrap();
+        let choose = |preset| {
+            profiles
+                .choose(None, Some("x"), None, "rft", preset)
+                .unwrap()
+        };
+        assert_eq!(choose("tiny").gen_batch, Some(96));
+        assert_eq!(choose("other").gen_batch, None);
     }
 }

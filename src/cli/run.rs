@@ -51,6 +51,12 @@ pub struct Args {
     /// keeps the global batch, hence the science, unchanged).
     #[arg(long, value_name = "N", value_parser = at_least_one)]
     pub micro_batch: Option<usize>,
+    /// Rows (completions) per generation call of an experiment that
+    /// samples (rft): a hardware knob like --micro-batch, recorded in the
+    /// manifest's profile; the samples do not depend on it (default: the
+    /// hardware profile's, then the preset's `[hardware] gen_batch`, else 64).
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
+    pub gen_batch: Option<usize>,
     /// CPU threads for tensor work (a hardware knob, recorded in the
     /// manifest; default: every core this process may use).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
@@ -207,6 +213,7 @@ impl Args {
             place: self.location,
             backend: self.backend.into(),
             micro_batch: self.micro_batch,
+            gen_batch: self.gen_batch,
             threads: self.threads,
             precision: self.precision.map(Precision::from),
             profile: self.profile,
@@ -403,6 +410,9 @@ fn print_plan(doc: &Value) {
             text(&p["device"]),
             text(&p["threads"]),
         );
+        if let Some(n) = p.get("gen_batch").filter(|n| !n.is_null()) {
+            crate::output::outln!("  generation batch {} rows per call", text(n));
+        }
     }
     if doc["resume"].is_null() {
         crate::output::outln!("  run directory: a new one under {}", text(&doc["out"]));

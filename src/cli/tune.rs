@@ -510,6 +510,7 @@ fn tuned_profile(
         },
         precision,
         micro_batch: Default::default(),
+        gen_batch: Default::default(),
         slurm: None,
         measured: Default::default(),
     }

@@ -170,6 +170,7 @@ pub fn check_flags(flags: &RunFlags) -> Result<()> {
     }
     let refused: Vec<&str> = [
         ("--micro-batch", flags.micro_batch.is_some()),
+        ("--gen-batch", flags.gen_batch.is_some()),
         ("--precision", flags.precision.is_some()),
         ("--threads", flags.threads.is_some()),
         ("--profile", flags.profile.is_some()),
@@ -290,6 +291,7 @@ pub fn knobs() -> HardwareKnobs {
     HardwareKnobs {
         name: None,
         micro_batch: 1,
+        gen_batch: None,
         grad_accum: 1,
         precision: "-".into(),
         backend: "-".into(),

@@ -128,6 +128,8 @@ impl Launcher for Native {
         let control = RunControl {
             run_dir: run_dir.clone(),
             micro_batch: prepared.knobs.micro_batch,
+            gen_batch: prepared.knobs.gen_batch,
+            label: None,
             resume: prepared.resume,
             stop_after: req.flags.stop_after,
             stop: stop.clone(),

@@ -75,7 +75,7 @@ pub struct Setup<'a> {
 
 /// The knobs of a run that starts from step 0 here: `--micro-batch` wins,
 /// then the hardware profile, then the preset's hint; the global batch is
-/// split over the ranks, then into micro-batches.
+/// split over the ranks, then into micro-batches. `--gen-batch` likewise.
 pub fn fresh_knobs(
     req: &RunRequest,
     setup: &Setup,
@@ -96,6 +96,12 @@ pub fn fresh_knobs(
     Ok(HardwareKnobs {
         name: Some(choice.profile.clone()),
         micro_batch,
+        gen_batch: gen_batch(
+            req.flags
+                .gen_batch
+                .or(choice.gen_batch)
+                .or(loaded.hardware.gen_batch),
+        )?,
         grad_accum,
         precision: choice.precision.name().into(),
         backend: setup.backend.into(),
@@ -125,7 +131,22 @@ pub fn resumed_knobs(
     )?;
     knobs.micro_batch = micro_batch;
     knobs.grad_accum = grad_accum;
+    // Samples do not depend on it: a resume may change it like the micro-batch.
+    if req.flags.gen_batch.is_some() {
+        knobs.gen_batch = req.flags.gen_batch;
+    }
     Ok(knobs)
+}
+
+/// The generation batch chosen; 0 rows (a config's `[hardware]` hint; the
+/// flag refuses it itself) is refused.
+fn gen_batch(chosen: Option<usize>) -> Result<Option<usize>> {
+    if chosen == Some(0) {
+        return Err(UserError::usage("[hardware] gen_batch = 0")
+            .with_fix("set gen_batch to 1 or more rows per generation call, or pass --gen-batch N")
+            .into());
+    }
+    Ok(chosen)
 }
 
 /// What a new run will be, before anything is made.
@@ -338,6 +359,9 @@ pub fn job_args(req: &RunRequest) -> Vec<String> {
     }
     if let Some(n) = flags.micro_batch {
         words.extend(["--micro-batch".to_string(), n.to_string()]);
+    }
+    if let Some(n) = flags.gen_batch {
+        words.extend(["--gen-batch".to_string(), n.to_string()]);
     }
     if let Some(n) = flags.threads {
         words.extend(["--threads".to_string(), n.to_string()]);

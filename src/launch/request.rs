@@ -85,6 +85,8 @@ pub struct RunFlags {
     pub place: Where,
     pub backend: BackendChoice,
     pub micro_batch: Option<usize>,
+    /// `--gen-batch N`: rows per generation call (rft).
+    pub gen_batch: Option<usize>,
     pub threads: Option<u16>,
     pub precision: Option<Precision>,
     pub profile: Option<String>,

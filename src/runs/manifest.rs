@@ -56,6 +56,11 @@ pub struct HardwareKnobs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     pub micro_batch: usize,
+    /// Rows per generation call (`--gen-batch`, or the preset's
+    /// `[hardware] gen_batch`) of an experiment that samples; absent when
+    /// neither set it (the experiment's default) and in older manifests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gen_batch: Option<usize>,
     pub grad_accum: usize,
     pub precision: String,
     pub backend: String,
@@ -404,6 +409,7 @@ pub(crate) fn example() -> Manifest {
         profile: HardwareKnobs {
             name: Some("cpu".into()),
             micro_batch: 4,
+            gen_batch: None,
             grad_accum: 2,
             precision: "fp32".into(),
             backend: "cpu".into(),

@@ -260,3 +260,66 @@ fn lora_trains_adapters_on_frozen_weights_and_saves_a_plain_gpt() {
     let f32_accuracy = rows[0]["metric_value"].as_f64().unwrap();
     assert!((f32_accuracy - m["accuracy_after"].as_f64().unwrap()).abs() < 1e-9);
 }
+
+/// Issue #23: the generation batch is a hardware knob. Two runs that differ
+/// only in `--gen-batch` have the same config_hash and sample the very same
+/// completions (hence keep the same set and reach the same accuracy); the
+/// manifest's profile records the knob; the summary has each stage's wall
+/// time and the generation throughput.
+#[test]
+fn the_generation_batch_changes_neither_the_hash_nor_the_samples() {
+    let _turn = turn!();
+    let tmp = tempfile::tempdir().unwrap();
+    let sets = [
+        "task.train_questions=48",
+        "task.worked_questions=48",
+        "task.validation_questions=16",
+        "pretrain.train.steps=200",
+        "pretrain.train.checkpoint_every=100",
+        "datagen.oversample=8",
+        "finetune.train.steps=2",
+        "finetune.train.eval_every=2",
+        "finetune.train.checkpoint_every=2",
+    ];
+    let runs: Vec<(Value, std::path::PathBuf)> = ["3", "40"]
+        .iter()
+        .map(|n| {
+            let out = tmp.path().join(n);
+            let extra = ["--preset", "tiny", "--gen-batch", n];
+            let doc = json_of(&expect_success(run(&rft_args(&out, &sets, &extra))));
+            assert_eq!(doc["summary"]["status"], "completed", "{doc}");
+            let dir = run_dir_of(&doc);
+            (doc, dir)
+        })
+        .collect();
+    let manifest = |i: usize| read_json(&runs[i].1.join("manifest.json"));
+    assert_eq!(manifest(0)["config_hash"], manifest(1)["config_hash"]);
+    assert_eq!(manifest(0)["profile"]["gen_batch"], 3);
+    assert_eq!(manifest(1)["profile"]["gen_batch"], 40);
+    let config = std::fs::read_to_string(runs[0].1.join("config.toml")).unwrap();
+    assert!(
+        !config.contains("gen_batch") && !config.contains("batch_questions"),
+        "a hardware knob in config.toml:\n{config}"
+    );
+    let datagen = |i: usize| read_json(&runs[i].1.join("stages/round-1/datagen.json"));
+    let (a, b) = (datagen(0), datagen(1));
+    assert!(!a["examples"].as_array().unwrap().is_empty());
+    assert_eq!(a["examples"], b["examples"]);
+    assert_eq!(a["stats"], b["stats"]);
+    let metrics = |i: usize| runs[i].0["summary"]["metrics"].clone();
+    assert_eq!(metrics(0)["accuracy_after"], metrics(1)["accuracy_after"]);
+
+    // Per-stage wall time and generation throughput (issue #23).
+    let m = metrics(0);
+    for stage in ["pretrain", "eval_before", "datagen", "finetune", "eval"] {
+        let seconds = m["stage_seconds"][stage].as_f64();
+        assert!(
+            seconds.is_some_and(|s| s > 0.0),
+            "stage_seconds.{stage} in {m}"
+        );
+    }
+    for key in ["datagen_tokens_per_s", "datagen_samples_per_s"] {
+        assert!(m[key].as_f64().is_some_and(|v| v > 0.0), "{key} in {m}");
+    }
+    assert!(m["rounds"][0]["datagen_tokens_per_s"].as_f64().unwrap() > 0.0);
+}

@@ -1,7 +1,7 @@
 //! Science configs: TOML in, typed struct out, `--set` overrides, hashing.
 //!
-//! A config file may carry a `[hardware]` table (a hint such as the
-//! micro-batch that fits a typical machine). It is split off before anything
+//! A config file may carry a `[hardware]` table (hints such as the
+//! micro-batch or the generation batch that fit a typical machine). It is split off before anything
 //! else: the science config alone is what `config.toml` holds and
 //! `config_hash` hashes, so the same science hashes the same on any machine.
 
@@ -197,6 +197,9 @@ fn default_grad_clip() -> f64 {
 pub struct HardwareHint {
     #[serde(default)]
     pub micro_batch: Option<usize>,
+    /// Rows per generation call, for experiments that sample (rft).
+    #[serde(default)]
+    pub gen_batch: Option<usize>,
 }
 
 /// A resolved science config plus the hardware hint that came with it.
@@ -220,28 +223,45 @@ pub fn load<T: Serialize + DeserializeOwned>(
     let hardware: HardwareHint = match tree.remove("hardware") {
         Some(value) => value.try_into().map_err(|e| {
             UserError::usage(format!("{origin}: [hardware]: {e}"))
-                .with_fix("the [hardware] table only knows `micro_batch`")
+                .with_fix("the [hardware] table only knows `micro_batch` and `gen_batch`")
         })?,
         None => HardwareHint::default(),
     };
     // Round-trip through T first so defaults appear in the tree: then an
     // override of a defaulted key is type-checked like any other.
     let typed: T = toml::Value::Table(tree).try_into().map_err(|e| {
-        UserError::usage(format!("{origin}: {e}"))
-            .with_fix("compare with `envgen experiments describe EXP --json`")
+        schema_error(
+            origin,
+            &e,
+            "compare with `envgen experiments describe EXP --json`",
+        )
     })?;
     let mut value = toml::Value::try_from(&typed)?;
     for item in overrides {
         apply_override(&mut value, item)?;
     }
     let science: T = value.try_into().map_err(|e| {
-        UserError::usage(format!(
-            "{origin} with --set {}: {e}",
-            overrides.join(" --set ")
-        ))
-        .with_fix("check the overridden keys against `envgen experiments describe EXP --json`")
+        schema_error(
+            &format!("{origin} with --set {}", overrides.join(" --set ")),
+            &e,
+            "check the overridden keys against `envgen experiments describe EXP --json`",
+        )
     })?;
     Ok(Loaded { science, hardware })
+}
+
+/// Marks the fix inside a config type's own deserialization error (e.g. a
+/// removed key refused with its replacement): `"WHAT Fix: FIX"`.
+pub const FIX_MARKER: &str = " Fix: ";
+
+/// A config that does not fit its schema (exit 2); a message that carries
+/// its own fix ([`FIX_MARKER`]) gets that fix instead of `generic_fix`.
+fn schema_error(origin: &str, e: &toml::de::Error, generic_fix: &str) -> anyhow::Error {
+    match e.message().split_once(FIX_MARKER) {
+        Some((what, fix)) => UserError::usage(format!("{origin}: {what}")).with_fix(fix.trim()),
+        None => UserError::usage(format!("{origin}: {e}")).with_fix(generic_fix),
+    }
+    .into()
 }
 
 /// Apply one `a.b.c=value` override to a TOML tree. An existing key keeps its

@@ -92,12 +92,20 @@ pub struct RunControl {
     pub precision: Precision,
     /// Data-parallel: this process is one rank of these (None: alone).
     pub world: Option<World>,
+    /// Rows per generation call (`--gen-batch`, the profile's or the
+    /// preset's hint) for experiments that sample, such as rft: a speed
+    /// knob like `micro_batch` (None: the experiment's default).
+    pub gen_batch: Option<usize>,
+    /// The stage this control trains, named before its progress bar
+    /// (`pretrain`, `round-1/finetune`); None for a one-stage run.
+    pub label: Option<String>,
 }
 
 impl RunControl {
     /// The control of a sub-run in `dir` (an RFT or pruning stage): this
-    /// run's stop flag, progress and precision, its own micro-batch and
-    /// stop hook, resumed when `dir` has a checkpoint.
+    /// run's stop flag, progress, precision and generation batch, its own
+    /// micro-batch and stop hook, resumed when `dir` has a checkpoint; its
+    /// label is `dir` below this run's `stages/` (as `runs watch` names it).
     pub fn stage(&self, dir: &Path, micro_batch: usize, stop_after: Option<u64>) -> RunControl {
         RunControl {
             run_dir: dir.to_path_buf(),
@@ -108,6 +116,11 @@ impl RunControl {
             progress: self.progress,
             precision: self.precision,
             world: self.world.clone(),
+            gen_batch: self.gen_batch,
+            label: dir
+                .strip_prefix(self.run_dir.join("stages"))
+                .ok()
+                .map(|stage| stage.to_string_lossy().replace('\\', "/")),
         }
     }
 }
@@ -208,6 +221,9 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
     let (units_per_row, unit) = task.units_per_row();
     let units_per_step = units_per_row * train_cfg.batch_size;
     let bar = progress_bar(control.progress && leader, train_cfg.steps, state.step);
+    if let Some(label) = &control.label {
+        bar.set_prefix(format!("{label} "));
+    }
     let session_start = Instant::now();
     let wall_before = state.wall_s;
     let mut status = Status::Completed;
@@ -391,7 +407,8 @@ pub fn inner_device_of<B: AutodiffBackend>(
         .unwrap_or_default()
 }
 
-/// A progress bar on stderr (hidden when disabled or stderr is not a terminal).
+/// A progress bar on stderr (hidden when disabled or stderr is not a
+/// terminal); its prefix, when set, names the stage.
 pub fn progress_bar(enabled: bool, total: u64, done: u64) -> indicatif::ProgressBar {
     if !enabled || !std::io::stderr().is_terminal() {
         return indicatif::ProgressBar::hidden();
@@ -401,7 +418,7 @@ pub fn progress_bar(enabled: bool, total: u64, done: u64) -> indicatif::Progress
         indicatif::ProgressDrawTarget::stderr(),
     );
     if let Ok(style) =
-        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} eta {eta}")
+        indicatif::ProgressStyle::with_template("{prefix}{bar:30} {pos}/{len} {msg} eta {eta}")
     {
         bar.set_style(style);
     }

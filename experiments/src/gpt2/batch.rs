@@ -30,8 +30,8 @@ pub struct BatchSampleOptions {
     /// 0 = greedy.
     pub temperature: f32,
     pub top_k: Option<usize>,
-    /// Row `i` draws from its own generator seeded by (`seed`, `i`), so a
-    /// row's sample does not depend on which other rows share its batch.
+    /// [`sample_batch`]: row `i` draws from its own generator seeded by
+    /// (`seed`, `i`). [`sample_rows`] takes each row's seed instead.
     pub seed: u64,
     /// A row stops after emitting this token (it is kept in the output).
     pub stop_token: Option<u32>,
@@ -51,6 +51,24 @@ pub fn sample_batch<B: FusedBackend>(
     opts: BatchSampleOptions,
     device: &B::Device,
 ) -> Vec<Vec<u32>> {
+    let seeds: Vec<u64> = (0..prompts.len()).map(|i| row_seed(opts.seed, i)).collect();
+    sample_rows(model, cfg, prompts, &seeds, opts, device)
+}
+
+/// [`sample_batch`] with each row's own seed (`seeds[i]` for `prompts[i]`;
+/// `opts.seed` is unused). A row's tokens depend only on its prompt and
+/// seed, never on the rows beside it: each row has its own generator, and
+/// every operation of a step is row-wise (on the CPU backend the row's
+/// numbers are bit-identical whatever the batch holds; see the tests).
+/// This is what lets a caller pick the batch for speed alone.
+pub fn sample_rows<B: FusedBackend>(
+    model: &Gpt2<B>,
+    cfg: &ModelConfig,
+    prompts: &[Vec<u32>],
+    seeds: &[u64],
+    opts: BatchSampleOptions,
+    device: &B::Device,
+) -> Vec<Vec<u32>> {
     // An empty prompt gets token 0 as its start, like `sample`.
     let mut rows: Vec<Vec<u32>> = prompts
         .iter()
@@ -58,7 +76,7 @@ pub fn sample_batch<B: FusedBackend>(
         .collect();
     let prompt_len: Vec<usize> = rows.iter().map(Vec::len).collect();
     let mut rngs: Vec<StdRng> = (0..rows.len())
-        .map(|i| StdRng::seed_from_u64(row_seed(opts.seed, i)))
+        .map(|i| StdRng::seed_from_u64(seeds.get(i).copied().unwrap_or(opts.seed)))
         .collect();
     let mut finished: Vec<bool> = prompt_len
         .iter()

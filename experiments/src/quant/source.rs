@@ -151,7 +151,8 @@ pub struct GptSource {
     micro_batch: usize,
 }
 
-/// Questions scored per batch in rft evaluation.
+/// Rows per generation call in rft evaluation (greedy rows do not depend
+/// on it).
 const ACCURACY_BATCH: usize = 128;
 
 impl GptSource {
@@ -196,6 +197,7 @@ impl GptSource {
                     *max_new_tokens,
                     ACCURACY_BATCH,
                     &device,
+                    &mut |_| {},
                 );
                 Quality {
                     value: eval.metrics.accuracy,

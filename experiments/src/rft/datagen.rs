@@ -1,31 +1,70 @@
 //! Rejection sampling: sample several completions per training question,
 //! keep the verified-correct ones (deduplicated), and turn them into the
 //! fine-tuning set. The model is reached only through [`Sampler`].
+//!
+//! How many rows one sampler call takes (`gen_batch`) is a hardware knob
+//! (`envgen run --gen-batch N`), not science: every row draws from its own
+//! seed, made from (datagen seed, round, question, sample), so the same
+//! seed gives the same samples at any generation batch.
 
 use std::collections::HashSet;
 
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
 use super::task::{format_training_text, Question};
 use super::verify::{is_correct, parse_answer, ANSWER_CLOSE};
 use crate::error::UserError;
 
+/// Rows per generation call when neither `--gen-batch` nor the preset's
+/// `[hardware] gen_batch` says: small enough for a CPU's memory (each row
+/// holds its own key/value cache).
+pub const DEFAULT_GEN_BATCH: usize = 64;
+
+/// One row to continue: a prompt and the seed of this row's own draws.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Row<'a> {
+    pub prompt: &'a str,
+    pub seed: u64,
+}
+
+/// One sampled continuation and how many tokens the model generated for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    pub text: String,
+    pub tokens: usize,
+}
+
 /// Anything that continues prompts: the GPT implements it.
 pub trait Sampler {
-    /// For each prompt, `n` sampled continuations at `temperature`
-    /// (the returned outer vector has one entry per prompt, in order).
-    fn sample(&mut self, prompts: &[String], n: usize, temperature: f32) -> Vec<Vec<String>>;
+    /// One continuation per row, in order, at `temperature`. A row's
+    /// continuation must depend only on its prompt and seed, never on the
+    /// other rows of the call: callers batch rows for speed alone.
+    fn sample(&mut self, rows: &[Row<'_>], temperature: f32) -> Vec<Completion>;
+}
+
+/// The seed of sample `sample` of question `question` in `round`: a
+/// SplitMix64 chain, so neighbouring indices get unrelated streams.
+pub fn sample_seed(seed: u64, round: u32, question: usize, sample: usize) -> u64 {
+    [u64::from(round), question as u64, sample as u64]
+        .into_iter()
+        .fold(splitmix64(seed), |h, v| splitmix64(h ^ v))
+}
+
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "DatagenTable")]
 pub struct DatagenConfig {
     /// Completions sampled per question (HW3 starter: 10; RFT paper: 100).
     pub oversample: usize,
     /// HW3 starter: 0.6; RFT paper: 0.7.
     pub temperature: f32,
-    /// Questions whose prompts go to the sampler in one call.
-    pub batch_questions: usize,
     /// Distinct correct completions kept per question (HW3 keeps 1; the RFT
     /// paper keeps every distinct one).
     pub max_kept_per_question: usize,
@@ -39,12 +78,52 @@ pub struct DatagenConfig {
     pub check_reasoning: bool,
 }
 
+/// The `[datagen]` table as written: [`DatagenConfig`] plus the keys it no
+/// longer has, refused with their replacement.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DatagenTable {
+    oversample: usize,
+    temperature: f32,
+    /// Before issue #23 the generation batch was science (in config_hash).
+    #[serde(default)]
+    batch_questions: Option<IgnoredAny>,
+    max_kept_per_question: usize,
+    #[serde(default)]
+    seed: u64,
+    #[serde(default)]
+    check_reasoning: bool,
+}
+
+/// Why `datagen.batch_questions` is refused, and what to do instead (after
+/// [`crate::engine::config::FIX_MARKER`], which makes it the error's fix).
+pub const BATCH_QUESTIONS_GONE: &str = "datagen.batch_questions is no longer a config key: \
+the generation batch is a hardware knob (samples no longer depend on it, and it is not in \
+config_hash). Fix: delete the batch_questions line and pass `envgen run rft --gen-batch N` \
+(N = rows per call = the old batch_questions x oversample); for a run directory from before, \
+copy its config.toml without the line and start a new run with `envgen run rft --config COPY`";
+
+impl TryFrom<DatagenTable> for DatagenConfig {
+    type Error = String;
+    fn try_from(table: DatagenTable) -> Result<Self, String> {
+        if table.batch_questions.is_some() {
+            return Err(BATCH_QUESTIONS_GONE.to_string());
+        }
+        Ok(Self {
+            oversample: table.oversample,
+            temperature: table.temperature,
+            max_kept_per_question: table.max_kept_per_question,
+            seed: table.seed,
+            check_reasoning: table.check_reasoning,
+        })
+    }
+}
+
 impl Default for DatagenConfig {
     fn default() -> Self {
         Self {
             oversample: 16,
             temperature: 0.7,
-            batch_questions: 16,
             max_kept_per_question: 1,
             seed: 0,
             check_reasoning: false,
@@ -56,7 +135,6 @@ impl DatagenConfig {
     pub fn validate(&self) -> anyhow::Result<()> {
         for (key, value) in [
             ("oversample", self.oversample),
-            ("batch_questions", self.batch_questions),
             ("max_kept_per_question", self.max_kept_per_question),
         ] {
             if value == 0 {
@@ -110,6 +188,9 @@ pub struct DatagenStats {
     pub kept: usize,
     /// Questions with at least one kept completion (HW3 drops the others).
     pub questions_kept: usize,
+    /// Tokens the model generated in all (absent in records from before).
+    #[serde(default)]
+    pub tokens: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -171,39 +252,104 @@ pub fn select_completions(
     kept
 }
 
-/// Run rejection sampling over `questions`, `batch_questions` prompts per
-/// sampler call.
+/// Run rejection sampling over `questions`: `oversample` rows per question
+/// (row seeds from `config.seed`, `round`, question and sample index),
+/// `gen_batch` rows per sampler call. `on_batch` sees the counts after
+/// each call (progress).
 pub fn build_dataset(
     sampler: &mut dyn Sampler,
     questions: &[Question],
     config: &DatagenConfig,
+    round: u32,
+    gen_batch: usize,
+    on_batch: &mut dyn FnMut(&DatagenStats),
 ) -> anyhow::Result<Dataset> {
     config.validate()?;
+    check_gen_batch(gen_batch)?;
+    let n = config.oversample;
+    let prompts: Vec<String> = questions.iter().map(Question::prompt).collect();
+    // Question-major: a question's samples are consecutive, so each is
+    // graded as soon as its last sample is back.
+    let rows: Vec<(usize, usize)> = (0..questions.len())
+        .flat_map(|q| (0..n).map(move |s| (q, s)))
+        .collect();
     let mut stats = DatagenStats::default();
     let mut examples = Vec::new();
-    for batch in questions.chunks(config.batch_questions) {
-        let prompts: Vec<String> = batch.iter().map(Question::prompt).collect();
-        let sampled = sampler.sample(&prompts, config.oversample, config.temperature);
-        // A sampler that loses or invents prompts would misattribute
+    let mut pending: Vec<String> = Vec::with_capacity(n);
+    let mut question = 0;
+    for chunk in rows.chunks(gen_batch) {
+        let batch: Vec<Row> = chunk
+            .iter()
+            .map(|&(q, s)| Row {
+                prompt: &prompts[q],
+                seed: sample_seed(config.seed, round, q, s),
+            })
+            .collect();
+        let sampled = sampler.sample(&batch, config.temperature);
+        // A sampler that loses or invents rows would misattribute
         // completions to questions: refuse rather than grade garbage.
-        if sampled.len() != prompts.len() {
+        if sampled.len() != batch.len() {
             return Err(UserError::failed(format!(
-                "rft datagen: the sampler returned completions for {} prompts, asked for {}",
+                "rft datagen: the sampler returned {} completions, asked for {}",
                 sampled.len(),
-                prompts.len()
+                batch.len()
             ))
             .into());
         }
-        for (question, completions) in batch.iter().zip(&sampled) {
-            examples.extend(select_completions(
-                question,
-                completions,
-                config,
-                &mut stats,
-            ));
+        for completion in sampled {
+            stats.tokens += completion.tokens;
+            pending.push(completion.text);
+            if pending.len() == n {
+                examples.extend(select_completions(
+                    &questions[question],
+                    &pending,
+                    config,
+                    &mut stats,
+                ));
+                pending.clear();
+                question += 1;
+            }
         }
+        on_batch(&stats);
     }
     Ok(Dataset { examples, stats })
+}
+
+/// Greedy completions of `prompts`, `gen_batch` rows per sampler call
+/// (0 is taken as 1); `on_batch` sees how many are done after each call.
+/// A row the sampler did not return counts as an empty (unanswered)
+/// completion, so the result always has one entry per prompt.
+pub fn greedy_completions(
+    sampler: &mut dyn Sampler,
+    prompts: &[String],
+    gen_batch: usize,
+    on_batch: &mut dyn FnMut(usize),
+) -> Vec<Completion> {
+    let mut out = Vec::with_capacity(prompts.len());
+    for chunk in prompts.chunks(gen_batch.max(1)) {
+        let rows: Vec<Row> = chunk.iter().map(|p| Row { prompt: p, seed: 0 }).collect();
+        let mut sampled = sampler.sample(&rows, 0.0);
+        sampled.resize(
+            rows.len(),
+            Completion {
+                text: String::new(),
+                tokens: 0,
+            },
+        );
+        out.extend(sampled);
+        on_batch(out.len());
+    }
+    out
+}
+
+/// A generation batch of 0 rows is refused (exit 2) before any stage runs.
+pub fn check_gen_batch(gen_batch: usize) -> anyhow::Result<()> {
+    if gen_batch == 0 {
+        return Err(UserError::usage("rft: generation batch = 0 rows")
+            .with_fix("pass --gen-batch 1 or more (rows per generation call)")
+            .into());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -213,18 +359,43 @@ mod tests {
 
     /// TEST DOUBLE for the GPT (not for the verifier): replays scripted
     /// completions per prompt and records how it was called.
-    /// Completions for (prompt, n).
-    type Script = Box<dyn Fn(&str, usize) -> Vec<String>>;
+    /// The completion of (prompt, how many times it was asked before).
+    type Script = Box<dyn Fn(&str, usize) -> String>;
 
     struct ScriptedSampler {
         script: Script,
-        calls: Vec<(usize, usize, f32)>,
+        asked: std::collections::HashMap<String, usize>,
+        calls: Vec<(usize, f32)>,
+        /// Tokens (bytes) handed out in all.
+        tokens: usize,
+    }
+
+    impl ScriptedSampler {
+        fn new(script: Script) -> Self {
+            Self {
+                script,
+                asked: Default::default(),
+                calls: Vec::new(),
+                tokens: 0,
+            }
+        }
     }
 
     impl Sampler for ScriptedSampler {
-        fn sample(&mut self, prompts: &[String], n: usize, temperature: f32) -> Vec<Vec<String>> {
-            self.calls.push((prompts.len(), n, temperature));
-            prompts.iter().map(|p| (self.script)(p, n)).collect()
+        fn sample(&mut self, rows: &[Row<'_>], temperature: f32) -> Vec<Completion> {
+            self.calls.push((rows.len(), temperature));
+            rows.iter()
+                .map(|row| {
+                    let i = self.asked.entry(row.prompt.to_string()).or_default();
+                    let text = (self.script)(row.prompt, *i);
+                    *i += 1;
+                    self.tokens += text.len();
+                    Completion {
+                        tokens: text.len(),
+                        text,
+                    }
+                })
+                .collect()
         }
     }
 
@@ -270,6 +441,7 @@ mod tests {
                 over_limit: 0,
                 kept: 2,
                 questions_kept: 1,
+                tokens: 0,
             }
         );
         let mut stats = DatagenStats::default();
@@ -292,32 +464,32 @@ mod tests {
             questions.iter().map(|q| (q.prompt(), q.answer)).collect();
         // Solves questions with an even index into `questions`, fails others.
         let solved: HashSet<String> = questions.iter().step_by(2).map(|q| q.prompt()).collect();
-        let mut sampler = ScriptedSampler {
-            script: Box::new(move |prompt, n| {
-                (0..n)
-                    .map(|i| {
-                        if solved.contains(prompt) && i % 2 == 0 {
-                            format!("try {} <answer>{}</answer>", i % 4, answers[prompt])
-                        } else {
-                            "<answer>0.000001</answer>".to_string()
-                        }
-                    })
-                    .collect()
-            }),
-            calls: Vec::new(),
-        };
+        let mut sampler = ScriptedSampler::new(Box::new(move |prompt, i| {
+            if solved.contains(prompt) && i % 2 == 0 {
+                format!("try {} <answer>{}</answer>", i % 4, answers[prompt])
+            } else {
+                "<answer>0.000001</answer>".to_string()
+            }
+        }));
         let config = DatagenConfig {
             oversample: 6,
             temperature: 0.7,
-            batch_questions: 4,
             max_kept_per_question: 5,
             seed: 0,
             check_reasoning: false,
         };
-        let dataset = build_dataset(&mut sampler, &questions, &config).unwrap();
-        assert_eq!(sampler.calls, vec![(4, 6, 0.7), (4, 6, 0.7), (2, 6, 0.7)]);
+        let mut progress = Vec::new();
+        let dataset = build_dataset(&mut sampler, &questions, &config, 1, 25, &mut |s| {
+            progress.push((s.questions, s.generated))
+        })
+        .unwrap();
+        // 60 rows, 25 per call; a question split over two calls is graded
+        // when its last row is back.
+        assert_eq!(sampler.calls, vec![(25, 0.7), (25, 0.7), (10, 0.7)]);
+        assert_eq!(progress, vec![(4, 24), (8, 48), (10, 60)]);
         let stats = dataset.stats;
         assert_eq!((stats.questions, stats.generated), (10, 60));
+        assert_eq!(stats.tokens, sampler.tokens);
         // Solved: i = 0, 2, 4 correct; "try 0" and "try 2" distinct, i = 4
         // repeats "try 0".
         assert_eq!((stats.correct, stats.duplicates, stats.kept), (15, 5, 10));
@@ -330,26 +502,34 @@ mod tests {
 
     #[test]
     fn a_sampler_returning_the_wrong_shape_is_refused() {
-        let mut sampler = ScriptedSampler {
-            script: Box::new(|_, _| Vec::new()),
-            calls: Vec::new(),
-        };
+        let mut sampler = ScriptedSampler::new(Box::new(|_, _| String::new()));
         struct Short;
         impl Sampler for Short {
-            fn sample(&mut self, _: &[String], _: usize, _: f32) -> Vec<Vec<String>> {
-                vec![Vec::new()]
+            fn sample(&mut self, _: &[Row<'_>], _: f32) -> Vec<Completion> {
+                Vec::new()
             }
         }
         let questions = questions(3);
         let config = DatagenConfig::default();
-        assert!(build_dataset(&mut sampler, &questions, &config).is_ok());
-        let err = build_dataset(&mut Short, &questions, &config).unwrap_err();
-        assert!(format!("{err}").contains("returned completions for 1 prompts, asked for 3"));
-        let bad = DatagenConfig {
-            batch_questions: 0,
-            ..DatagenConfig::default()
+        let build = |sampler: &mut dyn Sampler, gen_batch| {
+            build_dataset(sampler, &questions, &config, 1, gen_batch, &mut |_| {})
         };
-        let err = build_dataset(&mut sampler, &questions, &bad).unwrap_err();
-        assert!(format!("{err:#}").contains("batch_questions = 0"));
+        assert!(build(&mut sampler, 5).is_ok());
+        let err = build(&mut Short, 5).unwrap_err();
+        assert!(format!("{err}").contains("returned 0 completions, asked for 5"));
+        let err = build(&mut sampler, 0).unwrap_err();
+        assert!(format!("{err:#}").contains("--gen-batch"), "{err:#}");
+        assert_eq!(crate::error::exit_code_of(&err), 2);
+    }
+
+    #[test]
+    fn row_seeds_differ_by_round_question_and_sample() {
+        let seeds: HashSet<u64> = (1..=2)
+            .flat_map(|round| {
+                (0..20).flat_map(move |q| (0..20).map(move |s| sample_seed(1, round, q, s)))
+            })
+            .collect();
+        assert_eq!(seeds.len(), 2 * 20 * 20);
+        assert_ne!(sample_seed(1, 1, 0, 0), sample_seed(2, 1, 0, 0));
     }
 }

@@ -7,7 +7,7 @@ use std::time::Instant;
 use envgen_kernels::FusedBackend;
 use serde::{Deserialize, Serialize};
 
-use super::datagen::Sampler;
+use super::datagen::{greedy_completions, Completion, Row, Sampler};
 use super::task::{Question, END_OF_COMPLETION};
 use super::verify::{score, Metrics};
 use crate::data::Tokenizer;
@@ -19,16 +19,14 @@ pub(crate) const ADAPTER_FILE: &str = "adapter.safetensors";
 // ---------------------------------------------------------------------------
 // Generation: the GPT as the datagen `Sampler`, and greedy evaluation.
 
-/// Continues prompts with the GPT: byte tokens, batched KV-cached sampling,
-/// stopping at the end-of-completion newline.
+/// Continues prompts with the GPT: byte tokens, batched KV-cached sampling
+/// with one generator per row (its [`Row::seed`]), stopping at the
+/// end-of-completion newline.
 pub struct GptSampler<'a, B: FusedBackend> {
     pub model: &'a Gpt2<B>,
     pub config: &'a ModelConfig,
     pub max_new_tokens: usize,
-    pub seed: u64,
     pub device: B::Device,
-    /// Sampler calls so far: each call draws from fresh seeds.
-    calls: u64,
 }
 
 impl<'a, B: FusedBackend> GptSampler<'a, B> {
@@ -36,42 +34,44 @@ impl<'a, B: FusedBackend> GptSampler<'a, B> {
         model: &'a Gpt2<B>,
         config: &'a ModelConfig,
         max_new_tokens: usize,
-        seed: u64,
         device: B::Device,
     ) -> Self {
         Self {
             model,
             config,
             max_new_tokens,
-            seed,
             device,
-            calls: 0,
         }
     }
 }
 
 impl<B: FusedBackend> Sampler for GptSampler<'_, B> {
-    fn sample(&mut self, prompts: &[String], n: usize, temperature: f32) -> Vec<Vec<String>> {
+    fn sample(&mut self, rows: &[Row<'_>], temperature: f32) -> Vec<Completion> {
         let tokenizer = Tokenizer::byte();
         let stop = tokenizer.encode(END_OF_COMPLETION);
-        let rows: Vec<Vec<u32>> = prompts
-            .iter()
-            .flat_map(|p| std::iter::repeat_n(tokenizer.encode(p), n))
-            .collect();
+        let prompts: Vec<Vec<u32>> = rows.iter().map(|r| tokenizer.encode(r.prompt)).collect();
+        let seeds: Vec<u64> = rows.iter().map(|r| r.seed).collect();
         let opts = BatchSampleOptions {
             max_new_tokens: self.max_new_tokens,
             temperature,
             top_k: None,
-            seed: self
-                .seed
-                .wrapping_add(self.calls.wrapping_mul(0x5851_F42D_4C95_7F2D)),
+            seed: 0,
             stop_token: stop.first().copied(),
         };
-        self.calls += 1;
-        let out = gpt2::sample_batch(self.model, self.config, &rows, opts, &self.device);
-        out.chunks(n.max(1))
-            .map(|group| group.iter().map(|t| tokenizer.decode(t)).collect())
-            .collect()
+        gpt2::sample_rows(
+            self.model,
+            self.config,
+            &prompts,
+            &seeds,
+            opts,
+            &self.device,
+        )
+        .iter()
+        .map(|t| Completion {
+            text: tokenizer.decode(t),
+            tokens: t.len(),
+        })
+        .collect()
     }
 }
 
@@ -80,26 +80,41 @@ impl<B: FusedBackend> Sampler for GptSampler<'_, B> {
 pub struct Evaluation {
     pub metrics: Metrics,
     pub samples_per_s: f64,
+    /// Wall time of the evaluation (absent in records from before: 0).
+    #[serde(default)]
+    pub seconds: f64,
     /// The first few (question, completion) pairs, for reading.
     pub examples: Vec<(String, String)>,
 }
 
-/// Greedy accuracy / answer rate of `model` on `questions`.
+/// Greedy accuracy / answer rate of `model` on `questions`, `gen_batch`
+/// rows per generation call; `on_batch` sees the questions done.
 pub fn evaluate_accuracy<B: FusedBackend>(
     model: &Gpt2<B>,
     config: &ModelConfig,
     questions: &[Question],
     max_new_tokens: usize,
-    batch: usize,
+    gen_batch: usize,
     device: &B::Device,
+    on_batch: &mut dyn FnMut(usize),
+) -> Evaluation {
+    let mut sampler = GptSampler::new(model, config, max_new_tokens, device.clone());
+    evaluate_with(&mut sampler, questions, gen_batch, on_batch)
+}
+
+/// [`evaluate_accuracy`] with any [`Sampler`].
+pub fn evaluate_with(
+    sampler: &mut dyn Sampler,
+    questions: &[Question],
+    gen_batch: usize,
+    on_batch: &mut dyn FnMut(usize),
 ) -> Evaluation {
     let started = Instant::now();
-    let mut sampler = GptSampler::new(model, config, max_new_tokens, 0, device.clone());
-    let mut completions = Vec::with_capacity(questions.len());
-    for chunk in questions.chunks(batch.max(1)) {
-        let prompts: Vec<String> = chunk.iter().map(Question::prompt).collect();
-        completions.extend(sampler.sample(&prompts, 1, 0.0).into_iter().flatten());
-    }
+    let prompts: Vec<String> = questions.iter().map(Question::prompt).collect();
+    let completions: Vec<String> = greedy_completions(sampler, &prompts, gen_batch, on_batch)
+        .into_iter()
+        .map(|c| c.text)
+        .collect();
     let seconds = started.elapsed().as_secs_f64().max(1e-9);
     let metrics = score(
         completions
@@ -110,6 +125,7 @@ pub fn evaluate_accuracy<B: FusedBackend>(
     Evaluation {
         metrics,
         samples_per_s: questions.len() as f64 / seconds,
+        seconds,
         examples: questions
             .iter()
             .zip(&completions)

@@ -6,10 +6,13 @@
 //!   config.toml manifest.json summary.json metrics.jsonl model.safetensors
 //!   stages/pretrain/   (a) engine run: checkpoints/, metrics.jsonl, summary.json, model.safetensors
 //!   stages/eval-before.json   (d, before) greedy accuracy on the held-out questions
-//!   stages/datagen.json       (b) kept examples + counts + samples/s
-//!   stages/finetune/   (c) engine run on the kept set, started from (a)'s weights
-//!   stages/eval-after.json    (d, after)
+//!   stages/round-N/datagen.json  (b) kept examples + counts + samples/s, tokens/s
+//!   stages/round-N/finetune/     (c) engine run on the kept set, started from the round's weights
+//!   stages/round-N/eval.json     (d, after round N)
 //! ```
+//!
+//! Generation (b, d) takes `RunControl::gen_batch` rows per call: a speed
+//! knob, the samples do not depend on it.
 //!
 //! A stage is done when its file (or its engine `summary.json` with status
 //! completed) exists; `--resume` skips finished stages and continues an
@@ -23,7 +26,7 @@ use envgen_kernels::{FusedAutodiffBackend, FusedBackend};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use super::datagen::{build_dataset, DatagenStats, Example};
+use super::datagen::{build_dataset, check_gen_batch, DatagenStats, Example, DEFAULT_GEN_BATCH};
 use super::task::{Question, Split};
 use crate::engine::rundir::{read_json, write_json, MetricsLog, Status, Summary};
 use crate::engine::{self, RunControl};
@@ -40,12 +43,18 @@ pub(crate) struct DatagenRecord {
     stats: DatagenStats,
     seconds: f64,
     samples_per_s: f64,
+    /// Generated tokens per second (absent in records from before: 0).
+    #[serde(default)]
+    tokens_per_s: f64,
     examples: Vec<Example>,
 }
 
 pub(crate) const STAGES: &str = "stages";
-/// Questions graded per greedy-evaluation batch.
-pub(crate) const EVAL_BATCH: usize = 128;
+
+/// Rows per generation call, sampling (b) and greedy evaluation (d) alike.
+pub(crate) fn gen_batch(control: &RunControl) -> usize {
+    control.gen_batch.unwrap_or(DEFAULT_GEN_BATCH)
+}
 
 /// Run (or resume) every stage in `control.run_dir`.
 pub fn run<B: FusedAutodiffBackend>(
@@ -54,6 +63,7 @@ pub fn run<B: FusedAutodiffBackend>(
     device: &B::Device,
 ) -> anyhow::Result<Summary> {
     config.validate("config.toml")?;
+    check_gen_batch(gen_batch(control))?;
     let started = Instant::now();
     let stages = control.run_dir.join(STAGES);
     crate::fsutil::create_dir_all(&stages)?;
@@ -79,6 +89,7 @@ pub fn run<B: FusedAutodiffBackend>(
         0,
         &stages.join("eval-before.json"),
         &mut log,
+        control,
         &inner,
     )?;
     if control.stop.load(Ordering::SeqCst) {
@@ -156,6 +167,7 @@ pub fn run<B: FusedAutodiffBackend>(
     // Every round trains the same structure: the last one's sizes stand for all.
     m.extend(finetune_size_metrics(config, &last_dir.join(FINETUNE))?);
     m.insert("eval_samples_per_s".into(), json!(after.samples_per_s));
+    m.extend(stage_metrics(&pretrain, &before, &rounds));
     m.insert("pretrain_final_val_loss".into(), final_val_loss(&pretrain));
     m.insert(
         "finetune_final_val_loss".into(),
@@ -165,6 +177,35 @@ pub fn run<B: FusedAutodiffBackend>(
 }
 
 pub(crate) const FINETUNE: &str = "finetune";
+
+/// `stage_seconds` (wall seconds of each stage, rounds summed; a stage
+/// read back from an earlier session counts the time it took then) and
+/// `datagen_tokens_per_s` (tokens the model generated in (b) per second).
+fn stage_metrics(
+    pretrain: &Summary,
+    before: &Evaluation,
+    rounds: &[RoundResult],
+) -> Map<String, Value> {
+    let sum = |f: fn(&RoundResult) -> f64| rounds.iter().map(f).sum::<f64>();
+    let datagen = sum(|r| r.datagen.seconds);
+    let tokens: usize = rounds.iter().map(|r| r.datagen.stats.tokens).sum();
+    let mut m = Map::new();
+    m.insert(
+        "stage_seconds".into(),
+        json!({
+            "pretrain": pretrain.wall_s,
+            "eval_before": before.seconds,
+            "datagen": datagen,
+            "finetune": sum(|r| r.finetune.wall_s),
+            "eval": sum(|r| r.eval.seconds),
+        }),
+    );
+    m.insert(
+        "datagen_tokens_per_s".into(),
+        json!(tokens as f64 / datagen.max(1e-9)),
+    );
+    m
+}
 
 pub(crate) fn final_val_loss(stage: &Summary) -> Value {
     stage
@@ -199,6 +240,7 @@ impl RoundResult {
             "kept": stats.kept,
             "questions_kept": stats.questions_kept,
             "datagen_samples_per_s": self.datagen.samples_per_s,
+            "datagen_tokens_per_s": self.datagen.tokens_per_s,
             "finetune_final_val_loss": final_val_loss(&self.finetune),
             "accuracy": self.eval.metrics.accuracy,
             "answer_rate": self.eval.metrics.answer_rate,
@@ -234,11 +276,27 @@ pub(crate) fn rft_round<B: FusedAutodiffBackend>(
             &model,
             &config.model,
             config.task.max_completion_tokens,
-            config.datagen.seed.wrapping_add(u64::from(round - 1)),
             inner.clone(),
         );
         let t0 = Instant::now();
-        let dataset = build_dataset(&mut sampler, &split.train, &config.datagen)?;
+        let bar = engine::train::progress_bar(control.progress, split.train.len() as u64, 0);
+        bar.set_prefix(format!("datagen (round {round}) "));
+        bar.set_message("questions");
+        let dataset = build_dataset(
+            &mut sampler,
+            &split.train,
+            &config.datagen,
+            round,
+            gen_batch(control),
+            &mut |s| {
+                bar.set_position(s.questions as u64);
+                bar.set_message(format!(
+                    "questions, kept {} of {} samples",
+                    s.kept, s.generated
+                ));
+            },
+        )?;
+        bar.finish_and_clear();
         let seconds = t0.elapsed().as_secs_f64();
         if control.stop.load(Ordering::SeqCst) {
             // Rejection sampling has no partial record: it reruns on resume.
@@ -248,12 +306,14 @@ pub(crate) fn rft_round<B: FusedAutodiffBackend>(
             stats: dataset.stats,
             seconds,
             samples_per_s: dataset.stats.generated as f64 / seconds.max(1e-9),
+            tokens_per_s: dataset.stats.tokens as f64 / seconds.max(1e-9),
             examples: dataset.examples,
         };
         write_json(&datagen_path, &record)?;
         log.write(&json!({"stage": "datagen", "round": round,
             "generated": record.stats.generated, "kept": record.stats.kept,
-            "samples_per_s": record.samples_per_s}))?;
+            "samples_per_s": record.samples_per_s, "tokens_per_s": record.tokens_per_s,
+            "seconds": record.seconds}))?;
         record
     };
     if datagen.examples.is_empty() {
@@ -296,6 +356,7 @@ pub(crate) fn rft_round<B: FusedAutodiffBackend>(
         round,
         &dir.join("eval.json"),
         log,
+        control,
         &inner,
     )?;
     Ok(Some(RoundResult {
@@ -347,6 +408,8 @@ pub(crate) fn train_stage<B: FusedAutodiffBackend>(
 /// Greedy evaluation of the weights at `model_path` after `round` (0: the
 /// pretrained model), cached in `record` and logged to metrics.jsonl when
 /// computed, with its round: `runs report` plots accuracy per round.
+/// `control` gives the generation batch and whether to show progress.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn eval_stage<B: FusedBackend>(
     config: &RftConfig,
     model_path: &Path,
@@ -354,27 +417,37 @@ pub(crate) fn eval_stage<B: FusedBackend>(
     round: u32,
     record: &Path,
     log: &mut MetricsLog,
+    control: &RunControl,
     device: &B::Device,
 ) -> anyhow::Result<Evaluation> {
     if record.exists() {
         return read_json(record);
     }
+    let stage = record
+        .file_stem()
+        .map_or(String::new(), |s| s.to_string_lossy().into_owned());
     let model = load_model::<B>(&config.model, model_path, device)?;
+    // Named as `runs watch` names the row logged below.
+    let bar = engine::train::progress_bar(control.progress, questions.len() as u64, 0);
+    bar.set_prefix(match round {
+        0 => format!("{stage} "),
+        _ => format!("{stage} (round {round}) "),
+    });
+    bar.set_message("questions");
     let evaluation = evaluate_accuracy(
         &model,
         &config.model,
         questions,
         config.task.max_completion_tokens,
-        EVAL_BATCH,
+        gen_batch(control),
         device,
+        &mut |done| bar.set_position(done as u64),
     );
+    bar.finish_and_clear();
     write_json(record, &evaluation)?;
-    let stage = record
-        .file_stem()
-        .map_or(String::new(), |s| s.to_string_lossy().into_owned());
     log.write(
         &json!({"stage": stage, "round": round, "accuracy": evaluation.metrics.accuracy,
-        "answer_rate": evaluation.metrics.answer_rate}),
+        "answer_rate": evaluation.metrics.answer_rate, "seconds": evaluation.seconds}),
     )?;
     Ok(evaluation)
 }

@@ -186,3 +186,79 @@ fn loss_covers_only_completion_tokens() {
         "{lab} {la} {ls}"
     );
 }
+
+/// A sampler that records every completion it hands out, in order.
+struct Recording<S>(S, Vec<String>);
+
+impl<S: crate::rft::datagen::Sampler> crate::rft::datagen::Sampler for Recording<S> {
+    fn sample(
+        &mut self,
+        rows: &[crate::rft::datagen::Row<'_>],
+        temperature: f32,
+    ) -> Vec<crate::rft::datagen::Completion> {
+        let out = self.0.sample(rows, temperature);
+        self.1.extend(out.iter().map(|c| c.text.clone()));
+        out
+    }
+}
+
+/// The generation batch is a speed knob: the same datagen seed gives the
+/// same samples whether the GPT continues 1, 7 or all 15 rows per call
+/// (rows of prompts of different lengths sharing a call).
+#[test]
+fn samples_do_not_depend_on_the_generation_batch() {
+    type B = crate::backend::Cpu;
+    let config = with(&["model.n_layer=1", "model.n_embd=16"]).unwrap();
+    let split = config.split().unwrap();
+    let questions = &split.train[..5];
+    let model = config.model.init::<B>(&Default::default());
+    let datagen = crate::rft::datagen::DatagenConfig {
+        oversample: 3,
+        temperature: 1.0,
+        ..config.datagen.clone()
+    };
+    let sample = |round, gen_batch| {
+        let gpt = GptSampler::new(&model, &config.model, 12, Default::default());
+        let mut sampler = Recording(gpt, Vec::new());
+        crate::rft::datagen::build_dataset(
+            &mut sampler,
+            questions,
+            &datagen,
+            round,
+            gen_batch,
+            &mut |_| {},
+        )
+        .unwrap();
+        sampler.1
+    };
+    let one = sample(1, 1);
+    assert_eq!(one.len(), 15);
+    assert_eq!(sample(1, 7), one, "gen batch 7 vs 1");
+    assert_eq!(sample(1, 64), one, "gen batch 64 vs 1");
+    // Not trivially equal: the samples of one question differ, and another
+    // round draws others.
+    assert!(one[..3].iter().any(|c| c != &one[0]), "{one:?}");
+    assert_ne!(sample(2, 7), one);
+}
+
+/// A config.toml from before issue #23 names `datagen.batch_questions`:
+/// refused with exit 2, naming the key and the flag that replaced it.
+#[test]
+fn batch_questions_is_refused_with_its_replacement() {
+    let old = PRESETS[0]
+        .1
+        .replace("[datagen]\n", "[datagen]\nbatch_questions = 32\n");
+    let err = load_config(&old, "config.toml", &[]).unwrap_err();
+    let text = format!("{err:#}");
+    assert!(text.contains("datagen.batch_questions"), "{text}");
+    assert_eq!(crate::error::exit_code_of(&err), 2);
+    // Its own fix, not the generic "compare with experiments describe".
+    let fix = err
+        .downcast_ref::<crate::error::UserError>()
+        .and_then(|e| e.fix.clone())
+        .unwrap_or_default();
+    assert!(fix.starts_with("delete the batch_questions line"), "{text}");
+    assert!(fix.contains("--gen-batch"), "{text}");
+    let err = with(&["datagen.batch_questions=32"]).unwrap_err();
+    assert!(format!("{err:#}").contains("--gen-batch"), "{err:#}");
+}

@@ -289,8 +289,12 @@ fn knobs(profile: &Value) -> String {
         .as_u64()
         .map(|n| format!(", {n} threads"))
         .unwrap_or_default();
+    let gen_batch = profile["gen_batch"]
+        .as_u64()
+        .map(|n| format!(", {n} rows per generation call"))
+        .unwrap_or_default();
     format!(
-        "{} ({} {} on {}, micro-batch {} × {} accumulated{threads})",
+        "{} ({} {} on {}, micro-batch {} × {} accumulated{threads}{gen_batch})",
         profile["name"].as_str().unwrap_or("no profile"),
         text("backend"),
         text("precision"),
