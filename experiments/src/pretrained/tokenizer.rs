@@ -67,6 +67,21 @@ impl HfTokenizer {
         }
     }
 
+    /// Token ids of `text` alone, without the special tokens a
+    /// post-processor adds (for text that continues a prompt).
+    pub fn encode_plain(&self, text: &str) -> anyhow::Result<Vec<u32>> {
+        match self {
+            HfTokenizer::Json { inner, path } => Ok(inner
+                .encode(text, false)
+                .map_err(|e| {
+                    UserError::usage(format!("{}: cannot encode {text:?}: {e}", path.display()))
+                })?
+                .get_ids()
+                .to_vec()),
+            HfTokenizer::Gpt2(t) => Ok(t.encode(text)),
+        }
+    }
+
     /// Text of `ids` without special tokens (`skip_special_tokens=True`);
     /// ids the vocabulary does not hold decode to nothing rather than fail.
     pub fn decode(&self, ids: &[u32]) -> String {

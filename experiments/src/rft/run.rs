@@ -54,6 +54,10 @@ pub fn run<B: FusedAutodiffBackend>(
     device: &B::Device,
 ) -> anyhow::Result<Summary> {
     config.validate("config.toml")?;
+    if let Some(init) = config.model.checkpoint()? {
+        // A pretrained checkpoint: the same stages on a Llama (llama_run.rs).
+        return super::llama_run::run::<B>(config, &init, control, device);
+    }
     let started = Instant::now();
     let stages = control.run_dir.join(STAGES);
     crate::fsutil::create_dir_all(&stages)?;
@@ -443,6 +447,9 @@ impl TypedExperiment for RftExperiment {
         config.pretrain.train.batch_size
     }
     fn parameters(&self, config: &RftConfig) -> Option<u64> {
+        if config.model.init.is_some() {
+            return super::llama_run::parameters_of(config);
+        }
         Some(config.model.num_params() as u64)
     }
     fn run_typed(
