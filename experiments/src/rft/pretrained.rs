@@ -384,3 +384,88 @@ pub fn write_random(name: &str, seed: u64, dir: &Path) -> anyhow::Result<()> {
     write_byte_tokenizer(dir)?;
     llama::save::save_safetensors(&model, &dir.join(llama::hf::SINGLE))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Cpu;
+    use crate::error::exit_code_of;
+
+    fn table(text: &str) -> Result<RftModel, toml::de::Error> {
+        toml::from_str(text)
+    }
+
+    /// A GPT `[model]` table is written back exactly as `ModelConfig`
+    /// writes it, so configs without `init` keep their config_hash.
+    #[test]
+    fn a_gpt_table_serializes_as_before() {
+        let text = "n_layer = 2\nn_head = 2\nn_embd = 64\nblock_size = 176\nvocab_size = 256\n";
+        let model = table(text).unwrap();
+        assert_eq!(model.checkpoint().unwrap(), None);
+        let gpt: ModelConfig = toml::from_str(text).unwrap();
+        assert_eq!(
+            toml::Value::try_from(&model).unwrap(),
+            toml::Value::try_from(&gpt).unwrap()
+        );
+        model.validate().unwrap();
+        let e = table("n_layer = 2\n").unwrap_err();
+        assert!(
+            e.to_string().contains("n_head") && e.to_string().contains("model.init"),
+            "{e}"
+        );
+    }
+
+    /// `init` alone round-trips; GPT keys beside it are refused by name.
+    #[test]
+    fn init_is_recorded_and_gpt_keys_beside_it_are_refused() {
+        let model = table("init = \"random:tiny-llama\"\n").unwrap();
+        assert_eq!(
+            model.checkpoint().unwrap(),
+            Some(Init::Random("tiny-llama".into()))
+        );
+        let value = toml::Value::try_from(&model).unwrap();
+        let want: toml::Value = toml::from_str("init = \"random:tiny-llama\"").unwrap();
+        assert_eq!(value, want);
+        model.validate().unwrap();
+        let both = table("init = \"random:tiny-llama\"\nn_layer = 2\nn_embd = 64\n").unwrap();
+        let e = both.validate().unwrap_err();
+        assert_eq!(exit_code_of(&e), 2);
+        assert!(e.to_string().contains("model.n_layer, model.n_embd"), "{e}");
+        let e = model.gpt_only("envgen quant").unwrap_err();
+        assert_eq!(exit_code_of(&e), 2);
+    }
+
+    /// The byte tokenizer gives each byte its own id (the byte's value)
+    /// and decodes back to the text, UTF-8 included.
+    #[test]
+    fn the_byte_tokenizer_maps_each_byte_to_its_value() {
+        let dir = tempfile::tempdir().unwrap();
+        write_byte_tokenizer(dir.path()).unwrap();
+        let tok = crate::pretrained::HfTokenizer::load(dir.path(), false).unwrap();
+        let text = "How many grams are in 2 kilograms?\nA: é <answer>2000</answer>\n";
+        let ids = tok.encode(text).unwrap();
+        assert_eq!(ids, text.bytes().map(u32::from).collect::<Vec<_>>());
+        assert_eq!(tok.decode(&ids), text);
+        assert_eq!(tok.token_id(BYTE_EOS), Some(256));
+    }
+
+    /// A random checkpoint loads through the `hf:` path, and saving the
+    /// loaded model writes the same bytes (names, layout, values).
+    #[test]
+    fn a_random_checkpoint_loads_and_saves_back_identically() {
+        let dir = tempfile::tempdir().unwrap();
+        write_random("tiny-llama", 3, dir.path()).unwrap();
+        assert_eq!(check_dir(dir.path()).unwrap(), tiny_llama());
+        let device = Default::default();
+        let model = llama::hf::load::<Cpu>(dir.path(), &device).unwrap();
+        let again = dir.path().join("again.safetensors");
+        llama::save::save_safetensors(&model, &again).unwrap();
+        assert_eq!(
+            std::fs::read(dir.path().join(llama::hf::SINGLE)).unwrap(),
+            std::fs::read(&again).unwrap()
+        );
+        let before = fingerprint(dir.path()).unwrap();
+        std::fs::write(dir.path().join("config.json"), "{}").unwrap();
+        assert_ne!(fingerprint(dir.path()).unwrap(), before);
+    }
+}
