@@ -14,7 +14,7 @@ use envgen_experiments::llama;
 use envgen_experiments::pretrained::HfTokenizer;
 use serde_json::Value;
 
-use crate::common::experiment::manifest_of;
+use crate::common::experiment::{manifest_of, resume, stopped_after};
 use crate::common::{expect_success, json_of, read_json, run, run_dir_of, text, turn};
 
 fn python() -> PathBuf {
@@ -334,4 +334,45 @@ fn bad_inits_exit_2_naming_the_key_and_the_fix() {
         "{msg}"
     );
     assert!(!runs.exists() || std::fs::read_dir(&runs).unwrap().next().is_none());
+}
+
+/// Stopped inside round 1's fine-tuning and resumed: the base checkpoint,
+/// stage (a) and the samples are reused, the fine-tuning continues from its
+/// checkpoint, and the run completes.
+#[test]
+fn an_interrupted_checkpoint_run_resumes_where_it_stopped() {
+    let _turn = turn!();
+    let tmp = tempfile::tempdir().unwrap();
+    let sets = [
+        "pretrain.train.steps=40",
+        "pretrain.train.eval_every=20",
+        "pretrain.train.checkpoint_every=20",
+        "finetune.train.steps=20",
+        "finetune.train.eval_every=10",
+        "finetune.train.checkpoint_every=10",
+    ];
+    let dir = stopped_after(&rft(tmp.path(), &sets, &["--stop-after", "50"]), 50);
+    for file in [
+        "stages/base/model.safetensors",
+        "stages/pretrain/model.safetensors",
+        "stages/round-1/datagen.json",
+        "stages/round-1/finetune/checkpoints/latest",
+    ] {
+        assert!(dir.join(file).exists(), "{file} missing");
+    }
+    assert!(!dir
+        .join("stages/round-1/finetune/model.safetensors")
+        .exists());
+    let mtime = |f: &str| std::fs::metadata(dir.join(f)).unwrap().modified().unwrap();
+    let kept = [
+        "stages/base/model.safetensors",
+        "stages/pretrain/model.safetensors",
+        "stages/round-1/datagen.json",
+    ];
+    let before: Vec<_> = kept.iter().map(|f| mtime(f)).collect();
+    let doc = resume("rft", &dir);
+    assert_eq!(doc["summary"]["status"], "completed", "{doc}");
+    assert_eq!(doc["summary"]["steps_done"], 60);
+    assert_eq!(kept.iter().map(|f| mtime(f)).collect::<Vec<_>>(), before);
+    assert!(dir.join("hf/model.safetensors").exists());
 }
