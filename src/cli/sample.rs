@@ -136,7 +136,7 @@ fn sample_pretrained(dir: &Path, args: &Args) -> Result<i32> {
             messages.push(pretrained::Message::new("system", system));
         }
         messages.push(pretrained::Message::new("user", &args.prompt));
-        tokenizer.encode_chat(&template.render(&messages, true)?)?
+        tokenizer.encode_plain(&template.render(&messages, true)?)?
     } else {
         tokenizer.encode(&args.prompt)?
     };
@@ -161,6 +161,7 @@ fn sample_pretrained(dir: &Path, args: &Args) -> Result<i32> {
                 seed: args.seed,
                 eos_token_ids: cfg.eos_token_ids.clone(),
                 stop_strings: args.stop.clone(),
+                row_seeds: Vec::new(),
             };
             let decode = |ids: &[u32]| tokenizer.decode(ids);
             let out = llama::generate(model, &[prompt], &opts, Some(&decode), &device)?;

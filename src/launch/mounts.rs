@@ -28,6 +28,9 @@ pub const CONTAINER_WORKSPACE: &str = "/workspace";
 /// the host paths in the science config to the mounts.
 pub const PATH_MAP_ENV: &str = "ENVGEN_PATH_MAP";
 
+/// How a config names a Hugging Face directory (`envgen_experiments::pretrained::PREFIX`).
+const HF_PREFIX: &str = "hf:";
+
 /// Keys of a science config whose string values are paths: `path`,
 /// `*_path` and `*_dir` (the one rule both the scan and the mapping use).
 fn is_path_key(key: &str) -> bool {
@@ -40,6 +43,13 @@ fn visit_paths(value: &mut toml::Value, key: &str, visit: &mut impl FnMut(&mut S
         toml::Value::Table(table) => table.iter_mut().for_each(|(k, v)| visit_paths(v, k, visit)),
         toml::Value::Array(items) => items.iter_mut().for_each(|v| visit_paths(v, key, visit)),
         toml::Value::String(text) if is_path_key(key) => visit(text),
+        // A checkpoint named `hf:DIR` (rft's `model.init`): the directory
+        // is mounted and mapped like a data path, the prefix kept.
+        toml::Value::String(text) if key == "init" && text.starts_with(HF_PREFIX) => {
+            let mut dir = text[HF_PREFIX.len()..].to_string();
+            visit(&mut dir);
+            *text = format!("{HF_PREFIX}{dir}");
+        }
         _ => {}
     }
 }
@@ -210,6 +220,31 @@ mod tests {
             science["data"]["name"].as_str(),
             Some("/home/u/private/data/x")
         );
+    }
+
+    /// rft's `model.init = "hf:DIR"` is mounted and mapped, the prefix kept.
+    #[test]
+    fn an_hf_checkpoint_is_mounted_and_mapped_like_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!("[model]\ninit = \"hf:{}\"\n", dir.path().display());
+        let mut science: toml::Value = toml::from_str(&text).unwrap();
+        assert_eq!(
+            data_dirs(&science),
+            vec![std::path::absolute(dir.path()).unwrap()]
+        );
+        let map = vec![(
+            dir.path().to_path_buf(),
+            PathBuf::from("/run/envgen/data/0"),
+        )];
+        map_paths(&mut science, &map);
+        assert_eq!(
+            science["model"]["init"].as_str(),
+            Some("hf:/run/envgen/data/0/")
+        );
+        let mut random: toml::Value =
+            toml::from_str("[model]\ninit = \"random:tiny-llama\"\n").unwrap();
+        map_paths(&mut random, &map);
+        assert_eq!(random["model"]["init"].as_str(), Some("random:tiny-llama"));
     }
 
     #[test]

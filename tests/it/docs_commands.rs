@@ -201,6 +201,9 @@ fn skip_reason(command: &DocCommand) -> Option<&'static str> {
     if args.iter().any(|w| w == "--launched") {
         return Some("--launched is the launchers' entry point: it needs the run directory and rendezvous a launcher prepares (tests/it/distributed_cli.rs, tests/it/run_slurm.rs)");
     }
+    if joined.contains("model.init=hf:") {
+        return Some("needs a downloaded Hugging Face checkpoint (tests/it/rft_llama.rs runs one that transformers made)");
+    }
     match (sub(0), sub(1)) {
         ("image", _) => Some("builds or exports container images with Docker (tests/it/images.rs)"),
         ("rerun", _) => Some("trains a new run (tests/it/gpt2_cli.rs covers rerun)"),

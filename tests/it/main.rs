@@ -33,6 +33,7 @@ mod precision_cli;
 mod quantize_cli;
 mod report_cli;
 mod rft_cli;
+mod rft_llama;
 mod run_docker;
 mod run_slurm;
 mod runs_cli;

@@ -17,7 +17,9 @@
 //! Finished rows leave the batch (their cache rows are dropped), so the
 //! cost follows the rows still generating. Row `i` samples from its own
 //! generator seeded by (`seed`, `i`): a row's sample does not depend on the
-//! other rows of its batch.
+//! other rows of its batch. RFT gives each row its own seed instead
+//! (`GenerateOptions::row_seeds`), so a sample does not depend on its
+//! place in the batch either.
 
 use burn::prelude::*;
 use burn::tensor::TensorData;
@@ -36,6 +38,10 @@ pub struct GenerateOptions {
     /// whose probability reaches `top_p` (1 = the whole vocabulary).
     pub top_p: f32,
     pub seed: u64,
+    /// One seed per row (RFT: one per question and sample), so that a row
+    /// draws the same tokens in any batch at any position; empty = row `i`
+    /// is seeded by (`seed`, `i`).
+    pub row_seeds: Vec<u64>,
     /// A row stops after emitting one of these (kept in its tokens).
     pub eos_token_ids: Vec<u32>,
     /// A row stops once its decoded continuation contains one of these
@@ -113,8 +119,18 @@ pub fn generate<B: Backend>(
         .iter()
         .map(|p| (opts.max_new_tokens == 0 || p.len() >= limit).then_some(Finish::Length))
         .collect();
+    if !opts.row_seeds.is_empty() && opts.row_seeds.len() != prompts.len() {
+        anyhow::bail!(
+            "{} row seeds for {} prompts: give one per prompt or none",
+            opts.row_seeds.len(),
+            prompts.len()
+        );
+    }
     let mut rngs: Vec<StdRng> = (0..rows.len())
-        .map(|i| StdRng::seed_from_u64(row_seed(opts.seed, i)))
+        .map(|i| {
+            let seed = opts.row_seeds.get(i).copied();
+            StdRng::seed_from_u64(seed.unwrap_or_else(|| row_seed(opts.seed, i)))
+        })
         .collect();
     // Rows still generating, in cache order.
     let mut active: Vec<usize> = (0..rows.len()).filter(|&i| finish[i].is_none()).collect();
@@ -360,6 +376,26 @@ mod tests {
             let alone = generate(&model, &alone_prompts, &opts, None, &Default::default()).unwrap();
             assert_eq!(batch[i], alone[i], "row {i}");
         }
+        // With a seed per row, a row is the same at any place in any batch.
+        let seeded = GenerateOptions {
+            row_seeds: vec![7, 8, 9],
+            ..opts.clone()
+        };
+        let batch_seeded = generate(&model, &prompts, &seeded, None, &Default::default()).unwrap();
+        let last_alone = GenerateOptions {
+            row_seeds: vec![9],
+            ..opts.clone()
+        };
+        let alone = generate(
+            &model,
+            &prompts[2..],
+            &last_alone,
+            None,
+            &Default::default(),
+        )
+        .unwrap();
+        assert_eq!(batch_seeded[2], alone[0]);
+        assert_ne!(batch_seeded[2], batch[2], "the row seed is used");
         let again = generate(&model, &prompts, &opts, None, &Default::default()).unwrap();
         assert_eq!(batch, again, "same seed, same samples");
         let other = GenerateOptions { seed: 43, ..opts };

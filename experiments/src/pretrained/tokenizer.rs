@@ -58,10 +58,11 @@ impl HfTokenizer {
         self.encode_with(text, true)
     }
 
-    /// Token ids of a rendered chat: no special tokens added, since the
-    /// template writes them itself (transformers' `apply_chat_template`
-    /// tokenizes with `add_special_tokens=False`).
-    pub fn encode_chat(&self, text: &str) -> anyhow::Result<Vec<u32>> {
+    /// Token ids of `text` alone, without the special tokens a
+    /// post-processor adds: for text that continues a prompt, and for a
+    /// rendered chat, whose template writes them itself (transformers'
+    /// `apply_chat_template` tokenizes with `add_special_tokens=False`).
+    pub fn encode_plain(&self, text: &str) -> anyhow::Result<Vec<u32>> {
         self.encode_with(text, false)
     }
 

@@ -406,7 +406,12 @@ fn run_config<T: serde::Serialize + serde::de::DeserializeOwned>(dir: &Path) -> 
 pub fn gpt_model_of(dir: &Path) -> anyhow::Result<Option<ModelConfig>> {
     Ok(match source_kind(dir)? {
         "gpt2" => Some(run_config::<Gpt2Config>(dir)?.model),
-        "rft" => Some(run_config::<RftConfig>(dir)?.model),
+        "rft" => Some(
+            run_config::<RftConfig>(dir)?
+                .model
+                .gpt_only("envgen quant")?
+                .clone(),
+        ),
         _ => None,
     })
 }
@@ -453,7 +458,7 @@ pub fn open_source(dir: &Path, micro_batch: usize) -> anyhow::Result<Box<dyn Sou
         let config: RftConfig = run_config(dir)?;
         let split = config.split()?;
         (
-            config.model.clone(),
+            config.model.gpt_only("envgen quant")?.clone(),
             GptKind::Rft {
                 task: Box::new(RftTrainTask::reference(&config, &split)),
                 questions: split.validation,

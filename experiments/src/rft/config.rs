@@ -3,17 +3,23 @@
 use serde::{Deserialize, Serialize};
 
 use super::datagen::DatagenConfig;
+pub use super::pretrained::{Init, RftModel};
 use super::task::{generate_split_with, Split, UnitTable};
 use crate::data::Tokenizer;
 use crate::engine::{self, OptimConfig, TrainConfig};
 use crate::error::UserError;
 use crate::gpt2::lora::LoraConfig;
-use crate::gpt2::ModelConfig;
 
 pub const EXPERIMENT: &str = "rft";
 
 /// Presets bundled into the binary: (name, TOML text).
-pub const PRESETS: &[(&str, &str)] = &[("tiny", include_str!("../../presets/rft/tiny.toml"))];
+pub const PRESETS: &[(&str, &str)] = &[
+    ("tiny", include_str!("../../presets/rft/tiny.toml")),
+    (
+        "tiny-llama",
+        include_str!("../../presets/rft/tiny-llama.toml"),
+    ),
+];
 pub const DEFAULT_PRESET: &str = "tiny";
 
 /// The science config of an RFT run (`config.toml`).
@@ -25,7 +31,9 @@ pub struct RftConfig {
     #[serde(default = "one_round")]
     pub rounds: u32,
     pub task: TaskConfig,
-    pub model: ModelConfig,
+    /// The byte-level GPT's sizes, or `init` alone: a pretrained checkpoint
+    /// (`super::pretrained`).
+    pub model: RftModel,
     /// Stage (a): supervised training on the reference worked answers.
     pub pretrain: StageConfig,
     /// Stage (b): rejection sampling.
@@ -143,12 +151,23 @@ impl RftConfig {
         self.pretrain.optim.validate(origin, "pretrain.optim")?;
         self.finetune.train.validate(origin, "finetune.train")?;
         self.finetune.optim.validate(origin, "finetune.optim")?;
-        engine::budget::check(origin, &self.model.memory_parts())?;
+        self.model.validate()?;
+        let gpt = self.model.init.is_none();
+        if gpt {
+            engine::budget::check(origin, &self.model.memory_parts())?;
+        }
         if self.finetune.mode == FinetuneMode::Full && self.finetune.lora.is_some() {
             return Err(UserError::usage(
                 "[finetune.lora] is set but finetune.mode = \"full\" trains every weight",
             )
             .with_fix("set finetune.mode = \"lora\" or remove the [finetune.lora] table")
+            .into());
+        }
+        if let (false, Some(_)) = (gpt, self.finetune.adapters()) {
+            return Err(UserError::usage(
+                "finetune.mode = \"lora\" with model.init: LoRA is implemented for the byte-level GPT only, not yet for pretrained Llama checkpoints",
+            )
+            .with_fix("--set finetune.mode=full")
             .into());
         }
         if let Some(lora) = self.finetune.adapters() {
@@ -179,6 +198,12 @@ impl RftConfig {
             .with_fix("the worked questions are the first training questions: lower task.worked_questions or raise task.train_questions")
             .into());
         }
+        self.datagen.validate()?;
+        if !gpt {
+            // The checkpoint's context is checked against the tokenized
+            // examples when the run starts (the tokenizer is the checkpoint's).
+            return Ok(());
+        }
         if self.model.vocab_size < Tokenizer::byte().vocab_size() {
             return Err(UserError::usage(format!(
                 "model.vocab_size = {}: the RFT GPT reads bytes (256 tokens)",
@@ -195,7 +220,6 @@ impl RftConfig {
             .with_fix("pick n_head dividing n_embd")
             .into());
         }
-        self.datagen.validate()?;
         let longest = self.longest_example()?;
         if longest > self.model.block_size {
             return Err(UserError::usage(format!(

@@ -3,11 +3,16 @@
 //! * [`task`]: seeded questions, reference reasoning, prompt/training formats;
 //! * [`verify`]: answer parsing, the HW3 correctness rule, accuracy/answer rate;
 //! * [`datagen`]: rejection sampling through a [`datagen::Sampler`] (the GPT
-//!   implements it) into a deduplicated fine-tuning set.
+//!   implements it) into a deduplicated fine-tuning set;
+//! * [`pretrained`], [`llama_task`], [`llama_run`]: the same recipe on a
+//!   pretrained Llama-family checkpoint (`model.init = "hf:DIR"`).
 
 pub mod config;
 pub mod datagen;
 pub mod eval;
+pub mod llama_run;
+pub mod llama_task;
+pub mod pretrained;
 pub mod run;
 pub mod task;
 pub mod train;

@@ -40,13 +40,13 @@ pub use super::train::*;
 /// Stage (b)'s record.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct DatagenRecord {
-    stats: DatagenStats,
-    seconds: f64,
-    samples_per_s: f64,
+    pub(crate) stats: DatagenStats,
+    pub(crate) seconds: f64,
+    pub(crate) samples_per_s: f64,
     /// Generated tokens per second (absent in records from before: 0).
     #[serde(default)]
-    tokens_per_s: f64,
-    examples: Vec<Example>,
+    pub(crate) tokens_per_s: f64,
+    pub(crate) examples: Vec<Example>,
 }
 
 pub(crate) const STAGES: &str = "stages";
@@ -64,6 +64,10 @@ pub fn run<B: FusedAutodiffBackend>(
 ) -> anyhow::Result<Summary> {
     config.validate("config.toml")?;
     check_gen_batch(gen_batch(control))?;
+    if let Some(init) = config.model.checkpoint()? {
+        // A pretrained checkpoint: the same stages on a Llama (llama_run.rs).
+        return super::llama_run::run::<B>(config, &init, control, device);
+    }
     let started = Instant::now();
     let stages = control.run_dir.join(STAGES);
     crate::fsutil::create_dir_all(&stages)?;
@@ -278,43 +282,19 @@ pub(crate) fn rft_round<B: FusedAutodiffBackend>(
             config.task.max_completion_tokens,
             inner.clone(),
         );
-        let t0 = Instant::now();
-        let bar = engine::train::progress_bar(control.progress, split.train.len() as u64, 0);
-        bar.set_prefix(format!("datagen (round {round}) "));
-        bar.set_message("questions");
-        let dataset = build_dataset(
+        match sample_stage(
             &mut sampler,
-            &split.train,
-            &config.datagen,
+            config,
+            split,
             round,
-            gen_batch(control),
-            &mut |s| {
-                bar.set_position(s.questions as u64);
-                bar.set_message(format!(
-                    "questions, kept {} of {} samples",
-                    s.kept, s.generated
-                ));
-            },
-        )?;
-        bar.finish_and_clear();
-        let seconds = t0.elapsed().as_secs_f64();
-        if control.stop.load(Ordering::SeqCst) {
+            &datagen_path,
+            control,
+            log,
+        )? {
+            Some(record) => record,
             // Rejection sampling has no partial record: it reruns on resume.
-            return Ok(None);
+            None => return Ok(None),
         }
-        let record = DatagenRecord {
-            stats: dataset.stats,
-            seconds,
-            samples_per_s: dataset.stats.generated as f64 / seconds.max(1e-9),
-            tokens_per_s: dataset.stats.tokens as f64 / seconds.max(1e-9),
-            examples: dataset.examples,
-        };
-        write_json(&datagen_path, &record)?;
-        log.write(&json!({"stage": "datagen", "round": round,
-            "generated": record.stats.generated, "kept": record.stats.kept,
-            "samples_per_s": record.samples_per_s, "tokens_per_s": record.tokens_per_s,
-            "seconds": record.seconds}))?;
-        record
     };
     if datagen.examples.is_empty() {
         return Err(UserError::failed(format!(
@@ -365,6 +345,56 @@ pub(crate) fn rft_round<B: FusedAutodiffBackend>(
         finetune,
         eval,
     }))
+}
+
+/// (b) rejection sampling with `sampler` on the training questions,
+/// recorded in `path` and metrics.jsonl; `None` when a stop request came
+/// (the stage has no partial record: it reruns on resume).
+pub(crate) fn sample_stage(
+    sampler: &mut dyn super::datagen::Sampler,
+    config: &RftConfig,
+    split: &Split,
+    round: u32,
+    path: &Path,
+    control: &RunControl,
+    log: &mut MetricsLog,
+) -> anyhow::Result<Option<DatagenRecord>> {
+    let t0 = Instant::now();
+    let bar = engine::train::progress_bar(control.progress, split.train.len() as u64, 0);
+    bar.set_prefix(format!("datagen (round {round}) "));
+    bar.set_message("questions");
+    let dataset = build_dataset(
+        sampler,
+        &split.train,
+        &config.datagen,
+        round,
+        gen_batch(control),
+        &mut |s| {
+            bar.set_position(s.questions as u64);
+            bar.set_message(format!(
+                "questions, kept {} of {} samples",
+                s.kept, s.generated
+            ));
+        },
+    )?;
+    bar.finish_and_clear();
+    let seconds = t0.elapsed().as_secs_f64();
+    if control.stop.load(Ordering::SeqCst) {
+        return Ok(None);
+    }
+    let record = DatagenRecord {
+        stats: dataset.stats,
+        seconds,
+        samples_per_s: dataset.stats.generated as f64 / seconds.max(1e-9),
+        tokens_per_s: dataset.stats.tokens as f64 / seconds.max(1e-9),
+        examples: dataset.examples,
+    };
+    write_json(path, &record)?;
+    log.write(&json!({"stage": "datagen", "round": round,
+        "generated": record.stats.generated, "kept": record.stats.kept,
+        "samples_per_s": record.samples_per_s, "tokens_per_s": record.tokens_per_s,
+        "seconds": record.seconds}))?;
+    Ok(Some(record))
 }
 
 /// `trainable_parameters` of stage (c) and `adapter_bytes`, the size of its
@@ -423,10 +453,30 @@ pub(crate) fn eval_stage<B: FusedBackend>(
     if record.exists() {
         return read_json(record);
     }
+    let model = load_model::<B>(&config.model, model_path, device)?;
+    let mut sampler = GptSampler::new(
+        &model,
+        &config.model,
+        config.task.max_completion_tokens,
+        device.clone(),
+    );
+    evaluate_stage(&mut sampler, questions, round, record, log, control)
+}
+
+/// (d) greedy evaluation with `sampler`, recorded in `record` (whose name
+/// is the stage's) and metrics.jsonl with its round: `runs report` plots
+/// accuracy per round.
+pub(crate) fn evaluate_stage(
+    sampler: &mut dyn super::datagen::Sampler,
+    questions: &[Question],
+    round: u32,
+    record: &Path,
+    log: &mut MetricsLog,
+    control: &RunControl,
+) -> anyhow::Result<Evaluation> {
     let stage = record
         .file_stem()
         .map_or(String::new(), |s| s.to_string_lossy().into_owned());
-    let model = load_model::<B>(&config.model, model_path, device)?;
     // Named as `runs watch` names the row logged below.
     let bar = engine::train::progress_bar(control.progress, questions.len() as u64, 0);
     bar.set_prefix(match round {
@@ -434,15 +484,9 @@ pub(crate) fn eval_stage<B: FusedBackend>(
         _ => format!("{stage} (round {round}) "),
     });
     bar.set_message("questions");
-    let evaluation = evaluate_accuracy(
-        &model,
-        &config.model,
-        questions,
-        config.task.max_completion_tokens,
-        gen_batch(control),
-        device,
-        &mut |done| bar.set_position(done as u64),
-    );
+    let evaluation = evaluate_with(sampler, questions, gen_batch(control), &mut |done| {
+        bar.set_position(done as u64)
+    });
     bar.finish_and_clear();
     write_json(record, &evaluation)?;
     log.write(
@@ -516,6 +560,9 @@ impl TypedExperiment for RftExperiment {
         config.pretrain.train.batch_size
     }
     fn parameters(&self, config: &RftConfig) -> Option<u64> {
+        if config.model.init.is_some() {
+            return super::llama_run::parameters_of(config);
+        }
         Some(config.model.num_params() as u64)
     }
     fn run_typed(

@@ -62,7 +62,7 @@ impl RftTrainTask {
         // Stage (c) is the one that starts from (a)'s weights.
         let lora = init_from.as_ref().and(config.finetune.adapters());
         Self {
-            model: config.model.clone(),
+            model: config.model.gpt.clone(),
             stage: stage.clone(),
             train,
             validation,

@@ -1,0 +1,274 @@
+//! The RFT stages' model work on a pretrained Llama-family checkpoint:
+//! tokenizing with the checkpoint's tokenizer, the engine [`Task`] of
+//! stages (a) and (c) (full fine-tuning from the base checkpoint with the
+//! completion-only loss of `super::train`), and generation for (b) and (d).
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use burn::module::AutodiffModule;
+use burn::prelude::*;
+use burn::tensor::{ElementConversion, TensorData};
+use envgen_kernels::{FusedAutodiffBackend, FusedBackend};
+
+use super::config::StageConfig;
+use super::datagen::{Completion, Row, Sampler};
+use super::task::END_OF_COMPLETION;
+use crate::engine::{self, OptimConfig, Task, TrainConfig};
+use crate::llama::{self, GenerateOptions, Llama};
+use crate::pretrained::HfTokenizer;
+
+/// Files of a Hugging Face directory besides the weights that a fine-tuned
+/// copy keeps (transformers and `envgen sample` read them).
+const COMPANIONS: [&str; 5] = [
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+];
+
+/// A training example in the checkpoint's tokens: the prompt (with the
+/// special tokens its tokenizer adds, as at generation time) followed by
+/// the completion (without), and where the completion starts. Tokenizing
+/// the two apart keeps the prompt's tokens those the model is prompted with.
+#[derive(Debug, Clone)]
+pub(crate) struct LlamaExample {
+    tokens: Vec<u32>,
+    completion_start: usize,
+}
+
+impl LlamaExample {
+    pub(crate) fn len(&self) -> usize {
+        self.tokens.len()
+    }
+}
+
+/// `text` is the prompt followed by the completion.
+pub(crate) fn tokenize(
+    tokenizer: &HfTokenizer,
+    prompt: &str,
+    text: &str,
+) -> anyhow::Result<LlamaExample> {
+    let completion = text.strip_prefix(prompt).unwrap_or(text);
+    let mut tokens = tokenizer.encode(prompt)?;
+    let completion_start = tokens.len();
+    tokens.extend(tokenizer.encode_plain(completion)?);
+    Ok(LlamaExample {
+        tokens,
+        completion_start,
+    })
+}
+
+/// The engine task of stages (a) and (c): every weight of the base
+/// checkpoint trained on `train` (RFT fine-tunes the base model in every
+/// round, not the previous round's weights).
+pub struct LlamaRftTask {
+    pub(crate) base: PathBuf,
+    pub(crate) stage: StageConfig,
+    pub(crate) train: Vec<LlamaExample>,
+    pub(crate) validation: Vec<LlamaExample>,
+}
+
+impl LlamaRftTask {
+    /// Example of row `row` of the batch of `step` (as `RftTrainTask`'s).
+    fn example_index(&self, step: u64, row: usize) -> usize {
+        let mut z = engine::row_seed(self.stage.train.seed, step, row);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z % self.train.len().max(1) as u64) as usize
+    }
+}
+
+/// Mean cross-entropy over the completion tokens of `examples`, right-padded
+/// (prompt and padding positions carry weight 0).
+pub(crate) fn completion_loss<B: FusedBackend>(
+    model: &Llama<B>,
+    examples: &[&LlamaExample],
+    device: &B::Device,
+) -> Tensor<B, 1> {
+    let t = examples
+        .iter()
+        .map(|e| e.tokens.len().saturating_sub(1))
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let b = examples.len();
+    let (mut x, mut y, mut w) = (
+        Vec::with_capacity(b * t),
+        Vec::with_capacity(b * t),
+        Vec::with_capacity(b * t),
+    );
+    for e in examples {
+        for i in 0..t {
+            let inside = i + 1 < e.tokens.len();
+            x.push(e.tokens.get(i).map_or(0, |&v| i64::from(v)));
+            y.push(if inside {
+                i64::from(e.tokens[i + 1])
+            } else {
+                0
+            });
+            w.push(if inside && i + 1 >= e.completion_start {
+                1.0f32
+            } else {
+                0.0
+            });
+        }
+    }
+    let count: f32 = w.iter().sum::<f32>().max(1.0);
+    let x = Tensor::<B, 2, Int>::from_data(TensorData::new(x, [b, t]), device);
+    let y = Tensor::<B, 1, Int>::from_data(TensorData::new(y, [b * t]), device);
+    let w = Tensor::<B, 1>::from_data(TensorData::new(w, [b * t]), device);
+    let logits = model.forward(x);
+    let vocab = logits.dims()[2];
+    let losses = envgen_kernels::cross_entropy(logits.reshape([b * t, vocab]), y);
+    (losses * w).sum() / count
+}
+
+impl<B: FusedAutodiffBackend> Task<B> for LlamaRftTask {
+    type Model = Llama<B>;
+
+    fn train_config(&self) -> &TrainConfig {
+        &self.stage.train
+    }
+    fn optim_config(&self) -> &OptimConfig {
+        &self.stage.optim
+    }
+
+    fn init_model(&self, device: &B::Device) -> anyhow::Result<Llama<B>> {
+        llama::hf::load::<B>(&self.base, device)
+    }
+
+    fn loss(
+        &self,
+        model: &Llama<B>,
+        step: u64,
+        rows: Range<usize>,
+        device: &B::Device,
+    ) -> Tensor<B, 1> {
+        let batch: Vec<&LlamaExample> = rows
+            .map(|r| &self.train[self.example_index(step, r)])
+            .collect();
+        completion_loss(model, &batch, device)
+    }
+
+    fn evaluate(
+        &self,
+        model: &<Llama<B> as AutodiffModule<B>>::InnerModule,
+        micro_batch: usize,
+        device: &burn::tensor::Device<B::InnerBackend>,
+    ) -> f64 {
+        let mut total = 0.0;
+        let mut rows = 0usize;
+        for chunk in self.validation.chunks(micro_batch.max(1)) {
+            let batch: Vec<&LlamaExample> = chunk.iter().collect();
+            let loss: f64 = completion_loss(model, &batch, device).into_scalar().elem();
+            total += loss * chunk.len() as f64;
+            rows += chunk.len();
+        }
+        total / rows.max(1) as f64
+    }
+
+    fn units_per_row(&self) -> (usize, &'static str) {
+        (1, "samples")
+    }
+
+    /// The stage directory becomes a Hugging Face directory: the weights as
+    /// `model.safetensors` under transformers' names, next to copies of
+    /// the base's config.json and tokenizer files.
+    fn finish(&self, model: &Llama<B>, run_dir: &Path) -> anyhow::Result<()> {
+        copy_companions(&self.base, run_dir)?;
+        llama::save::save_safetensors(model, &run_dir.join(llama::hf::SINGLE))
+    }
+}
+
+/// Copy the base's config.json and tokenizer files into `to`.
+pub(crate) fn copy_companions(base: &Path, to: &Path) -> anyhow::Result<()> {
+    for name in COMPANIONS {
+        let from = base.join(name);
+        if from.is_file() {
+            std::fs::copy(&from, to.join(name)).map_err(|e| {
+                anyhow::Error::new(e).context(format!(
+                    "copying {} to {}",
+                    from.display(),
+                    to.display()
+                ))
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Continues prompts with a Llama: the checkpoint's tokenizer, batched
+/// KV-cached generation with each row's own seed, stopping at the
+/// end-of-completion marker (or the model's end-of-sequence token).
+pub struct LlamaSampler<'a, B: Backend> {
+    pub model: &'a Llama<B>,
+    pub tokenizer: &'a HfTokenizer,
+    pub max_new_tokens: usize,
+    pub device: B::Device,
+    /// The first generation error; `Sampler::sample` cannot return one.
+    pub error: Option<anyhow::Error>,
+}
+
+impl<'a, B: Backend> LlamaSampler<'a, B> {
+    pub fn new(
+        model: &'a Llama<B>,
+        tokenizer: &'a HfTokenizer,
+        max_new_tokens: usize,
+        device: B::Device,
+    ) -> Self {
+        Self {
+            model,
+            tokenizer,
+            max_new_tokens,
+            device,
+            error: None,
+        }
+    }
+
+    fn try_sample(&self, rows: &[Row<'_>], temperature: f32) -> anyhow::Result<Vec<Completion>> {
+        let prompts = rows
+            .iter()
+            .map(|r| self.tokenizer.encode(r.prompt))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let opts = GenerateOptions {
+            max_new_tokens: self.max_new_tokens,
+            temperature,
+            top_p: 1.0,
+            seed: 0,
+            row_seeds: rows.iter().map(|r| r.seed).collect(),
+            eos_token_ids: self.model.config().eos_token_ids.clone(),
+            stop_strings: vec![END_OF_COMPLETION.to_string()],
+        };
+        let tokenizer = self.tokenizer;
+        let decode = |ids: &[u32]| tokenizer.decode(ids);
+        let out = llama::generate(self.model, &prompts, &opts, Some(&decode), &self.device)?;
+        Ok(out
+            .iter()
+            .map(|g| Completion {
+                text: self.tokenizer.decode(&g.tokens),
+                tokens: g.tokens.len(),
+            })
+            .collect())
+    }
+}
+
+impl<B: Backend> Sampler for LlamaSampler<'_, B> {
+    fn sample(&mut self, rows: &[Row<'_>], temperature: f32) -> Vec<Completion> {
+        match self.try_sample(rows, temperature) {
+            Ok(out) => out,
+            Err(e) => {
+                self.error.get_or_insert(e);
+                // Graded as wrong; the caller reports `error`.
+                rows.iter()
+                    .map(|_| Completion {
+                        text: String::new(),
+                        tokens: 0,
+                    })
+                    .collect()
+            }
+        }
+    }
+}

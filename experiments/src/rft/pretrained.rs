@@ -1,0 +1,471 @@
+//! RFT from a pretrained checkpoint: the `[model]` table's `init` key,
+//! the checkpoint's fingerprint, and the random-init tiny Llama that the
+//! `tiny-llama` preset creates (no download in CI).
+//!
+//! `[model]` is either the byte-level GPT's sizes (trained from scratch,
+//! the `tiny` preset) or `init` alone:
+//!
+//! * `init = "hf:DIR"`: a Hugging Face directory (config.json,
+//!   model.safetensors or shards, tokenizer.json) of the Llama family
+//!   (`model_type` llama or qwen2: SmolLM2, Llama 2/3, Qwen2), loaded by
+//!   `crate::llama`, tokenized by its own tokenizer.json;
+//! * `init = "random:tiny-llama"`: envgen writes a random-init tiny Llama
+//!   with a byte-level tokenizer into `RUN_DIR/stages/base/` and then loads
+//!   it through the very same `hf:` path.
+
+use std::io::Read;
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::UserError;
+use crate::gpt2::ModelConfig;
+use crate::llama::config::{Rope, RopeScaling};
+use crate::llama::{self, LlamaConfig};
+use crate::pretrained;
+
+/// The `random:` checkpoints envgen can make.
+pub const RANDOM_SHAPES: [&str; 1] = ["tiny-llama"];
+const RANDOM_PREFIX: &str = "random:";
+const INIT_FIX: &str = "set model.init = \"hf:DIR\" (a Hugging Face Llama-family directory, e.g. one from `huggingface-cli download HuggingFaceTB/SmolLM2-360M-Instruct --local-dir DIR`) or \"random:tiny-llama\"";
+
+/// The `[model]` table of an rft config. Derefs to the GPT's sizes, which
+/// only mean something without `init`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "ModelTable", into = "ModelTable")]
+pub struct RftModel {
+    /// `hf:DIR` or `random:NAME`; None = the byte-level GPT below.
+    pub init: Option<String>,
+    pub gpt: ModelConfig,
+    /// GPT keys written next to `init` (refused by [`RftModel::validate`]).
+    conflicting: Vec<String>,
+}
+
+impl Deref for RftModel {
+    type Target = ModelConfig;
+    fn deref(&self) -> &ModelConfig {
+        &self.gpt
+    }
+}
+
+impl From<ModelConfig> for RftModel {
+    fn from(gpt: ModelConfig) -> Self {
+        Self {
+            init: None,
+            gpt,
+            conflicting: Vec::new(),
+        }
+    }
+}
+
+/// `[model]` as written: every key optional, checked in `try_from`.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModelTable {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    init: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    n_layer: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    n_head: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    n_embd: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    block_size: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    vocab_size: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    dropout: Option<f64>,
+}
+
+impl TryFrom<ModelTable> for RftModel {
+    type Error = String;
+    fn try_from(t: ModelTable) -> Result<Self, String> {
+        let sizes = [
+            ("n_layer", t.n_layer),
+            ("n_head", t.n_head),
+            ("n_embd", t.n_embd),
+            ("block_size", t.block_size),
+            ("vocab_size", t.vocab_size),
+        ];
+        let mut conflicting: Vec<String> = sizes
+            .iter()
+            .filter(|(_, v)| v.is_some())
+            .map(|(k, _)| format!("model.{k}"))
+            .collect();
+        if t.dropout.is_some_and(|d| d != 0.0) {
+            conflicting.push("model.dropout".into());
+        }
+        if t.init.is_none() {
+            if let Some((key, _)) = sizes.iter().find(|(_, v)| v.is_none()) {
+                return Err(format!(
+                    "[model] has no `{key}`: give the GPT's sizes (n_layer, n_head, n_embd, block_size, vocab_size), or model.init = \"hf:DIR\" to fine-tune a pretrained checkpoint"
+                ));
+            }
+            conflicting.clear();
+        }
+        let get = |v: Option<usize>| v.unwrap_or(0);
+        Ok(RftModel {
+            init: t.init,
+            gpt: ModelConfig {
+                n_layer: get(t.n_layer),
+                n_head: get(t.n_head),
+                n_embd: get(t.n_embd),
+                block_size: get(t.block_size),
+                vocab_size: get(t.vocab_size),
+                dropout: t.dropout.unwrap_or(0.0),
+            },
+            conflicting,
+        })
+    }
+}
+
+impl From<RftModel> for ModelTable {
+    fn from(m: RftModel) -> Self {
+        // With `init`, the GPT's sizes do not apply and are not recorded
+        // (a conflicting config never gets past validation to be written).
+        let gpt = m.init.is_none().then_some(&m.gpt);
+        let size = |f: fn(&ModelConfig) -> usize| gpt.map(f);
+        ModelTable {
+            n_layer: size(|g| g.n_layer),
+            n_head: size(|g| g.n_head),
+            n_embd: size(|g| g.n_embd),
+            block_size: size(|g| g.block_size),
+            vocab_size: size(|g| g.vocab_size),
+            dropout: gpt.map(|g| g.dropout).filter(|&d| d != 0.0),
+            init: m.init,
+        }
+    }
+}
+
+/// Where a pretrained run's base checkpoint comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Init {
+    Hf(PathBuf),
+    Random(String),
+}
+
+impl RftModel {
+    /// The checkpoint to start from; None for the byte-level GPT.
+    pub fn checkpoint(&self) -> anyhow::Result<Option<Init>> {
+        let Some(spec) = &self.init else {
+            return Ok(None);
+        };
+        if let Some(name) = spec.strip_prefix(RANDOM_PREFIX) {
+            if !RANDOM_SHAPES.contains(&name) {
+                return Err(UserError::usage(format!(
+                    "model.init = {spec:?}: envgen makes random checkpoints of the shapes {RANDOM_SHAPES:?}"
+                ))
+                .with_fix(INIT_FIX)
+                .into());
+            }
+            return Ok(Some(Init::Random(name.to_string())));
+        }
+        if !spec.starts_with(pretrained::PREFIX) {
+            return Err(UserError::usage(format!(
+                "model.init = {spec:?} is neither hf:DIR nor random:NAME"
+            ))
+            .with_fix(INIT_FIX)
+            .into());
+        }
+        Ok(Some(Init::Hf(pretrained::dir_of(spec, "model.init")?)))
+    }
+
+    /// The GPT's sizes, for code that handles only the byte-level GPT
+    /// (`what` says which); a usage error for a pretrained-checkpoint run.
+    pub fn gpt_only(&self, what: &str) -> anyhow::Result<&ModelConfig> {
+        match &self.init {
+            None => Ok(&self.gpt),
+            Some(init) => Err(UserError::usage(format!(
+                "{what} handles rft runs of the byte-level GPT; this run fine-tuned model.init = {init:?}"
+            ))
+            .with_fix("give an rft run without model.init (e.g. --preset tiny)")
+            .into()),
+        }
+    }
+
+    /// With `init`: no GPT key beside it, and a checkpoint envgen reads.
+    /// `hf:` directories are checked here, before any run directory exists.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let Some(init) = self.checkpoint()? else {
+            return Ok(());
+        };
+        if !self.conflicting.is_empty() {
+            let spec = self.init.as_deref().unwrap_or_default();
+            return Err(UserError::usage(format!(
+                "model.init = {spec:?} takes the model from the checkpoint, but [model] also sets {}",
+                self.conflicting.join(", ")
+            ))
+            .with_fix(format!(
+                "remove {} (or use --preset tiny-llama, whose [model] is init alone)",
+                self.conflicting.join(", ")
+            ))
+            .into());
+        }
+        if let Init::Hf(dir) = init {
+            check_dir(&dir)?;
+        }
+        Ok(())
+    }
+}
+
+/// `dir` is a Llama-family checkpoint envgen fine-tunes (exit 2 otherwise).
+pub fn check_dir(dir: &Path) -> anyhow::Result<LlamaConfig> {
+    if !dir.join("config.json").is_file() && dir.is_dir() {
+        return Err(UserError::usage(format!(
+            "model.init: {} has no config.json",
+            dir.display()
+        ))
+        .with_fix(format!(
+            "point model.init at a Hugging Face model directory (save_pretrained writes config.json, model.safetensors, tokenizer.json); {INIT_FIX}"
+        ))
+        .into());
+    }
+    let kind = pretrained::model_type(dir).map_err(named)?;
+    if kind == "gpt2" {
+        return Err(UserError::usage(format!(
+            "model.init: {} is a GPT-2 checkpoint; rft fine-tunes Llama-family checkpoints (model_type \"llama\" or \"qwen2\") only, not GPT-2 yet",
+            dir.display()
+        ))
+        .with_fix("use a Llama-family checkpoint such as SmolLM2 (huggingface-cli download HuggingFaceTB/SmolLM2-360M-Instruct --local-dir DIR), or train the byte-level GPT (--preset tiny)")
+        .into());
+    }
+    llama::config::read(dir).map_err(named)
+}
+
+/// A checkpoint error as a `model.init` one: the key first, the fix kept.
+fn named(e: anyhow::Error) -> anyhow::Error {
+    match e.downcast::<UserError>() {
+        Ok(mut user) => {
+            user.message = format!("model.init: {}", user.message);
+            user.fix.get_or_insert_with(|| INIT_FIX.to_string());
+            user.into()
+        }
+        Err(e) => e,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The checkpoint's fingerprint: two different directories at one path are
+// told apart in the run's records.
+
+/// The files that make up the checkpoint in `dir`, in a fixed order.
+pub fn checkpoint_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = vec![dir.join("config.json")];
+    for extra in [
+        "generation_config.json",
+        crate::pretrained::tokenizer::FILE,
+        llama::hf::INDEX,
+    ] {
+        if dir.join(extra).is_file() {
+            files.push(dir.join(extra));
+        }
+    }
+    files.extend(llama::hf::weight_files(dir)?);
+    Ok(files)
+}
+
+/// sha256 over each checkpoint file's name, size and sha256.
+pub fn fingerprint(dir: &Path) -> anyhow::Result<String> {
+    let mut outer = Sha256::new();
+    for path in checkpoint_files(dir)? {
+        let mut file = std::fs::File::open(&path).map_err(|e| {
+            UserError::usage(format!("cannot read {}: {e}", path.display()))
+                .with_fix("check the checkpoint directory's permissions")
+        })?;
+        let mut inner = Sha256::new();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut size = 0u64;
+        loop {
+            let n = file.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            size += n as u64;
+            inner.update(&buf[..n]);
+        }
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        outer.update(format!("{name}\0{size}\0{}\n", hex::encode(inner.finalize())).as_bytes());
+    }
+    Ok(hex::encode(outer.finalize()))
+}
+
+// ---------------------------------------------------------------------------
+// The random-init tiny Llama of the `tiny-llama` preset.
+
+/// Byte tokens 0..=255, then this end-of-text token.
+pub const BYTE_EOS: &str = "<|endoftext|>";
+
+/// The `tiny-llama` shape: 2 layers of width 64, 4 query heads on 2
+/// key/value heads (grouped-query attention, as SmolLM2-1.7B/Llama 3),
+/// a tied head, over the byte tokenizer.
+pub fn tiny_llama() -> LlamaConfig {
+    LlamaConfig {
+        model_type: "llama".into(),
+        vocab_size: 257,
+        hidden_size: 64,
+        intermediate_size: 192,
+        num_hidden_layers: 2,
+        num_attention_heads: 4,
+        num_key_value_heads: 2,
+        head_dim: 16,
+        rms_norm_eps: 1e-5,
+        max_position_embeddings: 512,
+        rope: Rope {
+            theta: 10_000.0,
+            scaling: RopeScaling::None,
+        },
+        qkv_bias: false,
+        o_bias: false,
+        mlp_bias: false,
+        tie_word_embeddings: true,
+        bos_token_id: None,
+        eos_token_ids: vec![256],
+    }
+}
+
+/// GPT-2's byte → printable character map (what `ByteLevel` pre-tokenizes to).
+fn byte_chars() -> Vec<char> {
+    let printable = |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || b >= 174;
+    let mut extra = 0;
+    (0u32..256)
+        .map(|b| {
+            if printable(b) {
+                char::from_u32(b).unwrap_or('?')
+            } else {
+                extra += 1;
+                char::from_u32(255 + extra).unwrap_or('?')
+            }
+        })
+        .collect()
+}
+
+/// A byte-level BPE without merges: one token per byte (ids = byte
+/// values) plus [`BYTE_EOS`], written as `tokenizer.json` in `dir`.
+pub fn write_byte_tokenizer(dir: &Path) -> anyhow::Result<()> {
+    use tokenizers::decoders::byte_level::ByteLevel as ByteDecoder;
+    use tokenizers::models::bpe::BPE;
+    use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+    use tokenizers::AddedToken;
+
+    let chars = byte_chars();
+    // An array: `vocab_and_merges` takes what converts into its own map type.
+    let vocab: [(String, u32); 256] = std::array::from_fn(|i| (chars[i].to_string(), i as u32));
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, vec![])
+        .build()
+        .map_err(|e| anyhow::anyhow!("building the byte tokenizer: {e}"))?;
+    let mut tokenizer = tokenizers::Tokenizer::new(bpe);
+    tokenizer
+        .with_pre_tokenizer(Some(ByteLevel::default().add_prefix_space(false)))
+        .with_decoder(Some(ByteDecoder::default()));
+    tokenizer.add_special_tokens(&[AddedToken::from(BYTE_EOS, true)]);
+    let path = dir.join(crate::pretrained::tokenizer::FILE);
+    tokenizer
+        .save(&path, false)
+        .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))
+}
+
+/// Write the random checkpoint `name` (config.json, model.safetensors,
+/// tokenizer.json) into `dir`, its weights drawn from `seed`.
+pub fn write_random(name: &str, seed: u64, dir: &Path) -> anyhow::Result<()> {
+    use crate::backend::Cpu;
+    debug_assert_eq!(name, RANDOM_SHAPES[0]);
+    let cfg = tiny_llama();
+    crate::fsutil::create_dir_all(dir)?;
+    let device = Default::default();
+    // std 0.02, transformers' initializer_range.
+    let model =
+        llama::Llama::<Cpu>::build(&cfg, &mut llama::model::random_weights(seed, 0.02), &device)?;
+    let json = serde_json::to_string_pretty(&llama::save::config_json(&cfg))?;
+    crate::fsutil::write_atomic(&dir.join("config.json"), json.as_bytes())?;
+    write_byte_tokenizer(dir)?;
+    llama::save::save_safetensors(&model, &dir.join(llama::hf::SINGLE))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Cpu;
+    use crate::error::exit_code_of;
+
+    fn table(text: &str) -> Result<RftModel, toml::de::Error> {
+        toml::from_str(text)
+    }
+
+    /// A GPT `[model]` table is written back exactly as `ModelConfig`
+    /// writes it, so configs without `init` keep their config_hash.
+    #[test]
+    fn a_gpt_table_serializes_as_before() {
+        let text = "n_layer = 2\nn_head = 2\nn_embd = 64\nblock_size = 176\nvocab_size = 256\n";
+        let model = table(text).unwrap();
+        assert_eq!(model.checkpoint().unwrap(), None);
+        let gpt: ModelConfig = toml::from_str(text).unwrap();
+        assert_eq!(
+            toml::Value::try_from(&model).unwrap(),
+            toml::Value::try_from(&gpt).unwrap()
+        );
+        model.validate().unwrap();
+        let e = table("n_layer = 2\n").unwrap_err();
+        assert!(
+            e.to_string().contains("n_head") && e.to_string().contains("model.init"),
+            "{e}"
+        );
+    }
+
+    /// `init` alone round-trips; GPT keys beside it are refused by name.
+    #[test]
+    fn init_is_recorded_and_gpt_keys_beside_it_are_refused() {
+        let model = table("init = \"random:tiny-llama\"\n").unwrap();
+        assert_eq!(
+            model.checkpoint().unwrap(),
+            Some(Init::Random("tiny-llama".into()))
+        );
+        let value = toml::Value::try_from(&model).unwrap();
+        let want: toml::Value = toml::from_str("init = \"random:tiny-llama\"").unwrap();
+        assert_eq!(value, want);
+        model.validate().unwrap();
+        let both = table("init = \"random:tiny-llama\"\nn_layer = 2\nn_embd = 64\n").unwrap();
+        let e = both.validate().unwrap_err();
+        assert_eq!(exit_code_of(&e), 2);
+        assert!(e.to_string().contains("model.n_layer, model.n_embd"), "{e}");
+        let e = model.gpt_only("envgen quant").unwrap_err();
+        assert_eq!(exit_code_of(&e), 2);
+    }
+
+    /// The byte tokenizer gives each byte its own id (the byte's value)
+    /// and decodes back to the text, UTF-8 included.
+    #[test]
+    fn the_byte_tokenizer_maps_each_byte_to_its_value() {
+        let dir = tempfile::tempdir().unwrap();
+        write_byte_tokenizer(dir.path()).unwrap();
+        let tok = crate::pretrained::HfTokenizer::load(dir.path(), false).unwrap();
+        let text = "How many grams are in 2 kilograms?\nA: é <answer>2000</answer>\n";
+        let ids = tok.encode(text).unwrap();
+        assert_eq!(ids, text.bytes().map(u32::from).collect::<Vec<_>>());
+        assert_eq!(tok.decode(&ids), text);
+        assert_eq!(tok.token_id(BYTE_EOS), Some(256));
+    }
+
+    /// A random checkpoint loads through the `hf:` path, and saving the
+    /// loaded model writes the same bytes (names, layout, values).
+    #[test]
+    fn a_random_checkpoint_loads_and_saves_back_identically() {
+        let dir = tempfile::tempdir().unwrap();
+        write_random("tiny-llama", 3, dir.path()).unwrap();
+        assert_eq!(check_dir(dir.path()).unwrap(), tiny_llama());
+        let device = Default::default();
+        let model = llama::hf::load::<Cpu>(dir.path(), &device).unwrap();
+        let again = dir.path().join("again.safetensors");
+        llama::save::save_safetensors(&model, &again).unwrap();
+        assert_eq!(
+            std::fs::read(dir.path().join(llama::hf::SINGLE)).unwrap(),
+            std::fs::read(&again).unwrap()
+        );
+        let before = fingerprint(dir.path()).unwrap();
+        std::fs::write(dir.path().join("config.json"), "{}").unwrap();
+        assert_ne!(fingerprint(dir.path()).unwrap(), before);
+    }
+}
