@@ -123,13 +123,32 @@ fn sum_f32_contiguous(data: &[f32]) -> f32 {
     }
 }
 
+/// The sum of one chunk, as [`sum_f32_parallel`] computes it.
+#[cfg(all(test, feature = "rayon", feature = "std"))]
+fn sum_f32_contiguous_serial(chunk: &[f32]) -> f32 {
+    #[cfg(feature = "simd")]
+    {
+        kernels::sum_f32(chunk)
+    }
+    #[cfg(not(feature = "simd"))]
+    {
+        chunk.iter().copied().sum::<f32>()
+    }
+}
+
 /// Parallel sum using rayon with SIMD per chunk.
 #[cfg(feature = "rayon")]
 #[inline]
 fn sum_f32_parallel(data: &[f32]) -> f32 {
     const CHUNK_SIZE: usize = 64 * 1024; // 64K elements per chunk
 
-    data.par_chunks(CHUNK_SIZE)
+    // envgen patch: the chunk sums are collected in chunk order and added
+    // in that order. Rayon's own `.sum()` adds partial sums along the tree
+    // its work stealing happened to split, so the f32 result varied with
+    // the thread count and the load (a gradient norm over GPT-2's 38M-entry
+    // embedding, hence clipping and every later step, was not repeatable).
+    let partial: alloc::vec::Vec<f32> = data
+        .par_chunks(CHUNK_SIZE)
         .map(|chunk| {
             #[cfg(feature = "simd")]
             {
@@ -140,7 +159,8 @@ fn sum_f32_parallel(data: &[f32]) -> f32 {
                 chunk.iter().copied().sum::<f32>()
             }
         })
-        .sum()
+        .collect();
+    partial.iter().sum()
 }
 
 fn sum_impl<E: Element + bytemuck::Pod + Default + core::iter::Sum>(
@@ -2298,6 +2318,28 @@ mod tests {
                 }
             }
             assert_eq!(got.storage::<bf16>(), &want[..], "dim {dim}");
+        }
+    }
+    /// envgen patch: a parallel f32 sum has the same bits at any thread
+    /// count: the chunk sums added in chunk order.
+    #[cfg(all(feature = "rayon", feature = "std"))]
+    #[test]
+    fn parallel_sums_do_not_depend_on_the_thread_count() {
+        let values: alloc::vec::Vec<f32> = (0..5 * 1024 * 1024 + 17)
+            .map(|i| ((i * 7919 % 1009) as f32 - 504.0) * (1.0 + (i % 13) as f32 * 1e3))
+            .collect();
+        let chunk_sums: alloc::vec::Vec<f32> = values
+            .chunks(64 * 1024)
+            .map(|c| super::sum_f32_contiguous_serial(c))
+            .collect();
+        let want: f32 = chunk_sums.iter().sum();
+        for threads in [1, 2, 3, 8] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let got = pool.install(|| super::sum_f32_contiguous(&values));
+            assert_eq!(got.to_bits(), want.to_bits(), "{threads} threads");
         }
     }
     use alloc::vec;
