@@ -262,3 +262,13 @@ fn batch_questions_is_refused_with_its_replacement() {
     let err = with(&["datagen.batch_questions=32"]).unwrap_err();
     assert!(format!("{err:#}").contains("--gen-batch"), "{err:#}");
 }
+
+/// Every bundled preset loads and validates as shipped (tiny-llama once
+/// kept a key the config had dropped, and only the CLI found out).
+#[test]
+fn every_preset_loads_and_validates() {
+    for (name, text) in PRESETS {
+        let loaded = load_config(text, &format!("preset {name}"), &[]);
+        assert!(loaded.is_ok(), "{:#}", loaded.unwrap_err());
+    }
+}
