@@ -14,7 +14,7 @@ use envgen_kernels::{FusedAutodiffBackend, FusedBackend};
 use super::config::StageConfig;
 use super::datagen::{Completion, Row, Sampler};
 use super::task::END_OF_COMPLETION;
-use crate::engine::{self, OptimConfig, Task, TrainConfig};
+use crate::engine::{OptimConfig, Task, TrainConfig};
 use crate::llama::{self, GenerateOptions, Llama};
 use crate::pretrained::HfTokenizer;
 
@@ -73,11 +73,7 @@ pub struct LlamaRftTask {
 impl LlamaRftTask {
     /// Example of row `row` of the batch of `step` (as `RftTrainTask`'s).
     fn example_index(&self, step: u64, row: usize) -> usize {
-        let mut z = engine::row_seed(self.stage.train.seed, step, row);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z % self.train.len().max(1) as u64) as usize
+        super::train::example_index(self.stage.train.seed, step, row, self.train.len())
     }
 }
 
@@ -159,15 +155,9 @@ impl<B: FusedAutodiffBackend> Task<B> for LlamaRftTask {
         micro_batch: usize,
         device: &burn::tensor::Device<B::InnerBackend>,
     ) -> f64 {
-        let mut total = 0.0;
-        let mut rows = 0usize;
-        for chunk in self.validation.chunks(micro_batch.max(1)) {
-            let batch: Vec<&LlamaExample> = chunk.iter().collect();
-            let loss: f64 = completion_loss(model, &batch, device).into_scalar().elem();
-            total += loss * chunk.len() as f64;
-            rows += chunk.len();
-        }
-        total / rows.max(1) as f64
+        super::train::mean_validation_loss(&self.validation, micro_batch, |batch| {
+            completion_loss(model, batch, device).into_scalar().elem()
+        })
     }
 
     fn units_per_row(&self) -> (usize, &'static str) {

@@ -85,13 +85,38 @@ impl RftTrainTask {
     /// Example of row `row` of the batch of `step`: a pure function of
     /// (seed, step, row), as the engine requires.
     fn example_index(&self, step: u64, row: usize) -> usize {
-        // splitmix64 finalizer: spreads the mixed bits before the modulo.
-        let mut z = engine::row_seed(self.stage.train.seed, step, row);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z % self.train.len() as u64) as usize
+        example_index(self.stage.train.seed, step, row, self.train.len())
     }
+}
+
+/// The training example of row `row` of the batch of `step`, out of
+/// `count`: a pure function of (seed, step, row), as the engine requires.
+/// Both model families' RFT tasks draw their batches with it.
+pub(crate) fn example_index(seed: u64, step: u64, row: usize, count: usize) -> usize {
+    // splitmix64 finalizer: spreads the mixed bits before the modulo.
+    let mut z = engine::row_seed(seed, step, row);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z % count.max(1) as u64) as usize
+}
+
+/// Mean per-example `loss` over `validation` in micro-batches (each
+/// batch's loss is a mean over its rows): the held-out loss both model
+/// families' RFT tasks report.
+pub(crate) fn mean_validation_loss<T>(
+    validation: &[T],
+    micro_batch: usize,
+    mut loss: impl FnMut(&[&T]) -> f64,
+) -> f64 {
+    let mut total = 0.0;
+    let mut rows = 0usize;
+    for chunk in validation.chunks(micro_batch.max(1)) {
+        let batch: Vec<&T> = chunk.iter().collect();
+        total += loss(&batch) * chunk.len() as f64;
+        rows += chunk.len();
+    }
+    total / rows.max(1) as f64
 }
 
 /// Mean cross-entropy over the completion tokens of `examples` (prompt and
@@ -178,15 +203,9 @@ impl<B: FusedAutodiffBackend> Task<B> for RftTrainTask {
         device: &burn::tensor::Device<B::InnerBackend>,
     ) -> f64 {
         // Completion loss on the held-out reference answers (a fixed set).
-        let mut total = 0.0;
-        let mut rows = 0usize;
-        for chunk in self.validation.chunks(micro_batch.max(1)) {
-            let batch: Vec<&Tokenized> = chunk.iter().collect();
-            let loss: f64 = completion_loss(model, &batch, device).into_scalar().elem();
-            total += loss * chunk.len() as f64;
-            rows += chunk.len();
-        }
-        total / rows.max(1) as f64
+        mean_validation_loss(&self.validation, micro_batch, |batch| {
+            completion_loss(model, batch, device).into_scalar().elem()
+        })
     }
 
     fn units_per_row(&self) -> (usize, &'static str) {
