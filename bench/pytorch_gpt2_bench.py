@@ -165,6 +165,8 @@ def main():
     ap.add_argument("--peak-tflops", type=float, default=None,
                     help="peak TFLOPS for MFU (default on cuda: H100 SXM dense for --dtype)")
     ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--profile", metavar="FILE", default=None,
+                    help="profile the last timed step with torch.profiler; its per-kernel table goes to FILE")
     args = ap.parse_args()
 
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -201,11 +203,19 @@ def main():
 
     times = []
     loss_value = None
-    for step in range(args.warmup + args.steps):
+    # With --profile, one more step after the timed ones runs under the profiler
+    # (its overhead stays out of the median).
+    total_steps = args.warmup + args.steps + (1 if args.profile else 0)
+    for step in range(total_steps):
         # The global batch is drawn before the clock starts (as before: data
         # loading is not what is measured).
         x = torch.randint(0, vocab, (batch, block), device=device)
         y = torch.randint(0, vocab, (batch, block), device=device)
+        profiling = args.profile and step == total_steps - 1
+        if profiling:
+            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]
+                                          + ([torch.profiler.ProfilerActivity.CUDA] if args.device == "cuda" else []))
+            prof.__enter__()
         sync()
         start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
@@ -222,7 +232,12 @@ def main():
         scaler.update()
         sync()
         elapsed = time.perf_counter() - start
-        if step >= args.warmup:
+        if profiling:
+            prof.__exit__(None, None, None)
+            key = "self_cuda_time_total" if args.device == "cuda" else "self_cpu_time_total"
+            with open(args.profile, "w") as f:
+                f.write(prof.key_averages().table(sort_by=key, row_limit=40))
+        if args.warmup <= step < args.warmup + args.steps:
             times.append(elapsed)
         loss_value = total.item()
 
