@@ -10,16 +10,24 @@
 #   1. cuda_check: an independent ctypes check (libcuda, NVRTC, headers, a bf16
 #      wmma kernel), nvidia-smi, `envgen doctor --json` (envgen's own verdict)
 #   2. envgen_cuda_tiny: a 1-step `envgen run gpt2 --preset tiny --backend cuda`
-#      (envgen's readiness check, then its smallest real training step)
-#   3. gpt2-124m bf16 on envgen's generated corpus, fixed steps, then its PyTorch
-#      twin (bench/pytorch_gpt2_bench.py) eager at the same micro-batch
+#      (envgen's readiness check, then its smallest real training step; warm
+#      kernel cache only: cold, its compilation would eat the gpt2-124m budget)
+#   3. gpt2-124m bf16 on envgen's generated corpus: with a cold kernel cache
+#      first a 2-step run that compiles (its first step is the compile time),
+#      then fixed steps, then its PyTorch twin (bench/pytorch_gpt2_bench.py)
+#      eager at the same micro-batch, its last step under torch.profiler, then
+#      3 envgen steps with CubeCL's per-kernel profiling (bench/gpu_check/
+#      cubecl_kernels.py sums it): where each side's GPU time goes
 #   4. HRM sudoku-extreme-1k bf16 (--stop-after N), then its twin
 #   5. the gpt2 twin under torch.compile, then `envgen tune` (micro-batch tuner)
 #      with the time left
 # Output: one JSON object per line in $OUT/results.jsonl (the last: envgen/PyTorch
 # ratios), every command's stdout/stderr in $OUT/logs/, the small files of each
-# run directory in $OUT/logs/<step>/. Run directories (checkpoints: ~2 GB for
-# gpt2-124m) go to $RUNS, outside $OUT.
+# run directory in $OUT/logs/<step>/, the kernel breakdowns in
+# $OUT/logs/{cubecl_kernels,torch_gpt2_124m_profile}.txt. At the end logs/ is
+# packed into $OUT/logs.tgz (BUNDLE=0 keeps the folder): a machine lent by a
+# tool that returns only a few files gives back all of it. Run directories
+# (checkpoints: ~2 GB for gpt2-124m) go to $RUNS, outside $OUT.
 #
 # envgen finds NVRTC and the CUDA headers itself ($CUDA_PATH, /usr/local/cuda*, the
 # nvidia/cu13 folders of Python environments): this script sets no CUDA paths. It
@@ -30,12 +38,12 @@
 # CHECK_ONLY=1 (or --dry-run): `bash -n` of this script, a syntax check of the Python
 # it runs, and every envgen command it would run with `--dry-run` (doctor: for
 # real), printing `ok NAME` or `FAILED NAME`; exit 1 if any failed. The test
-# tests/it/docs_commands.rs runs this mode.
+# tests/it/gpu_check.rs runs this mode.
 #
 # With an empty kernel cache and ONLY unset, only the gpt2 steps run (a cold
 # cache leaves no time for hrm; see below): call again with ONLY=hrm.
 #
-# Knobs (env): ONLY GPT2_MB=16 GPT2_GB=128 GPT2_STEPS=6 HRM_MB=384 HRM_STEPS=8
+# Knobs (env): ONLY BUNDLE=1 PROFILE=1 GPT2_MB=16 GPT2_GB=128 GPT2_STEPS=6 HRM_MB=384 HRM_STEPS=8
 #   PT_STEPS=6 PT_WARMUP=2 SKIP_FIRST=2 (envgen steps left out of medians: compile
 #   and autotune) BUDGET OUT RUNS ENVGEN PY ENVGEN_CACHE_DIR
 set -u
@@ -149,14 +157,19 @@ ONLY=${ONLY:-all}
 # while NVRTC compiled, one kernel at a time, with the GPU idle
 # (docs/benchmarks.md, "First contact with a real GPU"). Cold, the default
 # becomes gpt2 alone; the next call on the same machine (warm cache) can run hrm.
-if [ "$ONLY" = all ] && [ "$CHECK_ONLY" != 1 ] && [ -z "$(ls -A "$ENVGEN_CACHE_DIR" 2>/dev/null)" ]; then
+COLD=0
+[ "$CHECK_ONLY" != 1 ] && [ -z "$(ls -A "$ENVGEN_CACHE_DIR" 2>/dev/null)" ] && COLD=1
+if [ "$ONLY" = all ] && [ "$COLD" = 1 ]; then
   echo "cold kernel cache ($ENVGEN_CACHE_DIR is empty): gpt2 only in this call; call again with ONLY=hrm"
   ONLY=gpt2
 fi
+PROFILE=${PROFILE:-1}
 G=0; H=0
 case "$ONLY" in gpt2) G=1 ;; hrm) H=1 ;; *) G=1; H=1 ;; esac
-M_G2=$((G*120)) M_PTE=$((G*45)) M_HRM=$((H*120)) M_PTH=$((H*40))
-M_ALL=$((M_G2 + M_PTE + M_HRM + M_PTH))
+# Cold, gpt2-124m's compiling run took 271 s on an H100 (2026-11-26: 110 s for
+# the step-0 evaluation's kernels, 147 s for the first training step's).
+M_G2C=$((G*COLD*300)) M_G2=$((G*120)) M_PTE=$((G*45)) M_HRM=$((H*120)) M_PTH=$((H*40))
+M_ALL=$((M_G2C + M_G2 + M_PTE + M_HRM + M_PTH))
 
 # --- 1. the stack: ctypes second opinion, nvidia-smi, envgen doctor ------------------
 step check cuda_check 30 $((M_ALL + 60)) '{}' -- "$PY" "$HERE/gpu_check/cuda_check.py"
@@ -166,15 +179,28 @@ step doctor envgen_doctor 30 $((M_ALL + 40)) '{}' -- "$E" doctor --json
 [ "$CHECK_ONLY" = 1 ] || timeout 30 "$E" doctor > "$OUT/logs/envgen_doctor_human.txt" 2>&1
 
 # --- 2. envgen's readiness check and one real step (tiny gpt2) ------------------------
-step envgen envgen_cuda_tiny 150 $M_ALL '{"skip_first": 0}' -- \
-  "$E" run gpt2 --preset tiny --backend cuda --set train.steps=1 --out "$RUNS" --json
+if [ "$COLD" = 1 ]; then
+  skip envgen_cuda_tiny "cold kernel cache: its compilation would eat gpt2-124m's time"
+else
+  step envgen envgen_cuda_tiny 150 $M_ALL '{"skip_first": 0}' -- \
+    "$E" run gpt2 --preset tiny --backend cuda --set train.steps=1 --out "$RUNS" --json
+fi
 
 # --- 3. GPT-2 124M, bf16: envgen, then the PyTorch twin (eager) -----------------------
 # Same model, micro-batch and global batch on both sides. The preset trains on
 # FineWeb shards ([data].path); here envgen's generated corpus stands in
 # (data.source=generated: throughput does not depend on the tokens; the twin draws
 # random tokens). SKIP_FIRST steps (NVRTC compile, autotune) stay out of the median.
+GPT2_124M=(run gpt2 --preset gpt2-124m --backend cuda --precision bf16 --micro-batch "$GPT2_MB"
+  --set data.source=generated --set train.batch_size="$GPT2_GB"
+  --set train.eval_every=100000 --set train.checkpoint_every=100000 --out "$RUNS" --json)
 if [ "$G" = 1 ]; then
+  if [ "$COLD" = 1 ] || [ "$CHECK_ONLY" = 1 ]; then
+    # Its step 1 is the compile time (kernels and autotune), on its own.
+    step envgen envgen_gpt2_124m_cold 330 $((M_G2 + M_PTE + M_HRM + M_PTH)) \
+      "{\"skip_first\": 0, \"micro_batch\": $GPT2_MB, \"global_batch\": $GPT2_GB}" -- \
+      "$E" "${GPT2_124M[@]}" --set train.steps=2
+  fi
   step envgen envgen_gpt2_124m 300 $((M_PTE + M_HRM + M_PTH)) \
     "{\"skip_first\": $SKIP_FIRST, \"micro_batch\": $GPT2_MB, \"global_batch\": $GPT2_GB}" -- \
     "$E" run gpt2 --preset gpt2-124m --backend cuda --precision bf16 --micro-batch "$GPT2_MB" \
@@ -182,7 +208,19 @@ if [ "$G" = 1 ]; then
     --set train.eval_every=100000 --set train.checkpoint_every=100000 --out "$RUNS" --json
   step torch torch_gpt2_124m_eager 90 $((M_HRM + M_PTH)) '{}' -- \
     "$PY" bench/pytorch_gpt2_bench.py --preset gpt2-124m --device cuda --dtype bf16 \
-    --micro-batch "$GPT2_MB" --global-batch "$GPT2_GB" --fused-adamw --steps "$PT_STEPS" --warmup "$PT_WARMUP"
+    --micro-batch "$GPT2_MB" --global-batch "$GPT2_GB" --fused-adamw --steps "$PT_STEPS" --warmup "$PT_WARMUP" \
+    --profile "$OUT/logs/torch_gpt2_124m_profile.txt"
+  # CubeCL times every launch on its own here (slower than the run above):
+  # the shares are the point. The environment overrides are CubeCL's own.
+  if [ "$PROFILE" = 1 ] && { [ "$CHECK_ONLY" = 1 ] || [ "$(left)" -ge $((M_HRM + M_PTH + 60)) ]; }; then
+    CUBECL_DEBUG_LOG="$OUT/logs/cubecl.log" CUBECL_DEBUG_OPTION=profile \
+      step envgen envgen_gpt2_124m_kernels 90 $((M_HRM + M_PTH)) \
+      "{\"skip_first\": 1, \"micro_batch\": $GPT2_MB, \"profiled\": true}" -- \
+      "$E" "${GPT2_124M[@]}" --set train.steps=3
+    [ "$CHECK_ONLY" = 1 ] || "$PY" "$HERE/gpu_check/cubecl_kernels.py" "$OUT/logs/cubecl.log" \
+      > "$OUT/logs/cubecl_kernels.txt" 2>&1
+    [ -f "$OUT/logs/cubecl.log" ] && gzip -f "$OUT/logs/cubecl.log"
+  fi
 fi
 
 # --- 4. HRM on sudoku-extreme-1k, bf16: envgen, then the PyTorch twin -----------------
@@ -230,4 +268,8 @@ fi
 # --- 6. ratios ---------------------------------------------------------------------------
 "$PY" "$RECORD" compare "$RES" >> "$RES"
 tail -n 1 "$RES"
+head -n 12 "$OUT/logs/cubecl_kernels.txt" 2>/dev/null | cut -c1-160
+if [ "${BUNDLE:-1}" = 1 ]; then
+  tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$OUT/logs" && echo "logs: $OUT/logs.tgz"
+fi
 echo "results: $RES ($(wc -l < "$RES") lines, $(( $(date +%s) - T0 )) s)"

@@ -4,11 +4,10 @@
 //! `run`/`probe` commands run with `--dry-run` (the run's own validation,
 //! nothing trained) and cheap read-only commands run as written. Commands
 //! that cannot run here are listed with the reason, in `skip_reason`.
-//! Also: `--dry-run` itself (no directory made, exit 2 on bad input) and
-//! bench/gpu-check.sh's CHECK_ONLY mode.
+//! Also: `--dry-run` itself (no directory made, exit 2 on bad input).
+//! bench/gpu-check.sh's own tests are in `gpu_check`.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use crate::common::{envgen, text, turn};
 
@@ -548,99 +547,4 @@ fn dry_run_refuses_what_the_run_would() {
         "does not divide",
     );
     assert!(!tmp.path().join("runs").exists());
-}
-
-#[test]
-fn gpu_check_script_check_only_mode_validates_its_commands() {
-    let _turn = turn!();
-    let tmp = tempfile::tempdir().unwrap();
-    let out = Command::new("bash")
-        .arg(repo().join("bench/gpu-check.sh"))
-        .current_dir(repo())
-        .env("CHECK_ONLY", "1")
-        .env("ENVGEN", env!("CARGO_BIN_EXE_envgen"))
-        // The syntax check of the script's Python needs a python (no torch).
-        .env(
-            "PY",
-            std::env::var("ENVGEN_TEST_PYTHON").unwrap_or_else(|_| "python3".into()),
-        )
-        .env("OUT", tmp.path().join("out"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    // Every envgen step the script would run was dry-run, and passed.
-    for step in [
-        "envgen_doctor",
-        "envgen_cuda_tiny",
-        "envgen_gpt2_124m",
-        "envgen_hrm_sudoku_extreme_1k",
-        "envgen_probe_gpt2_124m",
-    ] {
-        assert!(
-            stdout.contains(&format!("ok {step}")),
-            "{step} not checked:\n{stdout}"
-        );
-    }
-    assert!(!stdout.contains("FAILED"), "{stdout}");
-}
-
-#[test]
-fn gpu_check_records_a_runs_median_throughput_and_the_ratio_to_pytorch() {
-    let _turn = turn!();
-    let python = std::env::var("ENVGEN_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
-    let tmp = tempfile::tempdir().unwrap();
-    // A real (CPU) run, logged as the script logs its steps.
-    let run = envgen()
-        .args(["run", "gpt2", "--backend", "cpu", "--json"])
-        .args(["--set", "train.steps=5", "--set", "train.eval_every=100"])
-        .arg("--out")
-        .arg(tmp.path().join("runs"))
-        .output()
-        .unwrap();
-    assert!(run.status.success(), "{}", text(&run));
-    let (out, err) = (tmp.path().join("run.out"), tmp.path().join("run.err"));
-    std::fs::write(&out, &run.stdout).unwrap();
-    std::fs::write(&err, &run.stderr).unwrap();
-    let record = repo().join("bench/gpu_check/record.py");
-    let line = Command::new(&python)
-        .arg(&record)
-        .args(["envgen", "envgen_gpt2_124m", "0", "1500"])
-        .args([&out, &err])
-        .arg(r#"{"skip_first": 2}"#)
-        .output()
-        .unwrap();
-    assert!(line.status.success(), "{python}: {}", text(&line));
-    let rec: serde_json::Value = serde_json::from_slice(&line.stdout).unwrap();
-
-    // The median of steps 3..5 from the run's own metrics.jsonl.
-    let run_dir = PathBuf::from(rec["run_dir"].as_str().unwrap());
-    let metrics = std::fs::read_to_string(run_dir.join("metrics.jsonl")).unwrap();
-    let mut timed: Vec<f64> = metrics
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter(|r| r["step"].as_u64().unwrap_or(0) >= 3)
-        .filter_map(|r| r["tokens_per_s"].as_f64())
-        .collect();
-    timed.sort_by(f64::total_cmp);
-    assert_eq!(timed.len(), 3, "{metrics}");
-    assert_eq!(rec["steps_done"], 5);
-    assert_eq!(rec["timed_steps"], 3);
-    assert_eq!(rec["median_tokens_per_s"].as_f64().unwrap(), timed[1]);
-    assert_eq!(rec["wall_s"], 1.5);
-
-    // The last line: envgen over the PyTorch twin.
-    let results = tmp.path().join("results.jsonl");
-    let torch = serde_json::json!({"name": "torch_gpt2_124m_eager", "kind": "torch", "result": {"tokens_per_s": timed[1] / 2.0}});
-    std::fs::write(&results, format!("{rec}\n{torch}\n")).unwrap();
-    let compare = Command::new(&python)
-        .arg(&record)
-        .arg("compare")
-        .arg(&results)
-        .output()
-        .unwrap();
-    assert!(compare.status.success(), "{}", text(&compare));
-    let summary: serde_json::Value = serde_json::from_slice(&compare.stdout).unwrap();
-    assert_eq!(summary["gpt2_envgen_over_eager"].as_f64().unwrap(), 2.0);
-    assert!(summary["hrm_envgen_over_eager"].is_null());
 }

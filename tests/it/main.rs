@@ -22,6 +22,7 @@ mod fresh_clone;
 mod gpt2_cli;
 mod gpt2_data_cli;
 mod gpt2_hf;
+mod gpu_check;
 mod hrm_cli;
 mod image_requirements;
 mod images;
