@@ -3,6 +3,7 @@
 //! checkpoint (GPT-2 or Llama-family, by its config.json).
 
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use envgen_experiments::backend::Cpu;
 use envgen_experiments::data;
@@ -50,7 +51,15 @@ pub struct Args {
     pub system: Option<String>,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// One JSON object: prompt, text, tokens, finish.
+    /// Continue the prompt N times in one batch, as RFT's sampling does
+    /// (row i draws from seed (--seed, i); --model with a Llama-family
+    /// checkpoint only). The timing in --json covers the whole batch.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = super::run::at_least_one)]
+    pub batch: usize,
+    /// One JSON object: prompt, prompt_tokens, text, tokens, finish (of the
+    /// first row), and with --model: rows, generated_tokens, generate_s,
+    /// tokens_per_s (the batch's new tokens over generation time, loading
+    /// excluded).
     #[arg(long)]
     pub json: bool,
 }
@@ -62,6 +71,13 @@ pub fn execute(args: Args) -> Result<i32> {
                 .with_fix("use e.g. --top-p 0.9, or 1 for the whole vocabulary")
                 .into(),
         );
+    }
+    if args.batch > 1 && args.model.is_none() {
+        return Err(UserError::usage(
+            "--batch applies to Hugging Face Llama-family checkpoints (--model hf:DIR)",
+        )
+        .with_fix("drop --batch when sampling a run directory")
+        .into());
     }
     match (&args.model, &args.run) {
         (Some(spec), _) => {
@@ -141,7 +157,8 @@ fn sample_pretrained(dir: &Path, args: &Args) -> Result<i32> {
         tokenizer.encode(&args.prompt)?
     };
     let prompt_tokens = prompt.clone();
-    let (tokens, finish) = match &model {
+    let started = Instant::now();
+    let (rows, finish) = match &model {
         Pretrained::Llama(model) => {
             if args.top_k.is_some() {
                 return Err(UserError::usage("--top-k applies to GPT-2 models")
@@ -164,14 +181,19 @@ fn sample_pretrained(dir: &Path, args: &Args) -> Result<i32> {
                 row_seeds: Vec::new(),
             };
             let decode = |ids: &[u32]| tokenizer.decode(ids);
-            let out = llama::generate(model, &[prompt], &opts, Some(&decode), &device)?;
-            let row = out.into_iter().next().unwrap_or(llama::Generation {
-                tokens: vec![],
-                finish: llama::Finish::Length,
-            });
-            (row.tokens, row.finish.name())
+            let prompts = vec![prompt; args.batch];
+            let out = llama::generate(model, &prompts, &opts, Some(&decode), &device)?;
+            let finish = out.first().map_or("length", |g| g.finish.name());
+            (out.into_iter().map(|g| g.tokens).collect(), finish)
         }
         Pretrained::Gpt2 { config, model } => {
+            if args.batch > 1 {
+                return Err(
+                    UserError::usage("--batch applies to Llama-family checkpoints only")
+                        .with_fix("drop --batch for a GPT-2 checkpoint")
+                        .into(),
+                );
+            }
             if args.top_p < 1.0 || !args.stop.is_empty() {
                 return Err(UserError::usage(
                     "--top-p and --stop apply to Llama-family checkpoints only",
@@ -203,16 +225,24 @@ fn sample_pretrained(dir: &Path, args: &Args) -> Result<i32> {
                 },
                 &device,
             );
-            (out, "length")
+            (vec![out], "length")
         }
     };
-    let text = tokenizer.decode(&tokens);
+    let generate_s = started.elapsed().as_secs_f64();
+    let texts: Vec<String> = rows.iter().map(|t| tokenizer.decode(t)).collect();
     if args.json {
+        let generated: usize = rows.iter().map(Vec::len).sum();
         let doc = json!({"prompt": args.prompt, "prompt_tokens": prompt_tokens,
-            "text": text, "tokens": tokens, "finish": finish});
+            "text": texts[0], "tokens": rows[0], "finish": finish,
+            "rows": rows.len(), "generated_tokens": generated,
+            "generate_s": generate_s, "tokens_per_s": generated as f64 / generate_s});
         crate::output::outln!("{doc}");
+    } else if texts.len() == 1 {
+        crate::output::outln!("{}", texts[0]);
     } else {
-        crate::output::outln!("{text}");
+        for (i, text) in texts.iter().enumerate() {
+            crate::output::outln!("--- row {i} ---\n{text}");
+        }
     }
     Ok(0)
 }

@@ -344,6 +344,68 @@ fn envgen_sample_prints_transformers_greedy_text() {
     assert_eq!(doc["text"], want);
 }
 
+/// `--batch N` continues the prompt N times in one batch (RFT's sampling):
+/// each row draws from its own seed, so row 0 of a sampled batch is the
+/// single-row run with the same seed, and greedy rows are all
+/// transformers' greedy continuation; `--json` times the whole batch.
+#[test]
+fn envgen_sample_batches_rows_each_with_its_own_seed() {
+    let _turn = turn!();
+    let fx = fixture();
+    let cli = &fx.reference["cli"];
+    let spec = format!(
+        "hf:{}",
+        fx.root.join(cli["model"].as_str().unwrap()).display()
+    );
+    let prompt = cli["prompt"].as_str().unwrap();
+    let sample = |extra: &[&str]| {
+        let base = [
+            "sample", "--model", &spec, "--prompt", prompt, "--tokens", "10",
+        ];
+        crate::common::json_of(&run_ok(&[&base[..], extra, &["--json"]].concat()))
+    };
+    let one = sample(&["--temperature", "1.5", "--seed", "7"]);
+    let four = sample(&["--temperature", "1.5", "--seed", "7", "--batch", "4"]);
+    assert_eq!(one["rows"], 1);
+    assert_eq!(four["rows"], 4);
+    assert_eq!(
+        ids(&four["tokens"]),
+        ids(&one["tokens"]),
+        "row 0 depends on the batch"
+    );
+    let generated = four["generated_tokens"].as_u64().unwrap();
+    assert!(generated > ids(&one["tokens"]).len() as u64, "{four}");
+    assert!(generated <= 40, "{four}");
+    let rate = four["tokens_per_s"].as_f64().unwrap();
+    let seconds = four["generate_s"].as_f64().unwrap();
+    assert!(
+        (rate * seconds - generated as f64).abs() < 1e-6 * generated as f64,
+        "{four}"
+    );
+    // Greedy: every row is transformers' greedy continuation.
+    let out = run_ok(&[
+        "sample",
+        "--model",
+        &spec,
+        "--prompt",
+        prompt,
+        "--tokens",
+        "10",
+        "--temperature",
+        "0",
+        "--batch",
+        "3",
+    ]);
+    let want = cli["text"].as_str().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout,
+        (0..3)
+            .map(|i| format!("--- row {i} ---\n{want}\n"))
+            .collect::<String>()
+    );
+}
+
 /// What envgen does not compute is refused by name (exit 2), never loaded
 /// wrong: an unknown RoPE scaling, a missing tokenizer, a missing shard.
 #[test]
@@ -431,6 +493,14 @@ fn envgen_sample_reads_gpt2_directories_too() {
     ];
     let out = run_ok(&args);
     assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{want}\n"));
+    // One row only: GPT-2 has no batched sampling here.
+    let out = run(&[&args[..], &["--batch", "2"]].concat());
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("--batch applies to Llama-family"),
+        "{}",
+        text(&out)
+    );
 
     let small = gpt2::ModelConfig {
         vocab_size: 40,

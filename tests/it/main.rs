@@ -19,6 +19,7 @@ mod doctor_cli;
 mod doctor_kb;
 mod doctor_parsers;
 mod fresh_clone;
+mod generate_bench;
 mod gpt2_cli;
 mod gpt2_data_cli;
 mod gpt2_hf;
