@@ -204,7 +204,7 @@ fn skip_reason(command: &DocCommand) -> Option<&'static str> {
         return Some("needs a downloaded Hugging Face checkpoint (tests/it/rft_llama.rs runs one that transformers made)");
     }
     match (sub(0), sub(1)) {
-        ("image", _) => Some("builds or exports container images with Docker (tests/it/images.rs)"),
+        ("image", _) => Some("builds or exports container images with Docker (tests/it/images/)"),
         ("rerun", _) => Some("trains a new run (tests/it/gpt2_cli.rs covers rerun)"),
         ("runs", "report") => {
             Some("writes a report directory (tests/it/report_cli.rs opens one per experiment in Chromium)")
