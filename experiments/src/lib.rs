@@ -13,6 +13,7 @@ pub mod fsutil;
 pub mod gpt2;
 pub mod hrm;
 pub mod llama;
+pub mod lora;
 pub mod memory;
 pub mod pretrained;
 pub mod quant;

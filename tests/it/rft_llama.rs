@@ -189,8 +189,13 @@ fn tiny_llama_runs_end_to_end_and_transformers_loads_the_result() {
     );
 
     // transformers loads the fine-tuned model; its logits are envgen's.
-    let hf = dir.join("hf");
-    let tokenizer = HfTokenizer::load(&hf, false).unwrap();
+    assert_transformers_agrees(&dir.join("hf"));
+}
+
+/// transformers loads the Hugging Face directory `hf`, and its f32 logits
+/// of a prompt are envgen's to 1e-4.
+fn assert_transformers_agrees(hf: &Path) {
+    let tokenizer = HfTokenizer::load(hf, false).unwrap();
     let ids = tokenizer
         .encode("Convert 7 kilograms to grams\nA: ")
         .unwrap();
@@ -203,7 +208,7 @@ fn tiny_llama_runs_end_to_end_and_transformers_loads_the_result() {
         .iter()
         .map(|v| v.as_f64().unwrap() as f32)
         .collect();
-    let ours = envgen_logits(&hf, &ids);
+    let ours = envgen_logits(hf, &ids);
     assert_eq!(ours.len(), theirs.len());
     let diff = ours
         .iter()
@@ -211,6 +216,101 @@ fn tiny_llama_runs_end_to_end_and_transformers_loads_the_result() {
         .map(|(a, b)| (a - b).abs())
         .fold(0.0f32, f32::max);
     assert!(diff <= 1e-4, "logits differ from transformers' by {diff}");
+}
+
+/// Rebuilds the merged checkpoint from the base and the PEFT adapter
+/// files with torch alone: `W_base + lora_alpha / r · lora_B @ lora_A` for
+/// every adapted module, every other tensor the base's. Prints the largest
+/// difference, the number of adapted weights and the largest update.
+const PEFT_MERGE: &str = r#"
+import json, sys
+import torch
+from safetensors.torch import load_file
+base, merged, adapter = sys.argv[1], sys.argv[2], sys.argv[3]
+W0, W1 = load_file(base + "/model.safetensors"), load_file(merged + "/model.safetensors")
+lora = load_file(adapter + "/adapter_model.safetensors")
+cfg = json.load(open(adapter + "/adapter_config.json"))
+assert cfg["peft_type"] == "LORA", cfg
+scale = cfg["lora_alpha"] / cfg["r"]
+prefix = "base_model.model."
+adapted, worst, largest = set(), 0.0, 0.0
+for key, a in lora.items():
+    if not key.endswith(".lora_A.weight"):
+        continue
+    module = key[len(prefix):-len(".lora_A.weight")]
+    assert module.split(".")[-1] in cfg["target_modules"], (module, cfg)
+    b = lora[prefix + module + ".lora_B.weight"]
+    name = module + ".weight"
+    w0 = W0[name].double()
+    assert a.shape == (cfg["r"], w0.shape[1]) and b.shape == (w0.shape[0], cfg["r"]), (name, a.shape, b.shape)
+    update = scale * (b.double() @ a.double())
+    worst = max(worst, (w0 + update - W1[name].double()).abs().max().item())
+    largest = max(largest, update.abs().max().item())
+    adapted.add(name)
+untouched = [k for k in W0 if k not in adapted and not torch.equal(W0[k], W1[k])]
+print(json.dumps({"max_diff": worst, "adapted": len(adapted), "largest_update": largest,
+                  "changed_but_not_adapted": untouched, "r": cfg["r"],
+                  "target_modules": cfg["target_modules"]}))
+"#;
+
+/// `--set finetune.mode=lora` on the checkpoint: stage (c) trains adapters
+/// on the attention projections of the frozen base and merges them; the
+/// run's `hf/` loads in transformers with envgen's logits, and its
+/// `hf/adapter/` (PEFT's layout) rebuilds the merged weights from the base.
+#[test]
+fn tiny_llama_lora_merges_and_writes_peft_adapters() {
+    let _turn = turn!();
+    let tmp = tempfile::tempdir().unwrap();
+    let sets = [
+        "finetune.mode=lora",
+        "pretrain.train.steps=40",
+        "pretrain.train.eval_every=40",
+        "pretrain.train.checkpoint_every=40",
+        "finetune.train.steps=20",
+        "finetune.train.eval_every=20",
+        "finetune.train.checkpoint_every=20",
+    ];
+    let doc = json_of(&expect_success(rft(tmp.path(), &sets, &[])));
+    assert_eq!(doc["summary"]["status"], "completed", "{doc}");
+    let m = &doc["summary"]["metrics"];
+    assert_eq!(m["finetune_mode"], "lora", "{m}");
+    // Rank 8 on q, k, v, o of tiny-llama's 2 layers (width 64, k and v
+    // 2 heads × 16): 8 · (128 + 96 + 96 + 128) per layer.
+    assert_eq!(num(m, "trainable_parameters"), 2.0 * 8.0 * 448.0, "{m}");
+    assert!(
+        num(m, "parameters") > 10.0 * num(m, "trainable_parameters"),
+        "{m}"
+    );
+    let dir = run_dir_of(&doc);
+    let adapter = dir.join("hf/adapter");
+    let bytes = std::fs::metadata(adapter.join("adapter_model.safetensors"))
+        .unwrap()
+        .len();
+    assert_eq!(num(m, "adapter_bytes"), bytes as f64);
+    let config = std::fs::read_to_string(dir.join("config.toml")).unwrap();
+    assert!(
+        config.contains("targets = [\"self_attn.q_proj\", \"self_attn.k_proj\", \"self_attn.v_proj\", \"self_attn.o_proj\"]"),
+        "{config}"
+    );
+
+    assert_transformers_agrees(&dir.join("hf"));
+    let check = python_json(
+        PEFT_MERGE,
+        &[
+            dir.join("stages/base").to_str().unwrap(),
+            dir.join("hf").to_str().unwrap(),
+            adapter.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(check["adapted"], 2 * 4, "{check}");
+    assert_eq!(check["r"], 8, "{check}");
+    assert_eq!(
+        check["changed_but_not_adapted"],
+        serde_json::json!([]),
+        "{check}"
+    );
+    assert!(check["largest_update"].as_f64().unwrap() > 1e-4, "{check}");
+    assert!(check["max_diff"].as_f64().unwrap() <= 1e-5, "{check}");
 }
 
 /// A checkpoint written by transformers (SmolLM2's layout, a tokenizers

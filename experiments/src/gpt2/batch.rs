@@ -17,9 +17,9 @@ use envgen_kernels::autocast::{full, half};
 use envgen_kernels::FusedBackend;
 use rand::{rngs::StdRng, SeedableRng};
 
-use super::adapter;
 use super::model::{layer_norm, Block, Gpt2, ModelConfig};
 use super::pick;
+use crate::lora::adapter;
 
 /// How to continue a batch of prompts.
 #[derive(Debug, Clone, Copy)]

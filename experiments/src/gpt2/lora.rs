@@ -1,9 +1,6 @@
-//! LoRA (Hu et al. 2021, "Low-Rank Adaptation of Large Language Models")
-//! for the GPT's linear layers: `envgen run rft --set finetune.mode=lora`.
-//!
-//! Written by hand because Burn 0.21 has no LoRA: the burn-core and burn-nn
-//! 0.21.0 sources contain no adapter module (`Module::apply_lora` appears
-//! only in burn 0.22 pre-releases).
+//! LoRA for the GPT's linear layers: `envgen run rft --set
+//! finetune.mode=lora` (the config, target names and the adapter itself
+//! are `crate::lora`'s, shared with the Llama family).
 //!
 //! An adapted layer computes `x · (W + s·A·B) + b`: `W` and `b` frozen, `A`
 //! [d_in, r] drawn at random, `B` [r, d_out] zeros, `s = alpha / r`. With
@@ -21,140 +18,51 @@ use std::path::Path;
 use burn::module::{Module, Param};
 use burn::nn::Linear;
 use burn::prelude::*;
-use serde::{Deserialize, Serialize};
 
-use super::adapter::adapted_weight;
-pub use super::adapter::LoraAdapter;
 use super::model::{Block, Gpt2, ModelConfig};
 use crate::engine::{params, safetensors_io};
 use crate::error::UserError;
 use crate::fsutil::write_atomic;
+use crate::lora::adapter::adapted_weight;
+pub use crate::lora::{Family, LoraAdapter, LoraConfig, Target};
 
-/// The `[finetune.lora]` table of an RFT config.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LoraConfig {
-    /// r, the inner dimension of A·B.
-    #[serde(default = "default_rank")]
-    pub rank: usize,
-    /// The update A·B is scaled by alpha / rank.
-    #[serde(default = "default_alpha")]
-    pub alpha: f64,
-    /// The linear layers of every block that get an adapter; by default all
-    /// four (HW3's `all-linear`).
-    #[serde(default = "all_linear")]
-    pub targets: Vec<Target>,
-}
-
-fn default_rank() -> usize {
-    8
-}
-
-/// 4 × the default rank (HW3 uses alpha ≈ 4–5 × r).
-fn default_alpha() -> f64 {
-    32.0
-}
-
-fn all_linear() -> Vec<Target> {
-    Target::ALL.to_vec()
-}
-
-impl Default for LoraConfig {
-    fn default() -> Self {
-        Self {
-            rank: default_rank(),
-            alpha: default_alpha(),
-            targets: all_linear(),
-        }
-    }
-}
-
-/// A linear layer of a GPT block, named by its path inside the block.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Target {
-    #[serde(rename = "attn.c_attn")]
-    AttnQkv,
-    #[serde(rename = "attn.c_proj")]
-    AttnProj,
-    #[serde(rename = "mlp.c_fc")]
-    MlpFc,
-    #[serde(rename = "mlp.c_proj")]
-    MlpProj,
-}
-
-impl Target {
-    pub const ALL: [Target; 4] = [
-        Target::AttnQkv,
-        Target::AttnProj,
-        Target::MlpFc,
-        Target::MlpProj,
-    ];
-
-    /// (d_in, d_out) of the layer in a GPT `n_embd` wide.
-    pub fn shape(self, n_embd: usize) -> (usize, usize) {
-        let d = n_embd;
-        match self {
-            Target::AttnQkv => (d, 3 * d),
-            Target::AttnProj => (d, d),
-            Target::MlpFc => (d, 4 * d),
-            Target::MlpProj => (4 * d, d),
-        }
+/// (d_in, d_out) of the GPT layer `target` in a GPT `n_embd` wide; None for
+/// a Llama layer name (refused by [`LoraConfig::validate`]).
+pub fn shape(target: Target, n_embd: usize) -> Option<(usize, usize)> {
+    let d = n_embd;
+    match target {
+        Target::AttnQkv => Some((d, 3 * d)),
+        Target::AttnProj => Some((d, d)),
+        Target::MlpFc => Some((d, 4 * d)),
+        Target::MlpProj => Some((4 * d, d)),
+        _ => None,
     }
 }
 
 impl LoraConfig {
-    /// alpha / rank, the factor of the update.
-    pub fn scale(&self) -> f64 {
-        self.alpha / self.rank as f64
-    }
-
     /// Adapter parameters of `model`: per block, r·(d_in + d_out) per target.
     pub fn num_params(&self, model: &ModelConfig) -> usize {
         let per_block: usize = self
             .targets
             .iter()
-            .map(|t| {
-                let (d_in, d_out) = t.shape(model.n_embd);
-                self.rank * (d_in + d_out)
-            })
+            .filter_map(|&t| shape(t, model.n_embd))
+            .map(|(d_in, d_out)| self.rank * (d_in + d_out))
             .sum();
         model.n_layer * per_block
     }
 
-    /// Reject values no adapter can be built with; `key` is the table's
-    /// path (`finetune.lora`) for the message.
+    /// Reject values no adapter can be built with on the GPT `model`
+    /// (Llama layer names included); `key` is the table's path
+    /// (`finetune.lora`) for the message.
     pub fn validate(&self, model: &ModelConfig, key: &str) -> Result<(), UserError> {
-        if self.targets.is_empty() {
-            return Err(UserError::usage(format!("{key}.targets = []"))
-                .with_fix("name at least one of \"attn.c_attn\", \"attn.c_proj\", \"mlp.c_fc\", \"mlp.c_proj\" (or leave targets out: all four)"));
-        }
-        let largest = self
+        let max_rank = self
             .targets
             .iter()
-            .map(|t| {
-                let (d_in, d_out) = t.shape(model.n_embd);
-                d_in.min(d_out)
-            })
+            .filter_map(|&t| shape(t, model.n_embd))
+            .map(|(d_in, d_out)| d_in.min(d_out))
             .min()
             .unwrap_or(0);
-        if self.rank == 0 || self.rank > largest {
-            return Err(UserError::usage(format!(
-                "{key}.rank = {}: a rank must lie in 1..=min(d_in, d_out) = {largest} for the targeted layers",
-                self.rank
-            ))
-            .with_fix(format!("set {key}.rank to 1..={largest} (8 is common)")));
-        }
-        if !(self.alpha.is_finite() && self.alpha > 0.0) {
-            return Err(UserError::usage(format!(
-                "{key}.alpha = {}: the update is scaled by alpha / rank, so alpha must be > 0",
-                self.alpha
-            ))
-            .with_fix(format!(
-                "set {key}.alpha to e.g. {} (4 × rank)",
-                4 * self.rank
-            )));
-        }
-        Ok(())
+        self.check(Family::Gpt, key, max_rank)
     }
 
     /// Freeze every weight of `model` and give each targeted layer a fresh,

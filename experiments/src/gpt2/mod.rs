@@ -1,7 +1,6 @@
 //! The GPT-2 experiment: config, presets, the training task, Hugging Face
 //! weight interop and sampling.
 
-pub mod adapter;
 pub mod batch;
 pub mod eval;
 pub mod hellaswag;

@@ -29,7 +29,7 @@ use envgen_kernels::autocast::{full, half};
 use envgen_kernels::FusedBackend;
 use serde::{Deserialize, Serialize};
 
-use super::adapter::{self, LoraAdapter};
+use crate::lora::adapter::{self, LoraAdapter};
 
 /// LayerNorm epsilon of every GPT-2 LayerNorm.
 pub const LN_EPS: f64 = 1e-5;

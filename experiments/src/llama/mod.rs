@@ -7,6 +7,7 @@
 pub mod config;
 pub mod generate;
 pub mod hf;
+pub mod lora;
 pub mod model;
 pub mod save;
 

@@ -17,6 +17,10 @@
 //! the model is compared with transformers' f32 forward to 1e-4
 //! (tests/it/llama_hf.rs).
 //!
+//! Each projection may carry a LoRA adapter beside it (`q_proj_lora`, …;
+//! `super::lora` attaches and merges them); `None`, as [`Llama::build`]
+//! makes them, is the plain model with transformers' parameter names.
+//!
 //! [`Llama::forward_cached`] appends each layer's keys and values to a
 //! [`KvCache`], so generation (`super::generate`) feeds only new tokens.
 
@@ -27,6 +31,8 @@ use burn::tensor::activation::{silu, softmax};
 use burn::tensor::TensorData;
 
 use super::config::LlamaConfig;
+use crate::lora::adapter::forward_low_rank as adapted;
+use crate::lora::LoraAdapter;
 
 #[derive(Module, Debug)]
 pub struct Llama<B: Backend> {
@@ -56,6 +62,10 @@ pub struct Attention<B: Backend> {
     pub n_head: usize,
     pub n_kv_head: usize,
     pub head_dim: usize,
+    pub q_proj_lora: Option<LoraAdapter<B>>,
+    pub k_proj_lora: Option<LoraAdapter<B>>,
+    pub v_proj_lora: Option<LoraAdapter<B>>,
+    pub o_proj_lora: Option<LoraAdapter<B>>,
 }
 
 #[derive(Module, Debug)]
@@ -63,6 +73,9 @@ pub struct Mlp<B: Backend> {
     pub gate_proj: Linear<B>,
     pub up_proj: Linear<B>,
     pub down_proj: Linear<B>,
+    pub gate_proj_lora: Option<LoraAdapter<B>>,
+    pub up_proj_lora: Option<LoraAdapter<B>>,
+    pub down_proj_lora: Option<LoraAdapter<B>>,
 }
 
 /// RMSNorm: `x / sqrt(mean(x²) + eps) · weight`.
@@ -139,11 +152,18 @@ impl<B: Backend> Llama<B> {
                 n_head: h,
                 n_kv_head: kvh,
                 head_dim: hd,
+                q_proj_lora: None,
+                k_proj_lora: None,
+                v_proj_lora: None,
+                o_proj_lora: None,
             };
             let mlp = Mlp {
                 gate_proj: proj("mlp.gate_proj", d, ff, cfg.mlp_bias)?,
                 up_proj: proj("mlp.up_proj", d, ff, cfg.mlp_bias)?,
                 down_proj: proj("mlp.down_proj", ff, d, cfg.mlp_bias)?,
+                gate_proj_lora: None,
+                up_proj_lora: None,
+                down_proj_lora: None,
             };
             let p = format!("model.layers.{i}");
             layers.push(DecoderLayer {
@@ -265,14 +285,14 @@ impl<B: Backend> Attention<B> {
     ) -> Tensor<B, 3> {
         let [b, t, _] = x.dims();
         let (h, kvh, hd) = (self.n_head, self.n_kv_head, self.head_dim);
-        let heads = |proj: &Linear<B>, n: usize| {
-            proj.forward(x.clone())
+        let heads = |proj: &Linear<B>, lora: &Option<LoraAdapter<B>>, n: usize| {
+            adapted(proj, lora.as_ref(), x.clone())
                 .reshape([b, t, n, hd])
                 .swap_dims(1, 2)
         };
-        let q = rotate(heads(&self.q_proj, h), cos, sin);
-        let k = rotate(heads(&self.k_proj, kvh), cos, sin);
-        let v = heads(&self.v_proj, kvh);
+        let q = rotate(heads(&self.q_proj, &self.q_proj_lora, h), cos, sin);
+        let k = rotate(heads(&self.k_proj, &self.k_proj_lora, kvh), cos, sin);
+        let v = heads(&self.v_proj, &self.v_proj_lora, kvh);
         let (k, v) = match kv.take() {
             Some((pk, pv)) => (Tensor::cat(vec![pk, k], 2), Tensor::cat(vec![pv, v], 2)),
             None => (k, v),
@@ -287,8 +307,8 @@ impl<B: Backend> Attention<B> {
             None => scores,
         };
         let y = softmax(scores, 3).matmul(v);
-        self.o_proj
-            .forward(y.swap_dims(1, 2).reshape([b, t, h * hd]))
+        let y = y.swap_dims(1, 2).reshape([b, t, h * hd]);
+        adapted(&self.o_proj, self.o_proj_lora.as_ref(), y)
     }
 }
 
@@ -425,8 +445,13 @@ impl<B: Backend> RmsNorm<B> {
 
 impl<B: Backend> Mlp<B> {
     fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let gate = silu(self.gate_proj.forward(x.clone()));
-        self.down_proj.forward(gate * self.up_proj.forward(x))
+        let gate = silu(adapted(
+            &self.gate_proj,
+            self.gate_proj_lora.as_ref(),
+            x.clone(),
+        ));
+        let up = adapted(&self.up_proj, self.up_proj_lora.as_ref(), x);
+        adapted(&self.down_proj, self.down_proj_lora.as_ref(), gate * up)
     }
 }
 

@@ -8,7 +8,7 @@ use super::task::{generate_split_with, Split, UnitTable};
 use crate::data::Tokenizer;
 use crate::engine::{self, OptimConfig, TrainConfig};
 use crate::error::UserError;
-use crate::gpt2::lora::LoraConfig;
+use crate::lora::{Family, LoraConfig, LoraTable};
 
 pub const EXPERIMENT: &str = "rft";
 
@@ -24,7 +24,7 @@ pub const DEFAULT_PRESET: &str = "tiny";
 
 /// The science config of an RFT run (`config.toml`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "RftTable")]
 pub struct RftConfig {
     /// Rounds of (b) sampling + (c) fine-tuning, each starting from the
     /// previous round's weights (STaR iterates; 1 = the RFT paper's single pass).
@@ -44,6 +44,37 @@ pub struct RftConfig {
 
 pub(crate) fn one_round() -> u32 {
     1
+}
+
+/// The config as written: read through this so that `[finetune.lora]`'s
+/// defaults can depend on the model family (`model.init` or not).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RftTable {
+    #[serde(default = "one_round")]
+    rounds: u32,
+    task: TaskConfig,
+    model: RftModel,
+    pretrain: StageConfig,
+    datagen: DatagenConfig,
+    finetune: FinetuneTable,
+}
+
+impl From<RftTable> for RftConfig {
+    fn from(t: RftTable) -> Self {
+        let family = match t.model.init {
+            Some(_) => Family::Llama,
+            None => Family::Gpt,
+        };
+        RftConfig {
+            rounds: t.rounds,
+            task: t.task,
+            model: t.model,
+            pretrain: t.pretrain,
+            datagen: t.datagen,
+            finetune: t.finetune.resolve(family),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -92,14 +123,14 @@ pub enum FinetuneMode {
     Lora,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(from = "FinetuneTable")]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FinetuneConfig {
     /// `full` updates every weight; `lora` freezes them and trains low-rank
-    /// adapters ([`gpt2::lora`]), merged into the weights at the end.
+    /// adapters (`crate::gpt2::lora`, `crate::llama::lora`), merged into
+    /// the weights at the end.
     pub mode: FinetuneMode,
     /// The adapters (`[finetune.lora]`): only with `mode = "lora"`, where a
-    /// missing table means the defaults.
+    /// missing table (or key) means the model family's defaults.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lora: Option<LoraConfig>,
     pub train: TrainConfig,
@@ -107,29 +138,33 @@ pub struct FinetuneConfig {
 }
 
 /// The `[finetune]` table as written. Read through this so that LoRA mode
-/// without a `[finetune.lora]` table gets the defaults filled in, and
-/// config.toml records them.
+/// without a `[finetune.lora]` table (or without its `targets`) gets the
+/// family's defaults filled in, and config.toml records them.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct FinetuneTable {
     mode: FinetuneMode,
     #[serde(default)]
-    lora: Option<LoraConfig>,
+    lora: Option<LoraTable>,
     train: TrainConfig,
     optim: OptimConfig,
 }
 
-impl From<FinetuneTable> for FinetuneConfig {
-    fn from(table: FinetuneTable) -> Self {
-        let lora = match table.mode {
-            FinetuneMode::Lora => Some(table.lora.unwrap_or_default()),
-            FinetuneMode::Full => table.lora,
+impl FinetuneTable {
+    fn resolve(self, family: Family) -> FinetuneConfig {
+        let lora = match self.mode {
+            FinetuneMode::Lora => Some(
+                self.lora
+                    .map(|l| l.resolve(family))
+                    .unwrap_or_else(|| LoraConfig::defaults_for(family)),
+            ),
+            FinetuneMode::Full => self.lora.map(|l| l.resolve(family)),
         };
-        Self {
-            mode: table.mode,
+        FinetuneConfig {
+            mode: self.mode,
             lora,
-            train: table.train,
-            optim: table.optim,
+            train: self.train,
+            optim: self.optim,
         }
     }
 }
@@ -138,6 +173,7 @@ impl FinetuneConfig {
     /// The adapters to train: `Some` exactly in LoRA mode.
     pub fn adapters(&self) -> Option<LoraConfig> {
         match self.mode {
+            // `lora` is always Some here when read from a config.
             FinetuneMode::Lora => Some(self.lora.clone().unwrap_or_default()),
             FinetuneMode::Full => None,
         }
@@ -163,15 +199,16 @@ impl RftConfig {
             .with_fix("set finetune.mode = \"lora\" or remove the [finetune.lora] table")
             .into());
         }
-        if let (false, Some(_)) = (gpt, self.finetune.adapters()) {
-            return Err(UserError::usage(
-                "finetune.mode = \"lora\" with model.init: LoRA is implemented for the byte-level GPT only, not yet for pretrained Llama checkpoints",
-            )
-            .with_fix("--set finetune.mode=full")
-            .into());
-        }
         if let Some(lora) = self.finetune.adapters() {
-            lora.validate(&self.model, "finetune.lora")?;
+            match gpt {
+                true => lora.validate(&self.model, "finetune.lora")?,
+                // The rank's bound needs the checkpoint's shapes; one that
+                // cannot be read was refused by model.validate() above.
+                false => match super::llama_run::llama_config_of(self) {
+                    Some(cfg) => crate::llama::lora::validate(&lora, &cfg, "finetune.lora")?,
+                    None => lora.check(Family::Llama, "finetune.lora", usize::MAX)?,
+                },
+            }
         }
         for (key, value) in [
             ("task.train_questions", self.task.train_questions),

@@ -136,6 +136,8 @@ pub fn run<B: FusedAutodiffBackend>(
         stage: config.pretrain.clone(),
         train: sft_data.clone(),
         validation: validation.clone(),
+        // `finetune.mode` is stage (c)'s: (a) trains every weight.
+        lora: None,
     };
     let pretrain = train_stage::<B>(&task, &pretrain_dir, control, control.stop_after, device)?;
     let mut steps_done = pretrain.steps_done;
@@ -192,6 +194,7 @@ pub fn run<B: FusedAutodiffBackend>(
             },
             train,
             validation: validation.clone(),
+            lora: config.finetune.adapters(),
         };
         let before_round =
             config.pretrain.train.steps + u64::from(round - 1) * config.finetune.train.steps;
@@ -280,8 +283,22 @@ pub fn run<B: FusedAutodiffBackend>(
     m.insert("validation_questions".into(), json!(split.validation.len()));
     m.insert("finetune_mode".into(), json!(config.finetune.mode));
     m.insert("parameters".into(), json!(parameters));
-    m.insert("trainable_parameters".into(), json!(parameters));
-    m.insert("adapter_bytes".into(), json!(0));
+    // As the GPT path's: stage (c)'s trainable parameters, and the size of
+    // its adapter file (0 in full mode).
+    let (trainable, adapter_bytes) = match config.finetune.adapters() {
+        Some(lora) => {
+            let file = sampler_dir
+                .join(llama::lora::ADAPTER_DIR)
+                .join(llama::lora::PEFT_WEIGHTS);
+            let bytes = std::fs::metadata(&file)
+                .map_err(|e| anyhow::anyhow!("reading {}: {e}", file.display()))?
+                .len();
+            (llama::lora::num_params(&lora, &cfg) as u64, bytes)
+        }
+        None => (parameters, 0),
+    };
+    m.insert("trainable_parameters".into(), json!(trainable));
+    m.insert("adapter_bytes".into(), json!(adapter_bytes));
     m.insert("eval_samples_per_s".into(), json!(after.samples_per_s));
     m.insert(
         "pretrain_initial_val_loss".into(),
@@ -298,9 +315,14 @@ pub fn run<B: FusedAutodiffBackend>(
 
 /// Parameters of the checkpoint `config` starts from, when readable.
 pub(crate) fn parameters_of(config: &RftConfig) -> Option<u64> {
+    llama_config_of(config).map(|c| count_parameters(&c))
+}
+
+/// The shape of the checkpoint `config` starts from, when readable.
+pub(crate) fn llama_config_of(config: &RftConfig) -> Option<llama::LlamaConfig> {
     match config.model.checkpoint().ok()?? {
-        Init::Hf(dir) => llama::config::read(&dir).ok().map(|c| count_parameters(&c)),
-        Init::Random(_) => Some(count_parameters(&pretrained::tiny_llama())),
+        Init::Hf(dir) => llama::config::read(&dir).ok(),
+        Init::Random(_) => Some(pretrained::tiny_llama()),
     }
 }
 
@@ -335,19 +357,28 @@ fn reference_examples(
         .collect()
 }
 
-/// `RUN_DIR/model.safetensors` and `RUN_DIR/hf/`, the final model.
+/// `RUN_DIR/model.safetensors` and `RUN_DIR/hf/`, the final model (with
+/// LoRA, the final stage's adapters in PEFT's layout in `hf/adapter/`).
 fn export(stage_dir: &Path, run_dir: &Path) -> anyhow::Result<()> {
     let hf = run_dir.join("hf");
     crate::fsutil::create_dir_all(&hf)?;
     super::llama_task::copy_companions(stage_dir, &hf)?;
     let weights = stage_dir.join(llama::hf::SINGLE);
-    for to in [run_dir.join(llama::hf::SINGLE), hf.join(llama::hf::SINGLE)] {
-        std::fs::copy(&weights, &to).map_err(|e| {
-            anyhow::Error::new(e).context(format!(
-                "copying {} to {}",
-                weights.display(),
-                to.display()
-            ))
+    let mut copies = vec![
+        (weights.clone(), run_dir.join(llama::hf::SINGLE)),
+        (weights, hf.join(llama::hf::SINGLE)),
+    ];
+    let adapters = stage_dir.join(llama::lora::ADAPTER_DIR);
+    if adapters.is_dir() {
+        let to = hf.join(llama::lora::ADAPTER_DIR);
+        crate::fsutil::create_dir_all(&to)?;
+        for name in [llama::lora::PEFT_WEIGHTS, llama::lora::PEFT_CONFIG] {
+            copies.push((adapters.join(name), to.join(name)));
+        }
+    }
+    for (from, to) in copies {
+        std::fs::copy(&from, &to).map_err(|e| {
+            anyhow::Error::new(e).context(format!("copying {} to {}", from.display(), to.display()))
         })?;
     }
     Ok(())
@@ -432,3 +463,7 @@ fn eval_stage<B: envgen_kernels::FusedBackend>(
     }
     evaluation
 }
+
+#[cfg(test)]
+#[path = "llama_lora_tests.rs"]
+mod lora_tests;

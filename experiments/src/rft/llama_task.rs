@@ -16,6 +16,7 @@ use super::datagen::{Completion, Row, Sampler};
 use super::task::END_OF_COMPLETION;
 use crate::engine::{OptimConfig, Task, TrainConfig};
 use crate::llama::{self, GenerateOptions, Llama};
+use crate::lora::LoraConfig;
 use crate::pretrained::HfTokenizer;
 
 /// Files of a Hugging Face directory besides the weights that a fine-tuned
@@ -60,14 +61,17 @@ pub(crate) fn tokenize(
     })
 }
 
-/// The engine task of stages (a) and (c): every weight of the base
-/// checkpoint trained on `train` (RFT fine-tunes the base model in every
-/// round, not the previous round's weights).
+/// The engine task of stages (a) and (c): the base checkpoint trained on
+/// `train` (RFT fine-tunes the base model in every round, not the previous
+/// round's weights), every weight of it or, with `lora`, fresh adapters on
+/// its frozen weights.
 pub struct LlamaRftTask {
     pub(crate) base: PathBuf,
     pub(crate) stage: StageConfig,
     pub(crate) train: Vec<LlamaExample>,
     pub(crate) validation: Vec<LlamaExample>,
+    /// Stage (c) with `finetune.mode = "lora"`.
+    pub(crate) lora: Option<LoraConfig>,
 }
 
 impl LlamaRftTask {
@@ -133,7 +137,13 @@ impl<B: FusedAutodiffBackend> Task<B> for LlamaRftTask {
     }
 
     fn init_model(&self, device: &B::Device) -> anyhow::Result<Llama<B>> {
-        llama::hf::load::<B>(&self.base, device)
+        let model = llama::hf::load::<B>(&self.base, device)?;
+        // The same adapted structure on a fresh start and on resume: the
+        // engine then loads a checkpoint's weights and adapters by path.
+        Ok(match &self.lora {
+            Some(lora) => llama::lora::attach(lora, model, device),
+            None => model,
+        })
     }
 
     fn loss(
@@ -165,11 +175,20 @@ impl<B: FusedAutodiffBackend> Task<B> for LlamaRftTask {
     }
 
     /// The stage directory becomes a Hugging Face directory: the weights as
-    /// `model.safetensors` under transformers' names, next to copies of
-    /// the base's config.json and tokenizer files.
+    /// `model.safetensors` under transformers' names (adapters merged),
+    /// next to copies of the base's config.json and tokenizer files; with
+    /// LoRA also the adapters alone in PEFT's layout (`adapter/`).
     fn finish(&self, model: &Llama<B>, run_dir: &Path) -> anyhow::Result<()> {
         copy_companions(&self.base, run_dir)?;
-        llama::save::save_safetensors(model, &run_dir.join(llama::hf::SINGLE))
+        let merged = match &self.lora {
+            Some(lora) => {
+                let dir = run_dir.join(llama::lora::ADAPTER_DIR);
+                llama::lora::save_peft(model, lora, &self.base, &dir)?;
+                llama::lora::merge(model.clone())
+            }
+            None => model.clone(),
+        };
+        llama::save::save_safetensors(&merged, &run_dir.join(llama::hf::SINGLE))
     }
 }
 

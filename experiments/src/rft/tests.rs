@@ -26,11 +26,15 @@ fn tiny_preset_is_valid_and_lora_is_configured_in_lora_mode_only() {
     let err = with(&["model.block_size=32"]).unwrap_err();
     assert!(format!("{err:#}").contains("model.block_size"), "{err:#}");
 
-    // `mode = "lora"` alone: the default adapters, recorded in config.toml.
+    // `mode = "lora"` alone: the default adapters, recorded in config.toml
+    // exactly as before Llama checkpoints had LoRA (same config_hash).
     let lora = with(&["finetune.mode=lora"]).unwrap();
     assert_eq!(lora.finetune.lora, Some(LoraConfig::default()));
     let text = engine::config::to_canonical_toml(&lora).unwrap();
-    assert!(text.contains("[finetune.lora]\nrank = 8"), "{text}");
+    assert!(
+        text.contains("[finetune.lora]\nrank = 8\nalpha = 32.0\ntargets = [\"attn.c_attn\", \"attn.c_proj\", \"mlp.c_fc\", \"mlp.c_proj\"]\n"),
+        "{text}"
+    );
     // Full mode's config.toml (and hash) is what it was before LoRA.
     let text = engine::config::to_canonical_toml(&config).unwrap();
     assert!(!text.contains("lora"), "{text}");
@@ -58,9 +62,82 @@ fn tiny_preset_is_valid_and_lora_is_configured_in_lora_mode_only() {
             "mlp.c_gate",
         ),
         (&["finetune.mode=lora", "finetune.lora={rnak=4}"], "rnak"),
+        // A Llama layer name on the GPT: refused naming the GPT's.
+        (
+            &[
+                "finetune.mode=lora",
+                "finetune.lora={targets=[\"self_attn.q_proj\"]}",
+            ],
+            "name layers of the byte-level GPT: \"attn.c_attn\", \"attn.c_proj\"",
+        ),
         (&["finetune.lora={rank=4}"], "[finetune.lora] is set"),
     ] {
         let err = with(overrides).unwrap_err();
+        assert!(format!("{err:#}").contains(names), "{overrides:?}: {err:#}");
+        assert_eq!(crate::error::exit_code_of(&err), 2, "{overrides:?}");
+    }
+}
+
+fn llama_with(overrides: &[&str]) -> anyhow::Result<RftConfig> {
+    let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    Ok(load_config(PRESETS[1].1, "preset tiny-llama", &overrides)?.science)
+}
+
+/// On a Llama checkpoint, `mode = "lora"` defaults to the attention
+/// projections (recorded in config.toml); GPT names and ranks beyond the
+/// checkpoint's shapes exit 2 naming the Llama's names and bound.
+#[test]
+fn llama_lora_defaults_to_the_attention_projections_and_checks_names() {
+    use crate::lora::{Family, Target};
+    let config = llama_with(&["finetune.mode=lora"]).unwrap();
+    let lora = config.finetune.adapters().unwrap();
+    assert_eq!(lora, LoraConfig::defaults_for(Family::Llama));
+    assert_eq!(lora.targets, Target::LLAMA[..4].to_vec());
+    let text = engine::config::to_canonical_toml(&config).unwrap();
+    assert!(
+        text.contains("targets = [\"self_attn.q_proj\", \"self_attn.k_proj\", \"self_attn.v_proj\", \"self_attn.o_proj\"]"),
+        "{text}"
+    );
+    // Read back from config.toml (a resume), the same config.
+    assert_eq!(toml::from_str::<RftConfig>(&text).unwrap(), config);
+    // A table without `targets` also gets the Llama's.
+    let ranked = llama_with(&["finetune.mode=lora", "finetune.lora={rank=4}"]).unwrap();
+    assert_eq!(ranked.finetune.adapters().unwrap().targets, lora.targets);
+    let mlp = llama_with(&[
+        "finetune.mode=lora",
+        "finetune.lora={targets=[\"mlp.down_proj\", \"self_attn.v_proj\"]}",
+    ])
+    .unwrap();
+    assert_eq!(
+        mlp.finetune.adapters().unwrap().targets,
+        vec![Target::DownProj, Target::VProj]
+    );
+    for (overrides, names) in [
+        (
+            &[
+                "finetune.mode=lora",
+                "finetune.lora={targets=[\"attn.c_attn\"]}",
+            ][..],
+            "\"attn.c_attn\" is a layer of the byte-level GPT",
+        ),
+        (
+            &[
+                "finetune.mode=lora",
+                "finetune.lora={targets=[\"attn.c_attn\"]}",
+            ],
+            "\"self_attn.q_proj\", \"self_attn.k_proj\", \"self_attn.v_proj\", \"self_attn.o_proj\", \"mlp.gate_proj\"",
+        ),
+        // tiny-llama's k/v projections are 64 → 2 heads × 16.
+        (
+            &["finetune.mode=lora", "finetune.lora={rank=33}"],
+            "finetune.lora.rank = 33: a rank must lie in 1..=min(d_in, d_out) = 32",
+        ),
+        (
+            &["finetune.mode=lora", "finetune.lora={targets=[]}"],
+            "finetune.lora.targets = []",
+        ),
+    ] {
+        let err = llama_with(overrides).unwrap_err();
         assert!(format!("{err:#}").contains(names), "{overrides:?}: {err:#}");
         assert_eq!(crate::error::exit_code_of(&err), 2, "{overrides:?}");
     }

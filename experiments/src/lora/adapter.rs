@@ -1,7 +1,12 @@
 //! A LoRA adapter on one linear layer, and the adapted layer's forward:
-//! what the model needs of LoRA. Configuring, attaching and merging
-//! adapters across a model is [`super::lora`]'s job (it builds on this and
-//! on the model; this module needs neither).
+//! what a model needs of LoRA. Configuring, attaching and merging adapters
+//! across a model is each family's job (`crate::gpt2::lora`,
+//! `crate::llama::lora`; they build on this and on their model, this module
+//! needs neither).
+//!
+//! Two forwards: [`forward`] (the GPT's) works from the effective weight
+//! `W + s·A·B`, [`forward_low_rank`] (the Llama's) adds `s·(x·A)·B` to
+//! `x·W`; each family's module says why it picked its own.
 
 use burn::module::{Module, Param};
 use burn::nn::Linear;
@@ -65,4 +70,29 @@ pub fn forward<B: Backend, const D: usize>(
         adapted_weight(layer, adapter),
         layer.bias.as_ref().map(|b| b.val()),
     )
+}
+
+/// `layer(x) + s·(x·A)·B`: the adapted layer without forming `W + s·A·B`.
+/// The frozen `W` then gets no weight gradient at all (the backward of
+/// `x·W` computes only the input's), and the update costs
+/// r·(d_in + d_out) per token instead of a d_in × d_out product per call;
+/// without an adapter exactly `Linear::forward`, and with `B = 0` exactly
+/// `layer(x)` (adding zeros).
+pub fn forward_low_rank<B: Backend, const D: usize>(
+    layer: &Linear<B>,
+    adapter: Option<&LoraAdapter<B>>,
+    x: Tensor<B, D>,
+) -> Tensor<B, D> {
+    match adapter {
+        None => layer.forward(x),
+        Some(adapter) => {
+            // [.., d_in]·[1.., d_in, r]·[1.., r, d_out], broadcast over the
+            // leading dimensions as `Linear::forward` does with its weight.
+            let low = x
+                .clone()
+                .matmul(adapter.a.val().unsqueeze())
+                .matmul(adapter.b.val().unsqueeze());
+            layer.forward(x) + low * adapter.scale
+        }
+    }
 }
