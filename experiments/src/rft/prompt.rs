@@ -434,9 +434,7 @@ mod tests {
             ),
         ];
         for (text, overrides, says) in cases {
-            let e = load_config(text, "preset", &overrides)
-                .err()
-                .expect("refused");
+            let e = load_config(text, "preset", &overrides).expect_err("refused");
             assert_eq!(exit_code_of(&e), 2, "{e:#}");
             assert!(format!("{e:#}").contains(says), "{overrides:?}: {e:#}");
         }

@@ -288,7 +288,7 @@ fn every_preset_loads_and_validates() {
             assert!(loaded.is_ok(), "{:#}", loaded.unwrap_err());
             continue;
         };
-        let e = loaded.err().expect("a hub: preset needs a local copy");
+        let e = loaded.expect_err("a hub: preset needs a local copy");
         assert_eq!(crate::error::exit_code_of(&e), 2, "{e:#}");
         let text_of = format!("{e:#}");
         let download = format!("huggingface-cli download {repo} --local-dir DIR");
