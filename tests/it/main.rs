@@ -34,6 +34,7 @@ mod nvml_standin;
 mod precision_cli;
 mod quantize_cli;
 mod report_cli;
+mod rft_chat;
 mod rft_cli;
 mod rft_llama;
 mod run_docker;

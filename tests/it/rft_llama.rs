@@ -29,7 +29,7 @@ fn python() -> PathBuf {
 }
 
 /// Run `script` with `args`; its stdout parsed as JSON.
-fn python_json(script: &str, args: &[&str]) -> Value {
+pub(crate) fn python_json(script: &str, args: &[&str]) -> Value {
     let out = Command::new(python())
         .arg("-c")
         .arg(script)

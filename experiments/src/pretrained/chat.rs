@@ -100,6 +100,16 @@ impl ChatTemplate {
         }))
     }
 
+    /// The file the template came from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A special token's text as the template sees it (`"eos_token"`).
+    pub fn special_token(&self, name: &str) -> Option<&str> {
+        self.special_tokens.get(name).map(String::as_str)
+    }
+
     /// The text of `messages` in the model's chat format; with
     /// `add_generation_prompt`, followed by the opening of the assistant's
     /// turn. A template's `raise_exception` is a usage error quoting it.

@@ -19,6 +19,10 @@ pub const PRESETS: &[(&str, &str)] = &[
         "tiny-llama",
         include_str!("../../presets/rft/tiny-llama.toml"),
     ),
+    (
+        "smollm2-360m",
+        include_str!("../../presets/rft/smollm2-360m.toml"),
+    ),
 ];
 pub const DEFAULT_PRESET: &str = "tiny";
 
@@ -102,6 +106,31 @@ pub struct TaskConfig {
     /// Decimal places of the values in questions (0 = whole numbers).
     #[serde(default = "default_max_decimals")]
     pub max_decimals: u32,
+    /// How a pretrained checkpoint is shown a question: `plain` text
+    /// (`Q\nA: `), or `chat`, the user turn rendered with the checkpoint's
+    /// chat template (`super::prompt`). Unwritten when plain, so configs
+    /// from before keep their config_hash.
+    #[serde(default, skip_serializing_if = "PromptFormat::is_plain")]
+    pub prompt_format: PromptFormat,
+    /// A system turn before each question (`prompt_format = "chat"` only);
+    /// unset = none, and the template's own default if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+}
+
+/// `task.prompt_format`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PromptFormat {
+    #[default]
+    Plain,
+    Chat,
+}
+
+impl PromptFormat {
+    pub fn is_plain(&self) -> bool {
+        *self == PromptFormat::Plain
+    }
 }
 
 pub(crate) fn default_max_decimals() -> u32 {
@@ -236,6 +265,7 @@ impl RftConfig {
             .into());
         }
         self.datagen.validate()?;
+        super::prompt::check_format(&self.task, &self.model)?;
         if !gpt {
             // The checkpoint's context is checked against the tokenized
             // examples when the run starts (the tokenizer is the checkpoint's).

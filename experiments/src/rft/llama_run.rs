@@ -9,6 +9,7 @@
 //!   hf/                 the same as a Hugging Face directory (config.json, tokenizer.json)
 //!   stages/base/        (random:NAME only) the random-init checkpoint envgen made
 //!   stages/base.json    the base checkpoint: init, directory, sha256
+//!   stages/prompt.json  how questions reach the model (task.prompt_format), ids of the first
 //!   stages/eval-base.json     (d) the base checkpoint, greedy
 //!   stages/pretrain/    (a) SFT of the base on the worked answers (an HF directory)
 //!   stages/eval-before.json   (d) the SFT model
@@ -33,12 +34,13 @@ use serde_json::{json, Map, Value};
 use super::config::{Init, RftConfig, StageConfig};
 use super::datagen::Example;
 use super::eval::Evaluation;
-use super::llama_task::{tokenize, LlamaExample, LlamaRftTask, LlamaSampler};
+use super::llama_task::{LlamaExample, LlamaRftTask, LlamaSampler};
+use super::prompt::Prompter;
 use super::run::{
     evaluate_stage, final_val_loss, finish, interrupted, sample_stage, DatagenRecord, FINETUNE,
     STAGES,
 };
-use super::task::{format_prompt, Question};
+use super::task::Question;
 use super::{pretrained, task::Split};
 use crate::engine::rundir::{read_json, write_json, MetricsLog, Status, Summary};
 use crate::engine::{self, RunControl};
@@ -109,8 +111,13 @@ pub fn run<B: FusedAutodiffBackend>(
     let base = base_checkpoint(config, init, &stages)?;
     let tokenizer = HfTokenizer::load(&base.dir, false)?;
     let cfg = llama::config::read(&base.dir)?;
-    let sft_data = reference_examples(&tokenizer, &split.train[..config.worked_questions()])?;
-    let validation = reference_examples(&tokenizer, &split.validation)?;
+    let prompter = Prompter::new(&tokenizer, &base.dir, &config.task)?;
+    if let Some(first) = split.train.first() {
+        let record = prompter.record(first, &cfg.eos_token_ids)?;
+        write_json(&stages.join("prompt.json"), &record)?;
+    }
+    let sft_data = reference_examples(&prompter, &split.train[..config.worked_questions()])?;
+    let validation = reference_examples(&prompter, &split.validation)?;
     let longest = sft_data.iter().chain(&validation).map(LlamaExample::len);
     let longest = longest.max().unwrap_or(0) + config.task.max_completion_tokens;
     if longest > cfg.max_position_embeddings {
@@ -124,7 +131,7 @@ pub fn run<B: FusedAutodiffBackend>(
     }
     let eval = |dir: &Path, round: u32, record: &Path, log: &mut MetricsLog| {
         eval_stage::<B::InnerBackend>(
-            config, &tokenizer, dir, &split, round, record, log, control, &inner,
+            config, &prompter, dir, &split, round, record, log, control, &inner,
         )
     };
     let eval_base = eval(&base.dir, 0, &stages.join("eval-base.json"), &mut log)?;
@@ -163,7 +170,7 @@ pub fn run<B: FusedAutodiffBackend>(
         crate::fsutil::create_dir_all(&dir)?;
         let Some(datagen) = datagen_stage::<B>(
             config,
-            &tokenizer,
+            &prompter,
             &split,
             round,
             &sampler_dir,
@@ -184,7 +191,7 @@ pub fn run<B: FusedAutodiffBackend>(
         }
         let mut train = sft_data.clone();
         for e in &kept {
-            train.push(tokenize(&tokenizer, &format_prompt(&e.question), &e.text)?);
+            train.push(prompter.example(&e.question, &e.completion)?);
         }
         let task = LlamaRftTask {
             base: base.dir.clone(),
@@ -348,12 +355,12 @@ pub(crate) fn count_parameters(cfg: &llama::LlamaConfig) -> u64 {
 
 /// The worked answers of `questions` as training examples.
 fn reference_examples(
-    tokenizer: &HfTokenizer,
+    prompter: &Prompter,
     questions: &[Question],
 ) -> anyhow::Result<Vec<LlamaExample>> {
     questions
         .iter()
-        .map(|q| tokenize(tokenizer, &q.prompt(), &q.training_text()))
+        .map(|q| prompter.example(&q.text, &q.completion()))
         .collect()
 }
 
@@ -389,7 +396,7 @@ fn export(stage_dir: &Path, run_dir: &Path) -> anyhow::Result<()> {
 #[allow(clippy::too_many_arguments)]
 fn datagen_stage<B: FusedAutodiffBackend>(
     config: &RftConfig,
-    tokenizer: &HfTokenizer,
+    prompter: &Prompter,
     split: &Split,
     round: u32,
     model_dir: &Path,
@@ -405,7 +412,7 @@ fn datagen_stage<B: FusedAutodiffBackend>(
     let model = llama::hf::load::<B::InnerBackend>(model_dir, &inner)?;
     let mut sampler = LlamaSampler::new(
         &model,
-        tokenizer,
+        prompter,
         config.task.max_completion_tokens,
         inner.clone(),
     );
@@ -438,7 +445,7 @@ fn train_stage<B: FusedAutodiffBackend>(
 #[allow(clippy::too_many_arguments)]
 fn eval_stage<B: envgen_kernels::FusedBackend>(
     config: &RftConfig,
-    tokenizer: &HfTokenizer,
+    prompter: &Prompter,
     model_dir: &Path,
     split: &Split,
     round: u32,
@@ -453,7 +460,7 @@ fn eval_stage<B: envgen_kernels::FusedBackend>(
     let model = llama::hf::load::<B>(model_dir, device)?;
     let mut sampler = LlamaSampler::new(
         &model,
-        tokenizer,
+        prompter,
         config.task.max_completion_tokens,
         device.clone(),
     );

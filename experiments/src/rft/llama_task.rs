@@ -13,26 +13,27 @@ use envgen_kernels::{FusedAutodiffBackend, FusedBackend};
 
 use super::config::StageConfig;
 use super::datagen::{Completion, Row, Sampler};
+use super::prompt::Prompter;
 use super::task::END_OF_COMPLETION;
 use crate::engine::{OptimConfig, Task, TrainConfig};
 use crate::llama::{self, GenerateOptions, Llama};
 use crate::lora::LoraConfig;
-use crate::pretrained::HfTokenizer;
 
 /// Files of a Hugging Face directory besides the weights that a fine-tuned
 /// copy keeps (transformers and `envgen sample` read them).
-const COMPANIONS: [&str; 5] = [
+const COMPANIONS: [&str; 6] = [
     "config.json",
     "generation_config.json",
     "tokenizer.json",
     "tokenizer_config.json",
     "special_tokens_map.json",
+    crate::pretrained::chat::TEMPLATE_FILE,
 ];
 
-/// A training example in the checkpoint's tokens: the prompt (with the
-/// special tokens its tokenizer adds, as at generation time) followed by
-/// the completion (without), and where the completion starts. Tokenizing
-/// the two apart keeps the prompt's tokens those the model is prompted with.
+/// A training example in the checkpoint's tokens: the prompt as generation
+/// sees it, then the completion (its end included), and where the
+/// completion starts (the loss covers it alone). `super::prompt::Prompter`
+/// makes them.
 #[derive(Debug, Clone)]
 pub(crate) struct LlamaExample {
     tokens: Vec<u32>,
@@ -40,25 +41,26 @@ pub(crate) struct LlamaExample {
 }
 
 impl LlamaExample {
+    pub(crate) fn new(mut prompt: Vec<u32>, completion: Vec<u32>) -> Self {
+        let completion_start = prompt.len();
+        prompt.extend(completion);
+        Self {
+            tokens: prompt,
+            completion_start,
+        }
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.tokens.len()
     }
-}
 
-/// `text` is the prompt followed by the completion.
-pub(crate) fn tokenize(
-    tokenizer: &HfTokenizer,
-    prompt: &str,
-    text: &str,
-) -> anyhow::Result<LlamaExample> {
-    let completion = text.strip_prefix(prompt).unwrap_or(text);
-    let mut tokens = tokenizer.encode(prompt)?;
-    let completion_start = tokens.len();
-    tokens.extend(tokenizer.encode_plain(completion)?);
-    Ok(LlamaExample {
-        tokens,
-        completion_start,
-    })
+    pub(crate) fn prompt_ids(&self) -> &[u32] {
+        &self.tokens[..self.completion_start]
+    }
+
+    pub(crate) fn completion_ids(&self) -> &[u32] {
+        &self.tokens[self.completion_start..]
+    }
 }
 
 /// The engine task of stages (a) and (c): the base checkpoint trained on
@@ -209,12 +211,13 @@ pub(crate) fn copy_companions(base: &Path, to: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Continues prompts with a Llama: the checkpoint's tokenizer, batched
-/// KV-cached generation with each row's own seed, stopping at the
-/// end-of-completion marker (or the model's end-of-sequence token).
+/// Continues prompts with a Llama: each row's question in the tokens
+/// `task.prompt_format` gives it, batched KV-cached generation with each
+/// row's own seed, stopping at the end-of-completion marker, the model's
+/// end-of-sequence ids or (chat) the template's end of turn.
 pub struct LlamaSampler<'a, B: Backend> {
     pub model: &'a Llama<B>,
-    pub tokenizer: &'a HfTokenizer,
+    pub prompter: &'a Prompter<'a>,
     pub max_new_tokens: usize,
     pub device: B::Device,
     /// The first generation error; `Sampler::sample` cannot return one.
@@ -224,13 +227,13 @@ pub struct LlamaSampler<'a, B: Backend> {
 impl<'a, B: Backend> LlamaSampler<'a, B> {
     pub fn new(
         model: &'a Llama<B>,
-        tokenizer: &'a HfTokenizer,
+        prompter: &'a Prompter<'a>,
         max_new_tokens: usize,
         device: B::Device,
     ) -> Self {
         Self {
             model,
-            tokenizer,
+            prompter,
             max_new_tokens,
             device,
             error: None,
@@ -240,7 +243,7 @@ impl<'a, B: Backend> LlamaSampler<'a, B> {
     fn try_sample(&self, rows: &[Row<'_>], temperature: f32) -> anyhow::Result<Vec<Completion>> {
         let prompts = rows
             .iter()
-            .map(|r| self.tokenizer.encode(r.prompt))
+            .map(|r| self.prompter.prompt_ids(r.prompt))
             .collect::<anyhow::Result<Vec<_>>>()?;
         let opts = GenerateOptions {
             max_new_tokens: self.max_new_tokens,
@@ -248,16 +251,16 @@ impl<'a, B: Backend> LlamaSampler<'a, B> {
             top_p: 1.0,
             seed: 0,
             row_seeds: rows.iter().map(|r| r.seed).collect(),
-            eos_token_ids: self.model.config().eos_token_ids.clone(),
+            eos_token_ids: self.prompter.stop_ids(&self.model.config().eos_token_ids),
             stop_strings: vec![END_OF_COMPLETION.to_string()],
         };
-        let tokenizer = self.tokenizer;
+        let tokenizer = self.prompter.tokenizer();
         let decode = |ids: &[u32]| tokenizer.decode(ids);
         let out = llama::generate(self.model, &prompts, &opts, Some(&decode), &self.device)?;
         Ok(out
             .iter()
             .map(|g| Completion {
-                text: self.tokenizer.decode(&g.tokens),
+                text: tokenizer.decode(&g.tokens),
                 tokens: g.tokens.len(),
             })
             .collect())

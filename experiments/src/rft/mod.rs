@@ -5,7 +5,8 @@
 //! * [`datagen`]: rejection sampling through a [`datagen::Sampler`] (the GPT
 //!   implements it) into a deduplicated fine-tuning set;
 //! * [`pretrained`], [`llama_task`], [`llama_run`]: the same recipe on a
-//!   pretrained Llama-family checkpoint (`model.init = "hf:DIR"`).
+//!   pretrained Llama-family checkpoint (`model.init = "hf:DIR"`), its
+//!   questions shown as plain text or through its chat template ([`prompt`]).
 
 pub mod config;
 pub mod datagen;
@@ -13,6 +14,7 @@ pub mod eval;
 pub mod llama_run;
 pub mod llama_task;
 pub mod pretrained;
+pub mod prompt;
 pub mod run;
 pub mod task;
 pub mod train;

@@ -29,6 +29,18 @@ use crate::pretrained;
 /// The `random:` checkpoints envgen can make.
 pub const RANDOM_SHAPES: [&str; 1] = ["tiny-llama"];
 const RANDOM_PREFIX: &str = "random:";
+/// `hub:OWNER/NAME`: a preset's way of naming the checkpoint it is made
+/// for without downloading it; the run needs `hf:DIR` of a local copy.
+const HUB_PREFIX: &str = "hub:";
+/// The Hub checkpoints a preset names, with their size for the download
+/// advice. SmolLM2-360M-Instruct: 361,821,120 parameters by config.json's
+/// shapes (32 layers of width 960, 15 query / 5 key-value heads of 64,
+/// SwiGLU 2560, 49,152 tokens, tied head), the Hub's file listing gives
+/// model.safetensors as 724 MB (bf16, 2 bytes each).
+const HUB_SIZES: &[(&str, &str)] = &[(
+    "HuggingFaceTB/SmolLM2-360M-Instruct",
+    "362M parameters, a 724 MB model.safetensors in bf16",
+)];
 const INIT_FIX: &str = "set model.init = \"hf:DIR\" (a Hugging Face Llama-family directory, e.g. one from `huggingface-cli download HuggingFaceTB/SmolLM2-360M-Instruct --local-dir DIR`) or \"random:tiny-llama\"";
 
 /// The `[model]` table of an rft config. Derefs to the GPT's sizes, which
@@ -163,6 +175,9 @@ impl RftModel {
             }
             return Ok(Some(Init::Random(name.to_string())));
         }
+        if let Some(repo) = spec.strip_prefix(HUB_PREFIX) {
+            return Err(hub_error(spec, repo).into());
+        }
         if !spec.starts_with(pretrained::PREFIX) {
             return Err(UserError::usage(format!(
                 "model.init = {spec:?} is neither hf:DIR nor random:NAME"
@@ -211,6 +226,20 @@ impl RftModel {
     }
 }
 
+/// `hub:REPO`: envgen does not download; the error says how to.
+fn hub_error(spec: &str, repo: &str) -> UserError {
+    let size = HUB_SIZES
+        .iter()
+        .find(|(name, _)| *name == repo)
+        .map_or(String::new(), |(_, size)| format!(" ({size})"));
+    UserError::usage(format!(
+        "model.init = {spec:?} names the Hub checkpoint {repo}{size}, which envgen does not download"
+    ))
+    .with_fix(format!(
+        "download it once with `huggingface-cli download {repo} --local-dir DIR`, then run with --set model.init=hf:DIR"
+    ))
+}
+
 /// `dir` is a Llama-family checkpoint envgen fine-tunes (exit 2 otherwise).
 pub fn check_dir(dir: &Path) -> anyhow::Result<LlamaConfig> {
     if !dir.join("config.json").is_file() && dir.is_dir() {
@@ -254,9 +283,13 @@ fn named(e: anyhow::Error) -> anyhow::Error {
 /// The files that make up the checkpoint in `dir`, in a fixed order.
 pub fn checkpoint_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut files = vec![dir.join("config.json")];
+    // The tokenizer config and the chat template decide what a chat
+    // prompt is (`task.prompt_format`), so they are part of the input too.
     for extra in [
         "generation_config.json",
         crate::pretrained::tokenizer::FILE,
+        crate::pretrained::chat::CONFIG_FILE,
+        crate::pretrained::chat::TEMPLATE_FILE,
         llama::hf::INDEX,
     ] {
         if dir.join(extra).is_file() {
@@ -465,6 +498,13 @@ mod tests {
             std::fs::read(&again).unwrap()
         );
         let before = fingerprint(dir.path()).unwrap();
+        // A chat template decides what chat prompts are: it is hashed too.
+        let template = dir.path().join(crate::pretrained::chat::TEMPLATE_FILE);
+        std::fs::write(&template, "{{ messages[0]['content'] }}").unwrap();
+        let with_template = fingerprint(dir.path()).unwrap();
+        assert_ne!(with_template, before);
+        std::fs::write(&template, "{{ messages[-1]['content'] }}").unwrap();
+        assert_ne!(fingerprint(dir.path()).unwrap(), with_template);
         std::fs::write(dir.path().join("config.json"), "{}").unwrap();
         assert_ne!(fingerprint(dir.path()).unwrap(), before);
     }

@@ -341,11 +341,37 @@ fn batch_questions_is_refused_with_its_replacement() {
 }
 
 /// Every bundled preset loads and validates as shipped (tiny-llama once
-/// kept a key the config had dropped, and only the CLI found out).
+/// kept a key the config had dropped, and only the CLI found out). A preset
+/// made for a Hub checkpoint (`hub:REPO`) is refused as shipped with the
+/// download command, and validates once given a directory.
 #[test]
 fn every_preset_loads_and_validates() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = crate::llama::save::config_json(&crate::rft::pretrained::tiny_llama());
+    std::fs::write(dir.path().join("config.json"), cfg.to_string()).unwrap();
+    let template = serde_json::json!({"chat_template": "{{ messages[0]['content'] }}"});
+    std::fs::write(
+        dir.path().join("tokenizer_config.json"),
+        template.to_string(),
+    )
+    .unwrap();
+    let local = format!("model.init=hf:{}", dir.path().display());
     for (name, text) in PRESETS {
-        let loaded = load_config(text, &format!("preset {name}"), &[]);
-        assert!(loaded.is_ok(), "{:#}", loaded.unwrap_err());
+        let origin = format!("preset {name}");
+        let loaded = load_config(text, &origin, &[]);
+        let table: toml::Value = toml::from_str(text).unwrap();
+        let init = table["model"].get("init").and_then(|v| v.as_str());
+        let Some(repo) = init.and_then(|i| i.strip_prefix("hub:")) else {
+            assert!(loaded.is_ok(), "{:#}", loaded.unwrap_err());
+            continue;
+        };
+        let e = loaded.expect_err("a hub: preset needs a local copy");
+        assert_eq!(crate::error::exit_code_of(&e), 2, "{e:#}");
+        let text_of = format!("{e:#}");
+        let download = format!("huggingface-cli download {repo} --local-dir DIR");
+        assert!(text_of.contains(&download), "{text_of}");
+        assert!(text_of.contains("--set model.init=hf:DIR"), "{text_of}");
+        let loaded = load_config(text, &origin, std::slice::from_ref(&local));
+        assert!(loaded.is_ok(), "{name}: {:#}", loaded.unwrap_err());
     }
 }

@@ -1,0 +1,466 @@
+//! How a pretrained checkpoint is shown a question (`task.prompt_format`).
+//!
+//! * `plain`: the text the byte-level GPT reads, `Q\nA: ` (encoded with the
+//!   special tokens the tokenizer adds), and the completion ends with the
+//!   end-of-completion newline.
+//! * `chat`: an instruct checkpoint was trained on conversations, so the
+//!   question goes in as the user turn of its chat template with the
+//!   generation prompt (`apply_chat_template(..., add_generation_prompt=True)`),
+//!   after an optional system turn, and the completion is trained to end with
+//!   what closes the assistant's turn in that template (`<|im_end|>` for
+//!   SmolLM2), which the model then emits to stop.
+//!
+//! Either way the loss covers the completion and its end only
+//! (`super::llama_task::completion_loss`).
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::config::{Init, PromptFormat, RftModel, TaskConfig};
+use super::llama_task::LlamaExample;
+use super::task::{format_prompt, Question, END_OF_COMPLETION, SEPARATOR};
+use crate::error::UserError;
+use crate::pretrained::{chat, ChatTemplate, HfTokenizer, Message};
+
+/// `task.prompt_format` and `task.system_prompt` against the model: chat
+/// needs a checkpoint with a template, a system prompt needs chat. Exit 2
+/// before any run directory exists.
+pub fn check_format(task: &TaskConfig, model: &RftModel) -> anyhow::Result<()> {
+    if task.prompt_format.is_plain() {
+        if task.system_prompt.is_some() {
+            return Err(UserError::usage(
+                "task.system_prompt is set, but task.prompt_format = \"plain\" has no system turn",
+            )
+            .with_fix("--set task.prompt_format=chat (with a checkpoint that has a chat template), or remove task.system_prompt")
+            .into());
+        }
+        return Ok(());
+    }
+    match model.checkpoint()? {
+        None => Err(UserError::usage(
+            "task.prompt_format = \"chat\" needs a pretrained checkpoint's chat template; the byte-level GPT (no model.init) reads plain text",
+        )
+        .with_fix("--set task.prompt_format=plain, or set model.init = \"hf:DIR\" to an instruct checkpoint")
+        .into()),
+        Some(Init::Random(name)) => Err(UserError::usage(format!(
+            "task.prompt_format = \"chat\": model.init = \"random:{name}\" has no chat template"
+        ))
+        .with_fix("--set task.prompt_format=plain, or give an instruct checkpoint with --set model.init=hf:DIR")
+        .into()),
+        Some(Init::Hf(dir)) => template_of(&dir).map(drop),
+    }
+}
+
+/// The chat template of the checkpoint in `dir`, required.
+fn template_of(dir: &Path) -> anyhow::Result<ChatTemplate> {
+    ChatTemplate::load(dir)?.ok_or_else(|| {
+        UserError::usage(format!(
+            "task.prompt_format = \"chat\": {} has no chat template (looked for {} and for `chat_template` in {})",
+            dir.display(),
+            dir.join(chat::TEMPLATE_FILE).display(),
+            dir.join(chat::CONFIG_FILE).display()
+        ))
+        .with_fix("give the instruct checkpoint (its tokenizer_config.json carries the template), or --set task.prompt_format=plain for a base model")
+        .into()
+    })
+}
+
+/// Turns questions into the checkpoint's tokens, as `task.prompt_format` says.
+pub struct Prompter<'a> {
+    tokenizer: &'a HfTokenizer,
+    chat: Option<Chat>,
+}
+
+struct Chat {
+    template: ChatTemplate,
+    system: Option<String>,
+    /// What closes the assistant's turn (`<|im_end|>`).
+    end_of_turn: String,
+}
+
+impl Chat {
+    /// The conversation of `question`: open for the model to answer
+    /// (`answer` None, with the generation prompt) or answered.
+    fn render(&self, question: &str, answer: Option<&str>) -> anyhow::Result<String> {
+        let mut messages = Vec::with_capacity(3);
+        if let Some(system) = &self.system {
+            messages.push(Message::new("system", system));
+        }
+        messages.push(Message::new("user", question));
+        if let Some(answer) = answer {
+            messages.push(Message::new("assistant", answer));
+        }
+        self.template.render(&messages, answer.is_none())
+    }
+}
+
+/// What the template writes after an assistant's content, found by
+/// rendering one answered conversation: it must continue the generation
+/// prompt with the content, and what follows (trailing whitespace dropped,
+/// the newline between turns is not the model's to emit) is the end of turn.
+/// A template that renders the answer otherwise (reformatted, or with
+/// reasoning blocks) falls back to its `eos_token`.
+fn end_of_turn(chat: &Chat) -> anyhow::Result<String> {
+    const QUESTION: &str = "How many grams are in 2 kilograms?";
+    const ANSWER: &str = "1 kilogram = 1000 grams, so 2 * 1000 = 2000. <answer>2000</answer>";
+    let open = chat.render(QUESTION, None)?;
+    let answered = chat.render(QUESTION, Some(ANSWER))?;
+    let after = answered
+        .strip_prefix(open.as_str())
+        .and_then(|rest| rest.strip_prefix(ANSWER))
+        .map(str::trim_end)
+        .filter(|end| !end.is_empty());
+    if let Some(end) = after.or(chat.template.special_token("eos_token")) {
+        return Ok(end.to_string());
+    }
+    Err(UserError::usage(format!(
+        "{}: cannot tell what ends the assistant's turn: an answered conversation does not continue the generation prompt with the answer, and no eos_token is given",
+        chat.template.path().display()
+    ))
+    .with_fix("give a template whose assistant turn is the generation prompt followed by the content (ChatML, Llama 3), or --set task.prompt_format=plain")
+    .into())
+}
+
+impl<'a> Prompter<'a> {
+    /// The prompter of `task` for the checkpoint in `dir`, whose tokenizer
+    /// is `tokenizer`.
+    pub fn new(tokenizer: &'a HfTokenizer, dir: &Path, task: &TaskConfig) -> anyhow::Result<Self> {
+        let chat = match task.prompt_format {
+            PromptFormat::Plain => None,
+            PromptFormat::Chat => {
+                let mut chat = Chat {
+                    template: template_of(dir)?,
+                    system: task.system_prompt.clone(),
+                    end_of_turn: String::new(),
+                };
+                chat.end_of_turn = end_of_turn(&chat)?;
+                Some(chat)
+            }
+        };
+        Ok(Self { tokenizer, chat })
+    }
+
+    pub fn tokenizer(&self) -> &HfTokenizer {
+        self.tokenizer
+    }
+
+    /// The text the prompt's tokens are made of. `prompt` is a
+    /// [`Question::prompt`] (`Q\nA: `): the samplers hand every model the
+    /// same text rows, and a chat's user turn is the question alone.
+    fn prompt_text(&self, prompt: &str) -> anyhow::Result<String> {
+        match &self.chat {
+            None => Ok(prompt.to_string()),
+            Some(chat) => chat.render(prompt.strip_suffix(SEPARATOR).unwrap_or(prompt), None),
+        }
+    }
+
+    /// The tokens generation continues for `prompt` (a [`Question::prompt`]).
+    pub fn prompt_ids(&self, prompt: &str) -> anyhow::Result<Vec<u32>> {
+        let text = self.prompt_text(prompt)?;
+        match self.chat {
+            // The tokenizer's own special tokens (a BOS), as `tokenizer(text)`.
+            None => self.tokenizer.encode(&text),
+            // A template writes its special tokens itself.
+            Some(_) => self.tokenizer.encode_plain(&text),
+        }
+    }
+
+    /// What a completion is trained to end with.
+    pub fn end_of_completion(&self) -> &str {
+        self.chat
+            .as_ref()
+            .map_or(END_OF_COMPLETION, |c| c.end_of_turn.as_str())
+    }
+
+    /// A training example: the prompt of `question` as generation sees it,
+    /// then `completion` and the end of completion, tokenized apart so the
+    /// prompt's tokens are exactly those the model is prompted with.
+    pub(crate) fn example(&self, question: &str, completion: &str) -> anyhow::Result<LlamaExample> {
+        let prompt = self.prompt_ids(&format_prompt(question))?;
+        let text = format!("{}{}", completion.trim_end(), self.end_of_completion());
+        Ok(LlamaExample::new(
+            prompt,
+            self.tokenizer.encode_plain(&text)?,
+        ))
+    }
+
+    /// The ids that end a generated completion: the checkpoint's
+    /// end-of-sequence ids and, in chat, the end of turn when it is one
+    /// token (a template's turn end need not be the eos of
+    /// generation_config.json).
+    pub fn stop_ids(&self, eos: &[u32]) -> Vec<u32> {
+        let mut ids = eos.to_vec();
+        if let Some(chat) = &self.chat {
+            if let Ok([id]) = self.tokenizer.encode_plain(&chat.end_of_turn).as_deref() {
+                if !ids.contains(id) {
+                    ids.push(*id);
+                }
+            }
+        }
+        ids
+    }
+
+    /// `stages/prompt.json`: how `question` (the first training question)
+    /// reaches the model, ids included.
+    pub fn record(&self, question: &Question, eos: &[u32]) -> anyhow::Result<PromptRecord> {
+        let example = self.example(&question.text, &question.completion())?;
+        let prompt = question.prompt();
+        Ok(PromptRecord {
+            format: if self.chat.is_some() {
+                PromptFormat::Chat
+            } else {
+                PromptFormat::Plain
+            },
+            system_prompt: self.chat.as_ref().and_then(|c| c.system.clone()),
+            template: self.chat.as_ref().map(|c| c.template.path().to_path_buf()),
+            end_of_completion: self.end_of_completion().to_string(),
+            stop_token_ids: self.stop_ids(eos),
+            question: question.text.clone(),
+            prompt: self.prompt_text(&prompt)?,
+            completion: format!(
+                "{}{}",
+                question.completion().trim_end(),
+                self.end_of_completion()
+            ),
+            prompt_ids: example.prompt_ids().to_vec(),
+            completion_ids: example.completion_ids().to_vec(),
+        })
+    }
+}
+
+/// How questions reach the model in a pretrained run (`stages/prompt.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PromptRecord {
+    pub format: PromptFormat,
+    pub system_prompt: Option<String>,
+    /// The chat template's file.
+    pub template: Option<PathBuf>,
+    /// What every completion is trained to end with.
+    pub end_of_completion: String,
+    /// Generation stops at these ids (or at the end-of-completion newline).
+    pub stop_token_ids: Vec<u32>,
+    /// The first training question, its prompt as text and as the ids
+    /// generation starts from, and its worked answer (what the loss
+    /// covers) as text and ids.
+    pub question: String,
+    pub prompt: String,
+    pub completion: String,
+    pub prompt_ids: Vec<u32>,
+    pub completion_ids: Vec<u32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::exit_code_of;
+    use crate::rft::config::{load_config, RftConfig as RftConfigFor, PRESETS};
+    use crate::rft::pretrained;
+
+    /// SmolLM2-Instruct's template: ChatML with a default system turn.
+    const CHATML: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful assistant<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+    /// The tiny Llama's config and byte tokenizer plus the ChatML tokens
+    /// (257, 258) and, when `template`, a tokenizer_config.json with it.
+    fn checkpoint(dir: &Path, template: Option<&str>) {
+        pretrained::write_byte_tokenizer(dir).unwrap();
+        let path = dir.join(crate::pretrained::tokenizer::FILE);
+        let mut tok = tokenizers::Tokenizer::from_file(&path).unwrap();
+        tok.add_special_tokens(&[
+            tokenizers::AddedToken::from("<|im_start|>", true),
+            tokenizers::AddedToken::from("<|im_end|>", true),
+        ]);
+        tok.save(&path, false).unwrap();
+        let cfg = crate::llama::save::config_json(&pretrained::tiny_llama());
+        std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+        if let Some(template) = template {
+            let config = serde_json::json!({"eos_token": "<|im_end|>", "chat_template": template});
+            std::fs::write(dir.join(chat::CONFIG_FILE), config.to_string()).unwrap();
+        }
+    }
+
+    fn task(format: PromptFormat, system: Option<&str>) -> TaskConfig {
+        let mut config = load_config(PRESETS[0].1, "preset tiny", &[])
+            .unwrap()
+            .science;
+        config.task.prompt_format = format;
+        config.task.system_prompt = system.map(str::to_string);
+        config.task
+    }
+
+    fn question() -> Question {
+        Question {
+            text: "How many grams are in 2 kilograms?".into(),
+            reasoning: "1 kilogram = 1000 grams, so 2 * 1000 = 2000.".into(),
+            answer: 2000.0,
+            family: "mass".into(),
+        }
+    }
+
+    /// Plain: the prompt text and the completion with its newline, the
+    /// tokens the plain path always fed (byte tokens: the bytes).
+    #[test]
+    fn plain_examples_are_the_prompt_then_the_completion_and_a_newline() {
+        let dir = tempfile::tempdir().unwrap();
+        checkpoint(dir.path(), Some(CHATML));
+        let tok = HfTokenizer::load(dir.path(), false).unwrap();
+        let prompter = Prompter::new(&tok, dir.path(), &task(PromptFormat::Plain, None)).unwrap();
+        let q = question();
+        let e = prompter.example(&q.text, &q.completion()).unwrap();
+        let bytes = |s: &str| s.bytes().map(u32::from).collect::<Vec<_>>();
+        assert_eq!(e.prompt_ids(), bytes(&q.prompt()));
+        assert_eq!(e.completion_ids(), bytes(&q.completion()));
+        assert_eq!(prompter.stop_ids(&[256]), vec![256]);
+    }
+
+    /// Chat: the user turn rendered with the generation prompt, the
+    /// completion closed by the template's end of turn (found by rendering,
+    /// not named anywhere), which also stops generation.
+    #[test]
+    fn chat_examples_end_with_the_templates_end_of_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        checkpoint(dir.path(), Some(CHATML));
+        let tok = HfTokenizer::load(dir.path(), false).unwrap();
+        let q = question();
+        for (system, opening) in [
+            (
+                None,
+                "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n",
+            ),
+            (
+                Some("Be brief."),
+                "<|im_start|>system\nBe brief.<|im_end|>\n",
+            ),
+        ] {
+            let prompter =
+                Prompter::new(&tok, dir.path(), &task(PromptFormat::Chat, system)).unwrap();
+            assert_eq!(prompter.end_of_completion(), "<|im_end|>");
+            let want = format!(
+                "{opening}<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n",
+                q.text
+            );
+            assert_eq!(prompter.prompt_text(&q.prompt()).unwrap(), want);
+            let e = prompter.example(&q.text, &q.completion()).unwrap();
+            assert_eq!(e.prompt_ids(), tok.encode_plain(&want).unwrap());
+            let answer = q.completion().trim_end().to_string();
+            assert_eq!(
+                e.completion_ids(),
+                tok.encode_plain(&format!("{answer}<|im_end|>")).unwrap()
+            );
+            assert_eq!(e.completion_ids().last(), Some(&258));
+            assert_eq!(prompter.stop_ids(&[256]), vec![256, 258]);
+            let record = prompter.record(&q, &[256]).unwrap();
+            assert_eq!(record.prompt_ids, e.prompt_ids());
+            assert_eq!(record.system_prompt.as_deref(), system);
+        }
+    }
+
+    /// The sampler of stages (b) and (d) continues the chat ids: its
+    /// greedy completion of a question is that of generating from
+    /// `prompt_ids` directly, and not that of the plain prompt.
+    #[test]
+    fn the_sampler_generates_from_the_chat_prompt() {
+        use crate::llama::{self, GenerateOptions};
+        use crate::rft::datagen::{Row, Sampler};
+        use crate::rft::llama_task::LlamaSampler;
+        type B = crate::backend::Cpu;
+        let dir = tempfile::tempdir().unwrap();
+        checkpoint(dir.path(), Some(CHATML));
+        let tok = HfTokenizer::load(dir.path(), false).unwrap();
+        let prompter = Prompter::new(&tok, dir.path(), &task(PromptFormat::Chat, None)).unwrap();
+        let cfg = llama::LlamaConfig {
+            vocab_size: 259,
+            ..pretrained::tiny_llama()
+        };
+        let device = Default::default();
+        // Large weights: a random model whose continuation depends on its prompt.
+        let mut weights = llama::model::random_weights(5, 0.5);
+        let model = llama::Llama::<B>::build(&cfg, &mut weights, &device).unwrap();
+        let prompt = question().prompt();
+        let mut sampler = LlamaSampler::new(&model, &prompter, 12, device);
+        let rows = [Row {
+            prompt: &prompt,
+            seed: 0,
+        }];
+        let sampled = sampler.sample(&rows, 0.0);
+        assert!(sampler.error.is_none());
+        let greedy = |ids: Vec<u32>| {
+            let opts = GenerateOptions {
+                max_new_tokens: 12,
+                temperature: 0.0,
+                top_p: 1.0,
+                seed: 0,
+                row_seeds: vec![0],
+                eos_token_ids: prompter.stop_ids(&cfg.eos_token_ids),
+                stop_strings: vec![END_OF_COMPLETION.to_string()],
+            };
+            let decode = |ids: &[u32]| tok.decode(ids);
+            let out = llama::generate(&model, &[ids], &opts, Some(&decode), &device).unwrap();
+            tok.decode(&out[0].tokens)
+        };
+        let chat = greedy(prompter.prompt_ids(&prompt).unwrap());
+        assert_eq!(sampled[0].text, chat);
+        assert_ne!(greedy(tok.encode(&prompt).unwrap()), chat);
+    }
+
+    /// Chat without a template, on the byte-level GPT or a random
+    /// checkpoint, and a system prompt without chat: exit 2, by name.
+    #[test]
+    fn chat_is_refused_where_there_is_no_template() {
+        let dir = tempfile::tempdir().unwrap();
+        checkpoint(dir.path(), None);
+        let spec = format!("model.init=hf:{}", dir.path().display());
+        let tiny_llama = PRESETS.iter().find(|(n, _)| *n == "tiny-llama").unwrap().1;
+        let cases: [(&str, Vec<String>, &str); 4] = [
+            (
+                tiny_llama,
+                vec![spec.clone(), "task.prompt_format=chat".into()],
+                "tokenizer_config.json",
+            ),
+            (
+                tiny_llama,
+                vec!["task.prompt_format=chat".into()],
+                "random:tiny-llama",
+            ),
+            (
+                PRESETS[0].1,
+                vec!["task.prompt_format=chat".into()],
+                "byte-level GPT",
+            ),
+            (
+                tiny_llama,
+                vec!["task.system_prompt=\"hi\"".into()],
+                "task.system_prompt",
+            ),
+        ];
+        for (text, overrides, says) in cases {
+            let e = load_config(text, "preset", &overrides).expect_err("refused");
+            assert_eq!(exit_code_of(&e), 2, "{e:#}");
+            assert!(format!("{e:#}").contains(says), "{overrides:?}: {e:#}");
+        }
+        let e = load_config(
+            tiny_llama,
+            "preset",
+            &[spec.clone(), "task.prompt_format=chat".into()],
+        )
+        .err()
+        .unwrap();
+        assert!(
+            format!("{e:#}").contains(&dir.path().join(chat::TEMPLATE_FILE).display().to_string()),
+            "{e:#}"
+        );
+        // With a template, chat and a system prompt are accepted and hashed.
+        checkpoint(dir.path(), Some(CHATML));
+        let overrides = [
+            spec,
+            "task.prompt_format=chat".into(),
+            "task.system_prompt=\"hi\"".into(),
+        ];
+        let chat = load_config(tiny_llama, "preset", &overrides).unwrap();
+        let plain = load_config(tiny_llama, "preset", &overrides[..1]).unwrap();
+        let hash = |s: &RftConfigFor| crate::engine::config_hash(s).unwrap();
+        assert_ne!(hash(&chat.science), hash(&plain.science));
+        let text = crate::engine::config::to_canonical_toml(&plain.science).unwrap();
+        assert!(!text.contains("prompt_format"), "{text}");
+    }
+}
