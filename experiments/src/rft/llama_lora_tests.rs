@@ -32,6 +32,7 @@ fn llama_lora_finetuning_freezes_the_base_and_resumes_bit_exactly() {
     let base = tmp.path().join("base");
     pretrained::write_random("tiny-llama", 1, &base).unwrap();
     let tokenizer = HfTokenizer::load(&base, false).unwrap();
+    let prompter = Prompter::new(&tokenizer, &base, &config.task).unwrap();
     let lora = LoraConfig {
         rank: 2,
         ..LoraConfig::defaults_for(Family::Llama)
@@ -42,8 +43,8 @@ fn llama_lora_finetuning_freezes_the_base_and_resumes_bit_exactly() {
             train: config.finetune.train.clone(),
             optim: config.finetune.optim.clone(),
         },
-        train: reference_examples(&tokenizer, &split.train).unwrap(),
-        validation: reference_examples(&tokenizer, &split.validation).unwrap(),
+        train: reference_examples(&prompter, &split.train).unwrap(),
+        validation: reference_examples(&prompter, &split.validation).unwrap(),
         lora: Some(lora.clone()),
     };
     let train = |name: &str, resume: bool, stop_after: Option<u64>| {
