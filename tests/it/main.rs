@@ -35,6 +35,7 @@ mod precision_cli;
 mod quantize_cli;
 mod report_cli;
 mod rft_cli;
+mod rft_gpt2_hf;
 mod rft_llama;
 mod run_docker;
 mod run_slurm;

@@ -153,6 +153,8 @@ impl RftConfig {
         self.finetune.optim.validate(origin, "finetune.optim")?;
         self.model.validate()?;
         let gpt = self.model.init.is_none();
+        // The GPT's sizes: [model]'s, or a GPT-2 checkpoint's (None: Llama).
+        let sizes = super::gpt2_init::gpt_sizes(&self.model)?;
         if gpt {
             engine::budget::check(origin, &self.model.memory_parts())?;
         }
@@ -163,15 +165,15 @@ impl RftConfig {
             .with_fix("set finetune.mode = \"lora\" or remove the [finetune.lora] table")
             .into());
         }
-        if let (false, Some(_)) = (gpt, self.finetune.adapters()) {
+        if let (None, Some(_)) = (&sizes, self.finetune.adapters()) {
             return Err(UserError::usage(
-                "finetune.mode = \"lora\" with model.init: LoRA is implemented for the byte-level GPT only, not yet for pretrained Llama checkpoints",
+                "finetune.mode = \"lora\" with model.init: LoRA is implemented for the GPT (from scratch or a GPT-2 checkpoint) only, not yet for pretrained Llama checkpoints",
             )
             .with_fix("--set finetune.mode=full")
             .into());
         }
-        if let Some(lora) = self.finetune.adapters() {
-            lora.validate(&self.model, "finetune.lora")?;
+        if let (Some(sizes), Some(lora)) = (&sizes, self.finetune.adapters()) {
+            lora.validate(sizes, "finetune.lora")?;
         }
         for (key, value) in [
             ("task.train_questions", self.task.train_questions),
@@ -201,8 +203,8 @@ impl RftConfig {
         self.datagen.validate()?;
         if !gpt {
             // The checkpoint's context is checked against the tokenized
-            // examples when the run starts (the tokenizer is the checkpoint's).
-            return Ok(());
+            // examples: a GPT-2 one's here, a Llama one's when the run starts.
+            return super::gpt2_init::check_context(self);
         }
         if self.model.vocab_size < Tokenizer::byte().vocab_size() {
             return Err(UserError::usage(format!(

@@ -5,16 +5,21 @@
 //! * [`datagen`]: rejection sampling through a [`datagen::Sampler`] (the GPT
 //!   implements it) into a deduplicated fine-tuning set;
 //! * [`pretrained`], [`llama_task`], [`llama_run`]: the same recipe on a
-//!   pretrained Llama-family checkpoint (`model.init = "hf:DIR"`).
+//!   pretrained Llama-family checkpoint (`model.init = "hf:DIR"`);
+//! * [`gpt2_init`], [`gpt2_run`], [`tokens`]: on a GPT-2 checkpoint, with
+//!   the GPT's own task and sampler and the checkpoint's tokenizer.
 
 pub mod config;
 pub mod datagen;
 pub mod eval;
+pub mod gpt2_init;
+pub mod gpt2_run;
 pub mod llama_run;
 pub mod llama_task;
 pub mod pretrained;
 pub mod run;
 pub mod task;
+pub mod tokens;
 pub mod train;
 pub mod verify;
 
