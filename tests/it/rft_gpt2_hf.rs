@@ -302,9 +302,10 @@ fn byte_gpt2(block_size: usize) -> ModelConfig {
     }
 }
 
-/// `finetune.mode = "lora"` from a GPT-2 checkpoint: (c) trains adapters
-/// on the base's frozen weights and saves them merged (embeddings and
-/// LayerNorms are the base's, bit for bit; the adapted matrices moved).
+/// `finetune.mode = "lora"` from a GPT-2 checkpoint, two rounds: (c)
+/// trains adapters on the base's frozen weights in each round and saves
+/// them merged (embeddings and LayerNorms are the base's, bit for bit —
+/// not the SFT model's; the adapted matrices moved).
 #[test]
 fn lora_finetunes_adapters_on_a_gpt2_checkpoint() {
     let _turn = turn!();
@@ -318,6 +319,7 @@ fn lora_finetunes_adapters_on_a_gpt2_checkpoint() {
         &ckpt,
         &[
             "task.max_completion_tokens=80",
+            "rounds=2",
             "pretrain.train.steps=2",
             "pretrain.train.eval_every=2",
             "pretrain.train.checkpoint_every=2",
@@ -337,10 +339,12 @@ fn lora_finetunes_adapters_on_a_gpt2_checkpoint() {
     // rank 4 on all four matrices of 1 block 32 wide: 4·(32+96 + 32+32 + 32+128 + 128+32).
     assert_eq!(num(m, "trainable_parameters"), 2048.0);
     assert!(num(m, "adapter_bytes") > 0.0);
+    assert_eq!(m["rounds"].as_array().map(Vec::len), Some(2), "{m}");
     let dir = run_dir_of(&doc);
-    assert!(dir
-        .join("stages/round-1/finetune/adapter.safetensors")
-        .is_file());
+    for round in [1, 2] {
+        let adapter = format!("stages/round-{round}/finetune/adapter.safetensors");
+        assert!(dir.join(&adapter).is_file(), "{adapter}");
+    }
     let base = tensors(&ckpt);
     let tuned = tensors(&dir.join("hf"));
     for name in ["wte.weight", "wpe.weight", "h.0.ln_1.weight", "ln_f.bias"] {
