@@ -36,6 +36,7 @@ mod quantize_cli;
 mod report_cli;
 mod rft_chat;
 mod rft_cli;
+mod rft_gpt2_hf;
 mod rft_llama;
 mod run_docker;
 mod run_slurm;

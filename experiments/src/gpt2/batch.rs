@@ -69,6 +69,23 @@ pub fn sample_rows<B: FusedBackend>(
     opts: BatchSampleOptions,
     device: &B::Device,
 ) -> Vec<Vec<u32>> {
+    let stop = |token: u32| opts.stop_token == Some(token);
+    sample_rows_until(model, cfg, prompts, seeds, opts, &stop, device)
+}
+
+/// [`sample_rows`] where a row stops after the first token `stops` accepts
+/// (kept in the output); `opts.stop_token` is unused. A checkpoint's
+/// tokenizer has many tokens that end a completion (every token whose text
+/// holds the end marker, and its end-of-sequence ids), not one.
+pub fn sample_rows_until<B: FusedBackend>(
+    model: &Gpt2<B>,
+    cfg: &ModelConfig,
+    prompts: &[Vec<u32>],
+    seeds: &[u64],
+    opts: BatchSampleOptions,
+    stops: &dyn Fn(u32) -> bool,
+    device: &B::Device,
+) -> Vec<Vec<u32>> {
     // An empty prompt gets token 0 as its start, like `sample`.
     let mut rows: Vec<Vec<u32>> = prompts
         .iter()
@@ -109,9 +126,8 @@ pub fn sample_rows<B: FusedBackend>(
             let token = pick(row_logits, opts.temperature, opts.top_k, &mut rngs[i]);
             rows[i].push(token);
             let generated = rows[i].len() - prompt_len[i];
-            finished[i] = opts.stop_token == Some(token)
-                || generated >= opts.max_new_tokens
-                || rows[i].len() >= cfg.block_size;
+            finished[i] =
+                stops(token) || generated >= opts.max_new_tokens || rows[i].len() >= cfg.block_size;
         }
         position += 1;
         let keep: Vec<usize> = (0..active.len())

@@ -114,7 +114,7 @@ impl Family {
 
     fn describe(self) -> &'static str {
         match self {
-            Family::Gpt => "the byte-level GPT",
+            Family::Gpt => "the GPT (byte-level, or a GPT-2 checkpoint)",
             Family::Llama => "a Llama-family checkpoint (model.init)",
         }
     }

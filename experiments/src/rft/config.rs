@@ -66,9 +66,11 @@ struct RftTable {
 
 impl From<RftTable> for RftConfig {
     fn from(t: RftTable) -> Self {
-        let family = match t.model.init {
-            Some(_) => Family::Llama,
-            None => Family::Gpt,
+        // A GPT-2 checkpoint runs on the GPT's code, its LoRA targets too.
+        let family = match t.model.checkpoint() {
+            Ok(Some(Init::Hf(dir))) if super::gpt2_init::is_gpt2(&dir) => Family::Gpt,
+            _ if t.model.init.is_some() => Family::Llama,
+            _ => Family::Gpt,
         };
         RftConfig {
             rounds: t.rounds,
@@ -218,6 +220,8 @@ impl RftConfig {
         self.finetune.optim.validate(origin, "finetune.optim")?;
         self.model.validate()?;
         let gpt = self.model.init.is_none();
+        // The GPT's sizes: [model]'s, or a GPT-2 checkpoint's (None: Llama).
+        let sizes = super::gpt2_init::gpt_sizes(&self.model)?;
         if gpt {
             engine::budget::check(origin, &self.model.memory_parts())?;
         }
@@ -229,11 +233,12 @@ impl RftConfig {
             .into());
         }
         if let Some(lora) = self.finetune.adapters() {
-            match gpt {
-                true => lora.validate(&self.model, "finetune.lora")?,
+            match &sizes {
+                // The GPT, from scratch or from a GPT-2 checkpoint.
+                Some(sizes) => lora.validate(sizes, "finetune.lora")?,
                 // The rank's bound needs the checkpoint's shapes; one that
                 // cannot be read was refused by model.validate() above.
-                false => match super::llama_run::llama_config_of(self) {
+                None => match super::llama_run::llama_config_of(self) {
                     Some(cfg) => crate::llama::lora::validate(&lora, &cfg, "finetune.lora")?,
                     None => lora.check(Family::Llama, "finetune.lora", usize::MAX)?,
                 },
@@ -268,8 +273,8 @@ impl RftConfig {
         super::prompt::check_format(&self.task, &self.model)?;
         if !gpt {
             // The checkpoint's context is checked against the tokenized
-            // examples when the run starts (the tokenizer is the checkpoint's).
-            return Ok(());
+            // examples: a GPT-2 one's here, a Llama one's when the run starts.
+            return super::gpt2_init::check_context(self);
         }
         if self.model.vocab_size < Tokenizer::byte().vocab_size() {
             return Err(UserError::usage(format!(

@@ -1,6 +1,7 @@
 //! Greedy-decoding accuracy on held-out questions, and loading a trained
 //! model (full weights or a LoRA adapter) back.
 
+use std::borrow::Cow;
 use std::path::Path;
 use std::time::Instant;
 
@@ -8,9 +9,9 @@ use envgen_kernels::FusedBackend;
 use serde::{Deserialize, Serialize};
 
 use super::datagen::{greedy_completions, Completion, Row, Sampler};
-use super::task::{Question, END_OF_COMPLETION};
+use super::task::Question;
+use super::tokens::RftTokenizer;
 use super::verify::{score, Metrics};
-use crate::data::Tokenizer;
 use crate::gpt2::{self, BatchSampleOptions, Gpt2, ModelConfig};
 
 pub(crate) const MODEL_FILE: &str = "model.safetensors";
@@ -19,14 +20,18 @@ pub(crate) const ADAPTER_FILE: &str = "adapter.safetensors";
 // ---------------------------------------------------------------------------
 // Generation: the GPT as the datagen `Sampler`, and greedy evaluation.
 
-/// Continues prompts with the GPT: byte tokens, batched KV-cached sampling
-/// with one generator per row (its [`Row::seed`]), stopping at the
-/// end-of-completion newline.
+/// Continues prompts with the GPT: byte tokens (or a GPT-2 checkpoint's,
+/// [`GptSampler::with_tokenizer`]), batched KV-cached sampling with one
+/// generator per row (its [`Row::seed`]), stopping at the end-of-completion
+/// newline (and a checkpoint's end-of-sequence token).
 pub struct GptSampler<'a, B: FusedBackend> {
     pub model: &'a Gpt2<B>,
     pub config: &'a ModelConfig,
     pub max_new_tokens: usize,
     pub device: B::Device,
+    tokens: Cow<'a, RftTokenizer>,
+    /// The first tokenizing error; `Sampler::sample` cannot return one.
+    pub error: Option<anyhow::Error>,
 }
 
 impl<'a, B: FusedBackend> GptSampler<'a, B> {
@@ -41,37 +46,66 @@ impl<'a, B: FusedBackend> GptSampler<'a, B> {
             config,
             max_new_tokens,
             device,
+            tokens: Cow::Owned(RftTokenizer::Bytes),
+            error: None,
         }
     }
-}
 
-impl<B: FusedBackend> Sampler for GptSampler<'_, B> {
-    fn sample(&mut self, rows: &[Row<'_>], temperature: f32) -> Vec<Completion> {
-        let tokenizer = Tokenizer::byte();
-        let stop = tokenizer.encode(END_OF_COMPLETION);
-        let prompts: Vec<Vec<u32>> = rows.iter().map(|r| tokenizer.encode(r.prompt)).collect();
+    /// Prompts and completions in `tokens` instead of bytes.
+    pub fn with_tokenizer(self, tokens: &'a RftTokenizer) -> Self {
+        Self {
+            tokens: Cow::Borrowed(tokens),
+            ..self
+        }
+    }
+
+    fn try_sample(&self, rows: &[Row<'_>], temperature: f32) -> anyhow::Result<Vec<Completion>> {
+        let tokens = &*self.tokens;
+        let prompts = rows
+            .iter()
+            .map(|r| tokens.encode_prompt(r.prompt))
+            .collect::<anyhow::Result<Vec<_>>>()?;
         let seeds: Vec<u64> = rows.iter().map(|r| r.seed).collect();
         let opts = BatchSampleOptions {
             max_new_tokens: self.max_new_tokens,
             temperature,
             top_k: None,
             seed: 0,
-            stop_token: stop.first().copied(),
+            stop_token: None,
         };
-        gpt2::sample_rows(
+        let stops = |token: u32| tokens.ends_completion(token);
+        Ok(gpt2::sample_rows_until(
             self.model,
             self.config,
             &prompts,
             &seeds,
             opts,
+            &stops,
             &self.device,
         )
         .iter()
         .map(|t| Completion {
-            text: tokenizer.decode(t),
+            text: tokens.decode(t),
             tokens: t.len(),
         })
-        .collect()
+        .collect())
+    }
+}
+
+impl<B: FusedBackend> Sampler for GptSampler<'_, B> {
+    fn sample(&mut self, rows: &[Row<'_>], temperature: f32) -> Vec<Completion> {
+        match self.try_sample(rows, temperature) {
+            Ok(out) => out,
+            Err(e) => {
+                self.error.get_or_insert(e);
+                // Graded as wrong; the caller reports `error`.
+                let empty = Completion {
+                    text: String::new(),
+                    tokens: 0,
+                };
+                vec![empty; rows.len()]
+            }
+        }
     }
 }
 

@@ -6,17 +6,22 @@
 //!   implements it) into a deduplicated fine-tuning set;
 //! * [`pretrained`], [`llama_task`], [`llama_run`]: the same recipe on a
 //!   pretrained Llama-family checkpoint (`model.init = "hf:DIR"`), its
-//!   questions shown as plain text or through its chat template ([`prompt`]).
+//!   questions shown as plain text or through its chat template ([`prompt`]);
+//! * [`gpt2_init`], [`gpt2_run`], [`tokens`]: on a GPT-2 checkpoint, with
+//!   the GPT's own task and sampler and the checkpoint's tokenizer.
 
 pub mod config;
 pub mod datagen;
 pub mod eval;
+pub mod gpt2_init;
+pub mod gpt2_run;
 pub mod llama_run;
 pub mod llama_task;
 pub mod pretrained;
 pub mod prompt;
 pub mod run;
 pub mod task;
+pub mod tokens;
 pub mod train;
 pub mod verify;
 

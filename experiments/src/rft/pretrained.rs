@@ -8,7 +8,8 @@
 //! * `init = "hf:DIR"`: a Hugging Face directory (config.json,
 //!   model.safetensors or shards, tokenizer.json) of the Llama family
 //!   (`model_type` llama or qwen2: SmolLM2, Llama 2/3, Qwen2), loaded by
-//!   `crate::llama`, tokenized by its own tokenizer.json;
+//!   `crate::llama`, tokenized by its own tokenizer.json; or of GPT-2
+//!   (`model_type` gpt2), run by `super::gpt2_init` on the GPT path;
 //! * `init = "random:tiny-llama"`: envgen writes a random-init tiny Llama
 //!   with a byte-level tokenizer into `RUN_DIR/stages/base/` and then loads
 //!   it through the very same `hf:` path.
@@ -41,7 +42,7 @@ const HUB_SIZES: &[(&str, &str)] = &[(
     "HuggingFaceTB/SmolLM2-360M-Instruct",
     "362M parameters, a 724 MB model.safetensors in bf16",
 )];
-const INIT_FIX: &str = "set model.init = \"hf:DIR\" (a Hugging Face Llama-family directory, e.g. one from `huggingface-cli download HuggingFaceTB/SmolLM2-360M-Instruct --local-dir DIR`) or \"random:tiny-llama\"";
+const INIT_FIX: &str = "set model.init = \"hf:DIR\" (a Hugging Face Llama-family or GPT-2 directory, e.g. one from `huggingface-cli download HuggingFaceTB/SmolLM2-360M-Instruct --local-dir DIR`) or \"random:tiny-llama\"";
 
 /// The `[model]` table of an rft config. Derefs to the GPT's sizes, which
 /// only mean something without `init`.
@@ -219,8 +220,14 @@ impl RftModel {
             ))
             .into());
         }
-        if let Init::Hf(dir) = init {
-            check_dir(&dir)?;
+        match init {
+            Init::Hf(dir) if super::gpt2_init::is_gpt2(&dir) => {
+                super::gpt2_init::check_dir(&dir)?;
+            }
+            Init::Hf(dir) => {
+                check_dir(&dir)?;
+            }
+            Init::Random(_) => {}
         }
         Ok(())
     }
@@ -254,18 +261,19 @@ pub fn check_dir(dir: &Path) -> anyhow::Result<LlamaConfig> {
     }
     let kind = pretrained::model_type(dir).map_err(named)?;
     if kind == "gpt2" {
+        // GPT-2 checkpoints are checked and run by `super::gpt2_init`.
         return Err(UserError::usage(format!(
-            "model.init: {} is a GPT-2 checkpoint; rft fine-tunes Llama-family checkpoints (model_type \"llama\" or \"qwen2\") only, not GPT-2 yet",
+            "model.init: {} is a GPT-2 checkpoint, not a Llama-family one",
             dir.display()
         ))
-        .with_fix("use a Llama-family checkpoint such as SmolLM2 (huggingface-cli download HuggingFaceTB/SmolLM2-360M-Instruct --local-dir DIR), or train the byte-level GPT (--preset tiny)")
+        .with_fix("run the command again: a GPT-2 checkpoint takes the GPT path")
         .into());
     }
     llama::config::read(dir).map_err(named)
 }
 
 /// A checkpoint error as a `model.init` one: the key first, the fix kept.
-fn named(e: anyhow::Error) -> anyhow::Error {
+pub(crate) fn named(e: anyhow::Error) -> anyhow::Error {
     match e.downcast::<UserError>() {
         Ok(mut user) => {
             user.message = format!("model.init: {}", user.message);

@@ -48,6 +48,14 @@ pub fn check_format(task: &TaskConfig, model: &RftModel) -> anyhow::Result<()> {
         ))
         .with_fix("--set task.prompt_format=plain, or give an instruct checkpoint with --set model.init=hf:DIR")
         .into()),
+        // The GPT-2 path tokenizes plain prompts (`rft::tokens`); chat
+        // would be ignored there, so it is refused.
+        Some(Init::Hf(dir)) if super::gpt2_init::is_gpt2(&dir) => Err(UserError::usage(format!(
+            "task.prompt_format = \"chat\": {} is a GPT-2 checkpoint, which rft prompts with plain text; chat prompts are for Llama-family checkpoints",
+            dir.display()
+        ))
+        .with_fix("--set task.prompt_format=plain")
+        .into()),
         Some(Init::Hf(dir)) => template_of(&dir).map(drop),
     }
 }

@@ -65,8 +65,8 @@ pub fn run<B: FusedAutodiffBackend>(
     config.validate("config.toml")?;
     check_gen_batch(gen_batch(control))?;
     if let Some(init) = config.model.checkpoint()? {
-        // A pretrained checkpoint: the same stages on a Llama (llama_run.rs).
-        return super::llama_run::run::<B>(config, &init, control, device);
+        // A pretrained checkpoint: GPT-2 (gpt2_run.rs) or Llama (llama_run.rs).
+        return super::gpt2_init::run::<B>(config, &init, control, device);
     }
     let started = Instant::now();
     let stages = control.run_dir.join(STAGES);
@@ -561,7 +561,7 @@ impl TypedExperiment for RftExperiment {
     }
     fn parameters(&self, config: &RftConfig) -> Option<u64> {
         if config.model.init.is_some() {
-            return super::llama_run::parameters_of(config);
+            return super::gpt2_init::parameters_of(config);
         }
         Some(config.model.num_params() as u64)
     }

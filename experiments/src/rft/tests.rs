@@ -68,7 +68,7 @@ fn tiny_preset_is_valid_and_lora_is_configured_in_lora_mode_only() {
                 "finetune.mode=lora",
                 "finetune.lora={targets=[\"self_attn.q_proj\"]}",
             ],
-            "name layers of the byte-level GPT: \"attn.c_attn\", \"attn.c_proj\"",
+            "name layers of the GPT (byte-level, or a GPT-2 checkpoint): \"attn.c_attn\", \"attn.c_proj\"",
         ),
         (&["finetune.lora={rank=4}"], "[finetune.lora] is set"),
     ] {
@@ -118,7 +118,7 @@ fn llama_lora_defaults_to_the_attention_projections_and_checks_names() {
                 "finetune.mode=lora",
                 "finetune.lora={targets=[\"attn.c_attn\"]}",
             ][..],
-            "\"attn.c_attn\" is a layer of the byte-level GPT",
+            "\"attn.c_attn\" is a layer of the GPT (byte-level, or a GPT-2 checkpoint)",
         ),
         (
             &[

@@ -21,8 +21,8 @@ use crate::gpt2::{hf, Gpt2, ModelConfig};
 /// the completion starts.
 #[derive(Debug, Clone)]
 pub(crate) struct Tokenized {
-    tokens: Vec<u32>,
-    completion_start: usize,
+    pub(crate) tokens: Vec<u32>,
+    pub(crate) completion_start: usize,
 }
 
 pub(crate) fn tokenize(prompt: &str, text: &str) -> Tokenized {
@@ -35,12 +35,13 @@ pub(crate) fn tokenize(prompt: &str, text: &str) -> Tokenized {
 
 /// The engine task of stages (a) and (c).
 pub struct RftTrainTask {
-    model: ModelConfig,
-    stage: StageConfig,
-    train: Vec<Tokenized>,
-    validation: Vec<Tokenized>,
-    /// Start from these weights (stage c) instead of a fresh init (stage a).
-    init_from: Option<PathBuf>,
+    pub(crate) model: ModelConfig,
+    pub(crate) stage: StageConfig,
+    pub(crate) train: Vec<Tokenized>,
+    pub(crate) validation: Vec<Tokenized>,
+    /// Start from these weights (stage c, and every stage from a GPT-2
+    /// checkpoint) instead of a fresh init (stage a from scratch).
+    pub(crate) init_from: Option<PathBuf>,
     /// Train LoRA adapters on frozen weights: stage (c) with
     /// `finetune.mode = "lora"`.
     pub(crate) lora: Option<LoraConfig>,

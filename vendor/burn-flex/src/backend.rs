@@ -5,6 +5,7 @@ use burn_backend::{Backend, BackendTypes, DType, DTypeUsage, DTypeUsageSet, Devi
 use burn_ir::{BackendIr, HandleKind, TensorHandle};
 use burn_std::device::Device;
 use burn_std::rand::{SeedableRng, StdRng};
+#[cfg(not(feature = "std"))]
 use burn_std::stub::Mutex;
 
 use crate::qtensor::FlexQTensor;
@@ -15,7 +16,41 @@ pub type FlexRng = StdRng;
 
 /// Global seed storage for reproducible random number generation.
 /// Uses Mutex for thread-safe RNG state management.
+#[cfg(not(feature = "std"))]
 pub(crate) static SEED: Mutex<Option<FlexRng>> = Mutex::new(None);
+
+#[cfg(feature = "std")]
+std::thread_local! {
+    /// envgen patch P7 (vendor/PATCHES.md): with `std`, the seeded RNG is
+    /// the calling thread's. A process-wide one let two trainings in one
+    /// process (threads: a test binary, a host running several models)
+    /// draw from each other's stream, so `seed(s)` then `random` was no
+    /// longer a function of `s`.
+    static SEED: core::cell::RefCell<Option<FlexRng>> = const { core::cell::RefCell::new(None) };
+}
+
+/// Runs `draw` with this thread's seeded RNG (the fallback when it was never
+/// seeded) and keeps the advanced RNG for the next random op.
+pub(crate) fn with_rng<T>(draw: impl FnOnce(&mut FlexRng) -> T) -> T {
+    #[cfg(feature = "std")]
+    {
+        SEED.with(|cell| {
+            let mut slot = cell.borrow_mut();
+            let mut rng = slot.take().unwrap_or_else(get_seeded_rng);
+            let out = draw(&mut rng);
+            *slot = Some(rng);
+            out
+        })
+    }
+    #[cfg(not(feature = "std"))]
+    {
+        let mut seed = SEED.lock().unwrap();
+        let mut rng = seed.take().unwrap_or_else(get_seeded_rng);
+        let out = draw(&mut rng);
+        *seed = Some(rng);
+        out
+    }
+}
 
 /// Fallback RNG when `SEED` is empty (consumed or never set).
 ///
@@ -129,8 +164,13 @@ impl Backend for Flex {
 
     fn seed(_device: &Self::Device, seed: u64) {
         let rng = FlexRng::seed_from_u64(seed);
-        let mut seed_lock = SEED.lock().unwrap();
-        *seed_lock = Some(rng);
+        #[cfg(feature = "std")]
+        SEED.with(|cell| *cell.borrow_mut() = Some(rng));
+        #[cfg(not(feature = "std"))]
+        {
+            let mut seed_lock = SEED.lock().unwrap();
+            *seed_lock = Some(rng);
+        }
     }
 
     fn device_count(_type_id: u16) -> usize {
@@ -307,5 +347,48 @@ mod tests {
         assert_eq!(result.dtype(), DType::Bool(BoolStore::U8));
         let data: &[u8] = result.bytes();
         assert_eq!(&data[..3], &[0, 1, 0]);
+    }
+}
+
+#[cfg(all(test, feature = "std"))]
+mod seed_tests {
+    use burn_backend::{Backend, Distribution, TensorData};
+    use burn_std::Shape;
+
+    use crate::{Flex, FlexDevice};
+
+    /// `count` draws of 64 values after `seed(seed)`, in this thread.
+    fn draws(seed: u64, count: usize, pause: bool) -> Vec<TensorData> {
+        let device = FlexDevice;
+        Flex::seed(&device, seed);
+        (0..count)
+            .map(|_| {
+                if pause {
+                    std::thread::yield_now();
+                }
+                let t = <Flex as burn_backend::ops::FloatTensorOps<Flex>>::float_random(
+                    Shape::new([64]),
+                    Distribution::Default,
+                    &device,
+                    burn_backend::FloatDType::F32,
+                );
+                t.into_data()
+            })
+            .collect()
+    }
+
+    /// P7: seeding and drawing in one thread is not disturbed by another
+    /// thread that seeds and draws at the same time (with one process-wide
+    /// RNG, the two streams interleaved).
+    #[test]
+    fn a_threads_seeded_draws_do_not_depend_on_other_threads() {
+        let alone_a = draws(1, 200, false);
+        let alone_b = draws(2, 200, false);
+        for _ in 0..5 {
+            let a = std::thread::spawn(|| draws(1, 200, true));
+            let b = std::thread::spawn(|| draws(2, 200, true));
+            assert_eq!(a.join().unwrap(), alone_a);
+            assert_eq!(b.join().unwrap(), alone_b);
+        }
     }
 }
