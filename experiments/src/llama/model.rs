@@ -245,12 +245,14 @@ impl<B: Backend> Llama<B> {
         match &self.lm_head {
             Some(head) => head.forward(hidden),
             None => {
+                // Tied head: logits = h·Eᵀ, computed as (E·hᵀ)ᵀ so that the
+                // [vocab, hidden] embedding is read as stored; transposing
+                // it (188 MB for SmolLM2-360M) cost a copy per token.
                 let [b, t, d] = hidden.dims();
                 let wte = self.embed_tokens.weight.val();
                 let vocab = wte.dims()[0];
-                hidden
-                    .reshape([b * t, d])
-                    .matmul(wte.transpose())
+                wte.matmul(hidden.reshape([b * t, d]).transpose())
+                    .transpose()
                     .reshape([b, t, vocab])
             }
         }
@@ -324,7 +326,10 @@ fn tensor<B: Backend, const D: usize>(
 }
 
 /// `{name}.weight` (and `{name}.bias`). `nn.Linear` weights are [d_out,
-/// d_in]: transposed into Burn's [d_in, d_out].
+/// d_in]: transposed into Burn's [d_in, d_out] here, once, in memory. A
+/// transposed view instead made the CPU backend copy every weight into
+/// contiguous order at every matmul: three quarters of the time of a
+/// SmolLM2-360M decode step went into that copy (perf, 2026-11-26).
 fn linear<B: Backend>(
     weights: &mut WeightSource<'_>,
     name: &str,
@@ -333,7 +338,9 @@ fn linear<B: Backend>(
     bias: bool,
     device: &B::Device,
 ) -> anyhow::Result<Linear<B>> {
-    let weight = tensor::<B, 2>(weights, &format!("{name}.weight"), [d_out, d_in], device)?;
+    let stored = tensor::<B, 2>(weights, &format!("{name}.weight"), [d_out, d_in], device)?;
+    // into_data() of the transposed view is the backend's own (tiled) copy.
+    let weight = Tensor::<B, 2>::from_data(stored.transpose().into_data(), device);
     let bias = match bias {
         true => Some(Param::from_tensor(tensor(
             weights,
@@ -344,7 +351,7 @@ fn linear<B: Backend>(
         false => None,
     };
     Ok(Linear {
-        weight: Param::from_tensor(weight.transpose()),
+        weight: Param::from_tensor(weight),
         bias,
     })
 }

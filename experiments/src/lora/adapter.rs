@@ -83,16 +83,18 @@ pub fn forward_low_rank<B: Backend, const D: usize>(
     adapter: Option<&LoraAdapter<B>>,
     x: Tensor<B, D>,
 ) -> Tensor<B, D> {
+    // The leading dimensions are flattened into one 2-D product
+    // (`autocast::linear`): `Linear::forward` broadcasts its weight over
+    // them instead, and a batch of [1, d_in] rows, as in decoding, then
+    // became one small product per row, each re-packing the whole weight
+    // (the CPU backend's gemm): 8 decode rows of SmolLM2-360M spent most
+    // of their time packing (perf, 2026-11-26).
     match adapter {
-        None => layer.forward(x),
+        None => autocast::linear_layer(layer, x),
         Some(adapter) => {
-            // [.., d_in]·[1.., d_in, r]·[1.., r, d_out], broadcast over the
-            // leading dimensions as `Linear::forward` does with its weight.
-            let low = x
-                .clone()
-                .matmul(adapter.a.val().unsqueeze())
-                .matmul(adapter.b.val().unsqueeze());
-            layer.forward(x) + low * adapter.scale
+            let low = autocast::linear(x.clone(), adapter.a.val(), None);
+            let low = autocast::linear(low, adapter.b.val(), None);
+            autocast::linear_layer(layer, x) + low * adapter.scale
         }
     }
 }
