@@ -24,29 +24,24 @@
 //! checkpoint, as the paper and the Llama path do; in LoRA mode the
 //! adapters sit on the base's frozen weights.
 
-use std::collections::HashSet;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use envgen_kernels::{FusedAutodiffBackend, FusedBackend};
-use serde_json::{json, Map, Value};
 
+use super::checkpoint_run::{metrics, record_base, Outcome, Rounds};
 use super::config::{RftConfig, StageConfig};
-use super::datagen::Example;
 use super::eval::{load_model, Evaluation, GptSampler, ADAPTER_FILE, MODEL_FILE};
-use super::llama_run::BaseRecord;
+use super::gpt2_init;
 use super::run::{
-    evaluate_stage, final_val_loss, finish, interrupted, sample_stage, train_stage, DatagenRecord,
-    FINETUNE, STAGES,
+    evaluate_stage, finish, interrupted, sample_stage, train_stage, DatagenRecord, FINETUNE, STAGES,
 };
 use super::task::{format_prompt, Question, Split};
 use super::tokens::RftTokenizer;
 use super::train::{RftTrainTask, Tokenized};
-use super::{gpt2_init, pretrained};
-use crate::engine::rundir::{read_json, write_json, MetricsLog, Status, Summary};
+use crate::engine::rundir::{read_json, MetricsLog, Status, Summary};
 use crate::engine::RunControl;
-use crate::error::UserError;
 use crate::gpt2::{self, ModelConfig};
 
 /// Files of the base directory besides the weights that the exported
@@ -76,7 +71,7 @@ pub fn run<B: FusedAutodiffBackend>(
     let split = config.split()?;
     let inner: burn::tensor::Device<B::InnerBackend> = Default::default();
 
-    let base = base_checkpoint(config, dir, &stages)?;
+    let base = record_base(config, dir, &stages)?;
     let sizes = gpt2_init::check_dir(&base.dir)?;
     let tokens = gpt2_init::tokenizer(&base.dir, &sizes)?;
     let sft_data = examples(&tokens, &split.train[..config.worked_questions()])?;
@@ -117,13 +112,8 @@ pub fn run<B: FusedAutodiffBackend>(
 
     // (b) + (c) + (d), `rounds` times.
     let mut weights = sft_weights;
-    let mut kept: Vec<Example> = Vec::new();
-    let mut seen: HashSet<(String, String)> = HashSet::new();
-    let mut rows = Vec::new();
+    let mut rounds = Rounds::default();
     let mut last: Option<(DatagenRecord, Summary, Evaluation)> = None;
-    let mut generated = 0;
-    let (mut datagen_seconds, mut datagen_tokens) = (0.0, 0);
-    let (mut finetune_seconds, mut eval_seconds) = (0.0, 0.0);
     for round in 1..=config.rounds {
         let dir = stages.join(format!("round-{round}"));
         crate::fsutil::create_dir_all(&dir)?;
@@ -138,16 +128,9 @@ pub fn run<B: FusedAutodiffBackend>(
         else {
             return interrupted(control, started, steps_done);
         };
-        generated += datagen.stats.generated;
-        datagen_seconds += datagen.seconds;
-        datagen_tokens += datagen.stats.tokens;
-        for e in &datagen.examples {
-            if seen.insert((e.question.clone(), e.completion.clone())) {
-                kept.push(e.clone());
-            }
-        }
+        rounds.add_samples(&datagen);
         let mut train = sft_data.clone();
-        for e in &kept {
+        for e in rounds.kept() {
             train.push(tokens.tokenize(&format_prompt(&e.question), &e.text)?);
         }
         let examples = train.len();
@@ -172,68 +155,12 @@ pub fn run<B: FusedAutodiffBackend>(
         }
         weights = finetune_dir.join(MODEL_FILE);
         let evaluation = eval(&weights, round, &dir.join("eval.json"), &mut log)?;
-        finetune_seconds += finetune.wall_s;
-        eval_seconds += evaluation.seconds;
-        rows.push(json!({
-            "round": round,
-            "generated": datagen.stats.generated,
-            "correct": datagen.stats.correct,
-            "kept": datagen.stats.kept,
-            "questions_kept": datagen.stats.questions_kept,
-            "finetune_examples": examples,
-            "datagen_samples_per_s": datagen.samples_per_s,
-            "datagen_tokens_per_s": datagen.tokens_per_s,
-            "finetune_final_val_loss": final_val_loss(&finetune),
-            "accuracy": evaluation.metrics.accuracy,
-            "answer_rate": evaluation.metrics.answer_rate,
-        }));
+        rounds.finish_round(round, &datagen, examples, &finetune, &evaluation);
         last = Some((datagen, finetune, evaluation));
     }
     let (datagen, finetune, after) = last.expect("rounds >= 1 (validated)");
     export::<B::InnerBackend>(&weights, &sizes, &base.dir, &control.run_dir, &inner)?;
 
-    let mut m = Map::new();
-    m.insert("init".into(), json!(base.init));
-    m.insert("init_sha256".into(), json!(base.sha256));
-    // envgen copies `data_files` into manifest.json (provenance, `runs
-    // compare`): the checkpoint is the run's input, as a corpus is.
-    let path = std::fs::canonicalize(&base.dir).unwrap_or_else(|_| base.dir.clone());
-    m.insert(
-        "data_files".into(),
-        json!([crate::data::DataFile {
-            path,
-            sha256: base.sha256.clone(),
-            tokens: 0
-        }]),
-    );
-    let evaluations = [("base", &eval_base), ("before", &before), ("after", &after)];
-    for (when, e) in evaluations {
-        m.insert(format!("accuracy_{when}"), json!(e.metrics.accuracy));
-        m.insert(format!("answer_rate_{when}"), json!(e.metrics.answer_rate));
-    }
-    m.insert("generated".into(), json!(generated));
-    m.insert("kept".into(), json!(kept.len()));
-    let per_s = |n: usize| json!(n as f64 / f64::max(datagen_seconds, 1e-9));
-    m.insert("datagen_samples_per_s".into(), per_s(generated));
-    m.insert("datagen_tokens_per_s".into(), per_s(datagen_tokens));
-    m.insert(
-        "stage_seconds".into(),
-        json!({
-            "eval_base": eval_base.seconds,
-            "pretrain": pretrain.wall_s,
-            "eval_before": before.seconds,
-            "datagen": datagen_seconds,
-            "finetune": finetune_seconds,
-            "eval": eval_seconds,
-        }),
-    );
-    m.insert("questions_kept".into(), json!(datagen.stats.questions_kept));
-    m.insert("rounds".into(), json!(rows));
-    m.insert("train_questions".into(), json!(split.train.len()));
-    m.insert("worked_questions".into(), json!(config.worked_questions()));
-    m.insert("validation_questions".into(), json!(split.validation.len()));
-    m.insert("finetune_mode".into(), json!(config.finetune.mode));
-    m.insert("parameters".into(), json!(sizes.num_params()));
     let (trainable, adapter_bytes) = match config.finetune.adapters() {
         Some(lora) => {
             let file = weights.with_file_name(ADAPTER_FILE);
@@ -241,45 +168,20 @@ pub fn run<B: FusedAutodiffBackend>(
         }
         None => (sizes.num_params(), 0),
     };
-    m.insert("trainable_parameters".into(), json!(trainable));
-    m.insert("adapter_bytes".into(), json!(adapter_bytes));
-    m.insert("eval_samples_per_s".into(), json!(after.samples_per_s));
-    m.insert(
-        "pretrain_initial_val_loss".into(),
-        pretrain
-            .metrics
-            .get("initial_val_loss")
-            .cloned()
-            .unwrap_or(Value::Null),
-    );
-    m.insert("pretrain_final_val_loss".into(), final_val_loss(&pretrain));
-    m.insert("finetune_final_val_loss".into(), final_val_loss(&finetune));
-    finish(control, started, steps_done, Status::Completed, m)
-}
-
-/// The base checkpoint's record (`stages/base.json`); a resumed run
-/// refuses a directory whose content changed since the run started.
-fn base_checkpoint(config: &RftConfig, dir: &Path, stages: &Path) -> anyhow::Result<BaseRecord> {
-    let sha256 = pretrained::fingerprint(dir)?;
-    let path = stages.join("base.json");
-    if let Ok(earlier) = read_json::<BaseRecord>(&path) {
-        if earlier.sha256 != sha256 {
-            return Err(UserError::usage(format!(
-                "model.init: {} changed since this run started (sha256 {} then, {sha256} now)",
-                dir.display(),
-                earlier.sha256
-            ))
-            .with_fix("restore the checkpoint the run started from, or start a new run")
-            .into());
-        }
-    }
-    let record = BaseRecord {
-        init: config.model.init.clone().unwrap_or_default(),
-        dir: dir.to_path_buf(),
-        sha256,
+    let outcome = Outcome {
+        base: &base,
+        eval_base: &eval_base,
+        before: &before,
+        after: &after,
+        pretrain: &pretrain,
+        finetune: &finetune,
+        datagen: &datagen,
+        parameters: sizes.num_params() as u64,
+        trainable: trainable as u64,
+        adapter_bytes,
     };
-    write_json(&path, &record)?;
-    Ok(record)
+    let m = metrics(config, &split, rounds, outcome);
+    finish(control, started, steps_done, Status::Completed, m)
 }
 
 /// The worked answers of `questions` as training examples.

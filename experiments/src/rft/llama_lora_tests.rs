@@ -1,7 +1,7 @@
 //! Stage (c) with LoRA on a Llama checkpoint (`super`): resumed bit-exactly,
 //! the base frozen, the saved model merged, the adapters in PEFT's layout.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::*;
 use crate::engine::safetensors_io;

@@ -22,23 +22,19 @@
 //! the base on the SFT data plus every distinct sample kept so far (the
 //! paper's RFT-k unions the samples of several models).
 
-use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use envgen_kernels::FusedAutodiffBackend;
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
 
+use super::checkpoint_run::{metrics, record_base, BaseRecord, Outcome, Rounds};
 use super::config::{Init, RftConfig, StageConfig};
-use super::datagen::Example;
 use super::eval::Evaluation;
 use super::llama_task::{LlamaExample, LlamaRftTask, LlamaSampler};
 use super::prompt::Prompter;
 use super::run::{
-    evaluate_stage, final_val_loss, finish, interrupted, sample_stage, DatagenRecord, FINETUNE,
-    STAGES,
+    evaluate_stage, finish, interrupted, sample_stage, DatagenRecord, FINETUNE, STAGES,
 };
 use super::task::Question;
 use super::{pretrained, task::Split};
@@ -48,19 +44,9 @@ use crate::error::UserError;
 use crate::llama;
 use crate::pretrained::HfTokenizer;
 
-/// Where the base checkpoint came from (`stages/base.json`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct BaseRecord {
-    pub init: String,
-    pub dir: PathBuf,
-    /// [`pretrained::fingerprint`] of the directory.
-    pub sha256: String,
-}
-
 /// The base checkpoint's directory, made first for `random:`, and its
 /// record; a resumed run refuses a directory whose content changed.
 fn base_checkpoint(config: &RftConfig, init: &Init, stages: &Path) -> anyhow::Result<BaseRecord> {
-    let spec = config.model.init.clone().unwrap_or_default();
     let dir = match init {
         Init::Hf(dir) => dir.clone(),
         Init::Random(name) => {
@@ -72,26 +58,7 @@ fn base_checkpoint(config: &RftConfig, init: &Init, stages: &Path) -> anyhow::Re
         }
     };
     pretrained::check_dir(&dir)?;
-    let sha256 = pretrained::fingerprint(&dir)?;
-    let path = stages.join("base.json");
-    if let Ok(earlier) = read_json::<BaseRecord>(&path) {
-        if earlier.sha256 != sha256 {
-            return Err(UserError::usage(format!(
-                "model.init: {} changed since this run started (sha256 {} then, {sha256} now)",
-                dir.display(),
-                earlier.sha256
-            ))
-            .with_fix("restore the checkpoint the run started from, or start a new run")
-            .into());
-        }
-    }
-    let record = BaseRecord {
-        init: spec,
-        dir,
-        sha256,
-    };
-    write_json(&path, &record)?;
-    Ok(record)
+    record_base(config, &dir, stages)
 }
 
 /// Run (or resume) every stage of a pretrained-checkpoint RFT run.
@@ -158,13 +125,8 @@ pub fn run<B: FusedAutodiffBackend>(
 
     // (b) + (c) + (d), `rounds` times.
     let mut sampler_dir = pretrain_dir.clone();
-    let mut kept: Vec<Example> = Vec::new();
-    let mut seen: HashSet<(String, String)> = HashSet::new();
-    let mut rows = Vec::new();
+    let mut rounds = Rounds::default();
     let mut last: Option<(DatagenRecord, Summary, Evaluation)> = None;
-    let mut generated = 0;
-    let (mut datagen_seconds, mut datagen_tokens) = (0.0, 0);
-    let (mut finetune_seconds, mut eval_seconds) = (0.0, 0.0);
     for round in 1..=config.rounds {
         let dir = stages.join(format!("round-{round}"));
         crate::fsutil::create_dir_all(&dir)?;
@@ -181,16 +143,9 @@ pub fn run<B: FusedAutodiffBackend>(
         else {
             return interrupted(control, started, steps_done);
         };
-        generated += datagen.stats.generated;
-        datagen_seconds += datagen.seconds;
-        datagen_tokens += datagen.stats.tokens;
-        for e in &datagen.examples {
-            if seen.insert((e.question.clone(), e.completion.clone())) {
-                kept.push(e.clone());
-            }
-        }
+        rounds.add_samples(&datagen);
         let mut train = sft_data.clone();
-        for e in &kept {
+        for e in rounds.kept() {
             train.push(prompter.example(&e.question, &e.completion)?);
         }
         let task = LlamaRftTask {
@@ -213,21 +168,7 @@ pub fn run<B: FusedAutodiffBackend>(
             return interrupted(control, started, steps_done);
         }
         let evaluation = eval(&finetune_dir, round, &dir.join("eval.json"), &mut log)?;
-        finetune_seconds += finetune.wall_s;
-        eval_seconds += evaluation.seconds;
-        rows.push(json!({
-            "round": round,
-            "generated": datagen.stats.generated,
-            "correct": datagen.stats.correct,
-            "kept": datagen.stats.kept,
-            "questions_kept": datagen.stats.questions_kept,
-            "finetune_examples": task.train.len(),
-            "datagen_samples_per_s": datagen.samples_per_s,
-            "datagen_tokens_per_s": datagen.tokens_per_s,
-            "finetune_final_val_loss": final_val_loss(&finetune),
-            "accuracy": evaluation.metrics.accuracy,
-            "answer_rate": evaluation.metrics.answer_rate,
-        }));
+        rounds.finish_round(round, &datagen, task.train.len(), &finetune, &evaluation);
         sampler_dir = finetune_dir;
         last = Some((datagen, finetune, evaluation));
     }
@@ -235,63 +176,8 @@ pub fn run<B: FusedAutodiffBackend>(
     export(&sampler_dir, &control.run_dir)?;
 
     let parameters = count_parameters(&cfg);
-    let mut m = Map::new();
-    m.insert("init".into(), json!(base.init));
-    m.insert("init_sha256".into(), json!(base.sha256));
-    // envgen copies `data_files` into manifest.json (provenance, `runs
-    // compare`): the checkpoint is the run's input, as a corpus is.
-    let path = std::fs::canonicalize(&base.dir).unwrap_or_else(|_| base.dir.clone());
-    m.insert(
-        "data_files".into(),
-        json!([crate::data::DataFile {
-            path,
-            sha256: base.sha256.clone(),
-            tokens: 0
-        }]),
-    );
-    m.insert("accuracy_base".into(), json!(eval_base.metrics.accuracy));
-    m.insert(
-        "answer_rate_base".into(),
-        json!(eval_base.metrics.answer_rate),
-    );
-    m.insert("accuracy_before".into(), json!(before.metrics.accuracy));
-    m.insert("accuracy_after".into(), json!(after.metrics.accuracy));
-    m.insert(
-        "answer_rate_before".into(),
-        json!(before.metrics.answer_rate),
-    );
-    m.insert("answer_rate_after".into(), json!(after.metrics.answer_rate));
-    m.insert("generated".into(), json!(generated));
-    m.insert("kept".into(), json!(kept.len()));
-    m.insert(
-        "datagen_samples_per_s".into(),
-        json!(generated as f64 / f64::max(datagen_seconds, 1e-9)),
-    );
-    m.insert(
-        "datagen_tokens_per_s".into(),
-        json!(datagen_tokens as f64 / f64::max(datagen_seconds, 1e-9)),
-    );
-    // As the GPT path's, plus the base checkpoint's own evaluation.
-    m.insert(
-        "stage_seconds".into(),
-        json!({
-            "eval_base": eval_base.seconds,
-            "pretrain": pretrain.wall_s,
-            "eval_before": before.seconds,
-            "datagen": datagen_seconds,
-            "finetune": finetune_seconds,
-            "eval": eval_seconds,
-        }),
-    );
-    m.insert("questions_kept".into(), json!(datagen.stats.questions_kept));
-    m.insert("rounds".into(), json!(rows));
-    m.insert("train_questions".into(), json!(split.train.len()));
-    m.insert("worked_questions".into(), json!(config.worked_questions()));
-    m.insert("validation_questions".into(), json!(split.validation.len()));
-    m.insert("finetune_mode".into(), json!(config.finetune.mode));
-    m.insert("parameters".into(), json!(parameters));
-    // As the GPT path's: stage (c)'s trainable parameters, and the size of
-    // its adapter file (0 in full mode).
+    // Stage (c)'s trainable parameters, and the size of its adapter file
+    // (0 in full mode).
     let (trainable, adapter_bytes) = match config.finetune.adapters() {
         Some(lora) => {
             let file = sampler_dir
@@ -304,19 +190,19 @@ pub fn run<B: FusedAutodiffBackend>(
         }
         None => (parameters, 0),
     };
-    m.insert("trainable_parameters".into(), json!(trainable));
-    m.insert("adapter_bytes".into(), json!(adapter_bytes));
-    m.insert("eval_samples_per_s".into(), json!(after.samples_per_s));
-    m.insert(
-        "pretrain_initial_val_loss".into(),
-        pretrain
-            .metrics
-            .get("initial_val_loss")
-            .cloned()
-            .unwrap_or(Value::Null),
-    );
-    m.insert("pretrain_final_val_loss".into(), final_val_loss(&pretrain));
-    m.insert("finetune_final_val_loss".into(), final_val_loss(&finetune));
+    let outcome = Outcome {
+        base: &base,
+        eval_base: &eval_base,
+        before: &before,
+        after: &after,
+        pretrain: &pretrain,
+        finetune: &finetune,
+        datagen: &datagen,
+        parameters,
+        trainable,
+        adapter_bytes,
+    };
+    let m = metrics(config, &split, rounds, outcome);
     finish(control, started, steps_done, Status::Completed, m)
 }
 

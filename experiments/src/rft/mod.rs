@@ -8,8 +8,11 @@
 //!   pretrained Llama-family checkpoint (`model.init = "hf:DIR"`), its
 //!   questions shown as plain text or through its chat template ([`prompt`]);
 //! * [`gpt2_init`], [`gpt2_run`], [`tokens`]: on a GPT-2 checkpoint, with
-//!   the GPT's own task and sampler and the checkpoint's tokenizer.
+//!   the GPT's own task and sampler and the checkpoint's tokenizer;
+//!   `checkpoint_run`: what the two checkpoint paths share (the base's
+//!   record, the rounds' bookkeeping, summary.json's metrics).
 
+mod checkpoint_run;
 pub mod config;
 pub mod datagen;
 pub mod eval;
