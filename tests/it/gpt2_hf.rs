@@ -6,7 +6,7 @@
 //! with the same logits as envgen. Needs `ENVGEN_TEST_PYTHON` (a python with
 //! torch and transformers; scripts/services/pyref.sh provides it in CI).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use envgen_experiments::backend::Cpu;
@@ -14,6 +14,7 @@ use envgen_experiments::data::Tokenizer;
 use envgen_experiments::gpt2::{self, hellaswag, hf, Gpt2, ModelConfig};
 use serde_json::Value;
 
+use crate::common::reference::python;
 use crate::common::{json_of, run, run_dir_of, run_ok, turn};
 
 /// Builds, saves and runs the reference model; writes reference.json.
@@ -63,17 +64,6 @@ with torch.no_grad():
 json.dump({"logits": logits.tolist(), "greedy": greedy, "endings": endings},
           open(directory + "/reference.json", "w"))
 "#;
-
-fn python() -> PathBuf {
-    match std::env::var_os("ENVGEN_TEST_PYTHON") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => panic!(
-            "ENVGEN_TEST_PYTHON is not set: these tests compare with Hugging Face transformers. \
-             Run them through scripts/test.sh (scripts/services/pyref.sh builds the venv), or \
-             set ENVGEN_TEST_PYTHON to a python with torch and transformers"
-        ),
-    }
-}
 
 /// Run the reference script; its logits `[tokens][vocab]` and greedy tokens.
 struct Reference {

@@ -13,8 +13,8 @@ use std::time::Instant;
 
 use serde_json::Value;
 
+use crate::common::reference::python_json;
 use crate::common::{expect_success, json_of, read_json, run, run_dir_of, text, turn};
-use crate::rft_llama::python_json;
 
 /// A SmolLM2-Instruct-shaped checkpoint, tiny: LlamaForCausalLM with a
 /// tied head and grouped-query attention, a byte-level BPE whose first

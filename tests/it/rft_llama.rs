@@ -6,8 +6,8 @@
 //! refused with exit 2. The transformers parts need `ENVGEN_TEST_PYTHON`
 //! (scripts/services/pyref.sh builds it in CI).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Output;
 
 use envgen_experiments::backend::Cpu;
 use envgen_experiments::llama;
@@ -15,36 +15,8 @@ use envgen_experiments::pretrained::HfTokenizer;
 use serde_json::Value;
 
 use crate::common::experiment::{manifest_of, resume, stopped_after};
+use crate::common::reference::python_json;
 use crate::common::{expect_success, json_of, read_json, run, run_dir_of, text, turn};
-
-fn python() -> PathBuf {
-    match std::env::var_os("ENVGEN_TEST_PYTHON") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => panic!(
-            "ENVGEN_TEST_PYTHON is not set: these tests load checkpoints with Hugging Face \
-             transformers. Run them through scripts/test.sh (scripts/services/pyref.sh builds \
-             the venv), or set it to a python with torch, transformers and tokenizers"
-        ),
-    }
-}
-
-/// Run `script` with `args`; its stdout parsed as JSON.
-pub(crate) fn python_json(script: &str, args: &[&str]) -> Value {
-    let out = Command::new(python())
-        .arg("-c")
-        .arg(script)
-        .args(args)
-        .env("OMP_NUM_THREADS", "2")
-        .env("HF_HUB_OFFLINE", "1")
-        .output()
-        .expect("run ENVGEN_TEST_PYTHON");
-    assert!(
-        out.status.success(),
-        "python failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("python printed JSON")
-}
 
 /// transformers' f32 logits of a token sequence from a directory.
 const LOGITS: &str = r#"

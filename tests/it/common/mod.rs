@@ -14,6 +14,7 @@ pub mod docker_base;
 pub mod docker_run;
 pub mod doctor;
 pub mod experiment;
+pub mod reference;
 pub mod run;
 pub mod turns;
 
