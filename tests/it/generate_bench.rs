@@ -13,9 +13,7 @@ use crate::common::{text, turn};
 #[test]
 fn the_generation_benchmark_compares_the_same_greedy_work_on_both_sides() {
     let _turn = turn!();
-    let python = std::env::var("ENVGEN_TEST_PYTHON").expect(
-        "ENVGEN_TEST_PYTHON: a python with torch and transformers (scripts/test.sh sets it)",
-    );
+    let python = crate::common::reference::python();
     let tmp = tempfile::tempdir().unwrap();
     let out = Command::new(python)
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/hf_generate_bench.py"))

@@ -159,14 +159,7 @@ struct Fixture {
 fn fixture() -> &'static Fixture {
     static FIXTURE: OnceLock<Fixture> = OnceLock::new();
     FIXTURE.get_or_init(|| {
-        let python = match std::env::var_os("ENVGEN_TEST_PYTHON") {
-            Some(p) if !p.is_empty() => PathBuf::from(p),
-            _ => panic!(
-                "ENVGEN_TEST_PYTHON is not set: these tests compare with Hugging Face \
-                 transformers. Run them through scripts/test.sh (scripts/services/pyref.sh \
-                 builds the venv), or set it to a python with torch, transformers and tokenizers"
-            ),
-        };
+        let python = crate::common::reference::python();
         let root =
             Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("llama_hf-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
