@@ -34,9 +34,13 @@ pub use failure::classify_failure;
 use search::{join_paths, library_dirs, toolkit_roots};
 
 /// The device-name suffix of envgen's stand-in driver
-/// (`tests/fixtures/libcuda-standin/libcuda.c`): kernels "run" there without
-/// computing anything, so results are not compared.
+/// (`src/warmup/libcuda_standin.c`) in its default mode: kernels "run" there
+/// without computing anything, so results are not compared.
 pub const STANDIN_MARK: &str = "(envgen stand-in driver)";
+
+/// The symbol the stand-in driver exports in every mode (also when it
+/// reports a real GPU's exact name for `envgen warmup --target`).
+const STANDIN_SYMBOL: &[u8] = b"envgen_standin_driver";
 
 /// Everything found, or the first missing piece of each part.
 #[derive(Debug, Clone, Serialize)]
@@ -51,6 +55,8 @@ pub struct Driver {
     /// The CUDA version the driver supports (`cuDriverGetVersion`), e.g. (13, 0).
     pub cuda: (u32, u32),
     pub devices: Vec<Device>,
+    /// envgen's stand-in driver (it exports `envgen_standin_driver`), not NVIDIA's.
+    pub standin: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -161,7 +167,7 @@ impl CudaStack {
     pub fn is_standin(&self) -> bool {
         self.driver
             .as_ref()
-            .is_ok_and(|d| d.devices.iter().any(|g| g.name.ends_with(STANDIN_MARK)))
+            .is_ok_and(|d| d.standin || d.devices.iter().any(|g| g.name.ends_with(STANDIN_MARK)))
     }
 
     /// Make cudarc and CubeCL use what was found: NVRTC and its builtins are
@@ -330,10 +336,12 @@ fn probe_driver() -> Result<Driver, Problem> {
                 compute_capability: (major.max(0) as u32, minor.max(0) as u32),
             });
         }
+        let standin = lib.get::<*const ()>(STANDIN_SYMBOL).is_ok();
         // Kept loaded for cudarc, which loads it next (unloading a driver
         // library after cuInit is not something NVIDIA supports).
         std::mem::forget(lib);
         Ok(Driver {
+            standin,
             cuda: (
                 version.max(0) as u32 / 1000,
                 (version.max(0) as u32 % 1000) / 10,
