@@ -16,6 +16,7 @@
 
 mod catalog;
 pub mod data;
+pub mod devices;
 mod drivers;
 mod gpus;
 pub mod report;
