@@ -119,77 +119,10 @@ pub fn cuda_ready() -> Result<(), UserError> {
             let stack = CudaStack::probe();
             stack.activate().map_err(|p| p.to_user_error())?;
             #[cfg(feature = "cuda")]
-            configure_kernel_cache(&stack);
+            crate::kernel_cache::configure(&stack);
             smoke_test(&stack)
         })
         .clone()
-}
-
-/// envgen's cache folder: `$ENVGEN_CACHE_DIR`, else `$XDG_CACHE_HOME/envgen`,
-/// else `~/.cache/envgen`.
-pub fn cache_dir() -> Option<std::path::PathBuf> {
-    use std::path::PathBuf;
-    if let Some(dir) = std::env::var_os("ENVGEN_CACHE_DIR") {
-        return Some(PathBuf::from(dir));
-    }
-    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME") {
-        return Some(PathBuf::from(dir).join("envgen"));
-    }
-    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").join("envgen"))
-}
-
-/// The folder CubeCL keeps this GPU model's compiled kernels (PTX) and
-/// autotune results in: `<cache>/cubecl/<gpu-model>-sm<cc>`. Kernels are
-/// compiled for one architecture and autotune results hold for one model,
-/// so each model has its own. None without a cache folder or a device.
-pub fn kernel_cache_dir(stack: &CudaStack) -> Option<std::path::PathBuf> {
-    let device = stack.driver.as_ref().ok()?.devices.first()?;
-    let (major, minor) = device.compute_capability;
-    let mut slug: String = device
-        .name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    while slug.contains("--") {
-        slug = slug.replace("--", "-");
-    }
-    let slug = format!("{}-sm{major}{minor}", slug.trim_matches('-'));
-    Some(cache_dir()?.join("cubecl").join(slug))
-}
-
-/// Compile once: point CubeCL's PTX cache and autotune cache at
-/// [`kernel_cache_dir`] (CubeCL's default keeps autotune results in the
-/// `target/` of the nearest Cargo project and compiles every kernel anew in
-/// each process). CubeCL's environment overrides (`CUBECL_DEBUG_LOG`,
-/// `CUBECL_AUTOTUNE_LEVEL`) still apply; a `cubecl.toml` is not read. Does
-/// nothing when CubeCL was configured already in this process.
-#[cfg(feature = "cuda")]
-fn configure_kernel_cache(stack: &CudaStack) {
-    use cubecl_runtime::config::{cache::CacheConfig, CubeClRuntimeConfig, RuntimeConfig};
-    let Some(dir) = kernel_cache_dir(stack) else {
-        return;
-    };
-    if std::fs::create_dir_all(&dir).is_err() {
-        eprintln!(
-            "envgen: cannot create the kernel cache {}: kernels are compiled anew in every run",
-            dir.display()
-        );
-        return;
-    }
-    let mut storage = CubeClRuntimeConfig::storage().lock();
-    if storage.is_some() {
-        return;
-    }
-    let mut config = CubeClRuntimeConfig::default().override_from_env();
-    config.compilation.cache = Some(CacheConfig::File(dir.clone()));
-    config.autotune.cache = CacheConfig::File(dir);
-    *storage = Some(std::sync::Arc::new(config));
 }
 
 #[cfg(feature = "cuda")]

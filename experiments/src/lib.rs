@@ -12,6 +12,7 @@ pub mod experiment;
 pub mod fsutil;
 pub mod gpt2;
 pub mod hrm;
+pub mod kernel_cache;
 pub mod llama;
 pub mod lora;
 pub mod memory;

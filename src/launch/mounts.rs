@@ -135,7 +135,7 @@ pub fn host_path(inside: &str, data_dirs: &[PathBuf]) -> Option<PathBuf> {
 /// This user's kernel cache folder (created if missing), for GPU containers;
 /// None when there is no cache folder or it cannot be made.
 fn kernel_cache_on_host() -> Option<PathBuf> {
-    let dir = envgen_experiments::backend::cache_dir()?.join("cubecl");
+    let dir = envgen_experiments::kernel_cache::cache_dir()?.join("cubecl");
     std::fs::create_dir_all(&dir).ok()?;
     Some(dir)
 }

@@ -188,6 +188,15 @@ impl Launcher for Native {
             .flatten();
         if let Some(mib) = peak {
             summary.metrics.insert("peak_rss_mib".into(), json!(mib));
+        }
+        // A CUDA run: what its kernel cache gave (envgen warmup's purpose).
+        let kernels = envgen_experiments::kernel_cache::usage();
+        if let Some(usage) = &kernels {
+            summary
+                .metrics
+                .insert("kernel_cache".into(), usage.to_json());
+        }
+        if peak.is_some() || kernels.is_some() {
             rundir::write_json(&run_dir.join("summary.json"), &summary)?;
         }
         Ok(vec![RunOutcome { run_dir, summary }])

@@ -284,6 +284,7 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
         state.step += 1;
         state.last_train_loss = Some(loss_sum);
         let step_s = started.elapsed().as_secs_f64();
+        crate::kernel_cache::step_done();
         session_units += units_per_step as u64;
         let mut record = json!({
             "step": state.step,

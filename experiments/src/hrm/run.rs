@@ -276,6 +276,7 @@ where
         state.last_loss = Some(m.loss);
         state.halted_steps_sum += m.halted_steps.iter().sum::<usize>() as u64;
         state.halted_rows += m.halted_steps.len() as u64;
+        crate::kernel_cache::step_done();
         let mut record = step_record(&m, step_s, preset.train.global_batch_size);
         if let (Some((scale, decision)), Some(scaler)) = (m.loss_scale, &trainer.loss_scaler) {
             crate::engine::precision::record_step(&mut record, scale, decision, scaler);
