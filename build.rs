@@ -1,7 +1,13 @@
 //! Records the git revision envgen is built from (with a `-dirty` suffix when
 //! the tree has uncommitted changes) for run manifests and image labels.
 //! Builds outside a git checkout (e.g. `nix build`, a crate tarball) record none.
+//!
+//! Also compiles envgen's stand-in CUDA driver (src/warmup/libcuda_standin.c)
+//! into a shared library that the binary carries for `envgen warmup --target`
+//! (see src/warmup/standin.rs). Without a C compiler the build goes on and
+//! that one command says what is missing.
 
+use std::path::Path;
 use std::process::Command;
 
 fn git(args: &[&str]) -> Option<String> {
@@ -11,7 +17,71 @@ fn git(args: &[&str]) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// `cc -shared` of the stand-in, from its own folder with a relative path and
+/// stripped, so the library (and the binary that embeds it) is the same
+/// bytes whatever directory the repository was cloned into.
+fn build_standin() {
+    println!("cargo:rerun-if-changed=src/warmup/libcuda_standin.c");
+    println!("cargo:rerun-if-env-changed=CC");
+    let out = Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"))
+        .join("libcuda_standin.so");
+    let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
+    let built = Command::new(&compiler)
+        .current_dir("src/warmup")
+        .args(["-shared", "-fPIC", "-O1", "-s", "-o"])
+        .arg(&out)
+        .arg("libcuda_standin.c")
+        .status()
+        .is_ok_and(|s| s.success());
+    if !built {
+        println!(
+            "cargo:warning=no C compiler ({compiler}): `envgen warmup --target` is unavailable in this build"
+        );
+        std::fs::write(&out, b"").expect("write OUT_DIR");
+    }
+}
+
+/// `autotune_records.rs`: every file under env/autotune/<gpu-model>-sm<cc>/
+/// (autotune results recorded on a GPU, see env/autotune/README.md) as
+/// (path below env/autotune, bytes), for src/warmup/autotune.rs.
+fn embed_autotune_records() {
+    println!("cargo:rerun-if-changed=env/autotune");
+    let root = Path::new("env/autotune");
+    let mut files = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.parent() != Some(root) {
+                // Files directly in env/autotune (its README) are not records.
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    let mut code = String::from("pub static AUTOTUNE_RECORDS: &[(&str, &[u8])] = &[\n");
+    for file in &files {
+        let relative = file.strip_prefix(root).expect("under env/autotune");
+        let relative = relative.to_string_lossy().replace('\\', "/");
+        code.push_str(&format!(
+            "    ({relative:?}, include_bytes!(concat!(env!(\"CARGO_MANIFEST_DIR\"), {:?}))),\n",
+            format!("/env/autotune/{relative}")
+        ));
+    }
+    code.push_str("];\n");
+    let out = Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"))
+        .join("autotune_records.rs");
+    std::fs::write(out, code).expect("write OUT_DIR");
+}
+
 fn main() {
+    build_standin();
+    embed_autotune_records();
     println!("cargo:rerun-if-changed=.git/HEAD");
     println!("cargo:rerun-if-changed=.git/index");
     println!("cargo:rerun-if-env-changed=ENVGEN_GIT_REVISION");

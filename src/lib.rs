@@ -15,3 +15,4 @@ pub mod output;
 pub mod probe;
 pub mod profiles;
 pub mod runs;
+pub mod warmup;

@@ -6,6 +6,7 @@ use clap::Parser;
 
 fn main() {
     envgen_experiments::memory::keep_freed_memory();
+    envgen_experiments::kernel_cache::register_autotune_records(envgen::warmup::AUTOTUNE_RECORDS);
     let cli = envgen::cli::Cli::parse();
     envgen::logging::init(cli.verbose);
     let code = match envgen::cli::dispatch(cli) {

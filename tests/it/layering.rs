@@ -18,6 +18,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("image", 2),
     ("runs", 3),
     ("launch", 4),
+    ("warmup", 4),
     ("cli", 5),
 ];
 
