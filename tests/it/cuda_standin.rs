@@ -2,7 +2,7 @@
 //! CUDA headers, CCCL and ptxas (PyPI wheels, pinned in
 //! scripts/test-cuda-requirements.txt, exported by scripts/services/pyref.sh
 //! as ENVGEN_TEST_CUDA_WHEELS) and a labelled STAND-IN for the driver
-//! (tests/fixtures/libcuda-standin/libcuda.c, built here): memory is host
+//! (src/warmup/libcuda_standin.c, built here): memory is host
 //! memory and kernel launches do nothing, so these tests prove the host path
 //! (readiness, device setup, allocation, kernel compilation for each GPU
 //! architecture, module loading, autotune, fusion, launch order), never the
@@ -55,8 +55,7 @@ fn standin_dir() -> &'static Path {
     DIR.get_or_init(|| {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("libcuda-standin");
         std::fs::create_dir_all(&dir).unwrap();
-        let source =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/libcuda-standin/libcuda.c");
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/warmup/libcuda_standin.c");
         let status = Command::new("cc")
             .args(["-shared", "-fPIC", "-O1", "-o"])
             .arg(dir.join("libcuda.so.1"))
@@ -274,90 +273,177 @@ fn ptx_files(dir: &Path) -> BTreeSet<PathBuf> {
         .collect()
 }
 
+/// The modules a run loaded, by kind (the stand-in keeps `NAME.ptx` and
+/// `NAME.cubin` files).
+fn loaded(dir: &Path, kind: &str) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == kind)
+        })
+        .count()
+}
+
 #[test]
-fn warmup_compiles_the_cuda_host_path_once_and_runs_reuse_it() {
+fn warmup_for_a_gpu_this_machine_lacks_fills_the_cache_a_run_there_compiles_nothing_from() {
     let _turn = turn!();
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path();
-    let ptx = home.join("ptx");
-    std::fs::create_dir_all(&ptx).unwrap();
+    let h100 = envgen::compat::devices::all()
+        .iter()
+        .find(|d| d.name == "NVIDIA H100 80GB HBM3")
+        .expect("env/gpu_devices.toml has the H100 SXM");
 
-    // Cold: `envgen warmup` trains two steps through the whole host path,
-    // compiling every kernel with NVRTC into an empty cache.
+    // Cold, on a machine without a driver: `warmup --target` brings its own
+    // stand-in, compiles every kernel of two steps with NVRTC as an H100
+    // would get them, and assembles them for sm_90a with ptxas.
     let started = Instant::now();
-    let warmup = envgen(home, true)
+    let warmup = envgen(home, false)
         .env("CUDA_PATH", cuda_wheels())
-        .env("ENVGEN_STANDIN_PTX_DIR", &ptx)
-        .args(["warmup", "gpt2", "--preset", "tiny", "--precision", "bf16"])
+        .args(["warmup", "gpt2", "--preset", "tiny", "--target", "h100-sxm"])
+        .args(["--json", "--jobs", "2"])
         .output()
         .unwrap();
     let cold_s = started.elapsed().as_secs_f64();
     let stderr = text(&warmup.stderr);
     assert!(warmup.status.success(), "warmup failed:\n{stderr}");
+    let warmed: serde_json::Value = serde_json::from_slice(&warmup.stdout).unwrap();
+    let record = &warmed[0];
+    assert_eq!(record["device"], "NVIDIA H100 80GB HBM3", "{warmed}");
+    assert_eq!(record["profile"], "h100", "{warmed}");
+    assert_eq!(record["arch"], "sm_90a", "{warmed}");
+    let compiled = record["compiled"].as_u64().unwrap();
     assert!(
-        stderr.contains("NVIDIA H100 80GB HBM3 (envgen stand-in driver)")
-            && stderr.contains("NVRTC 13.0")
-            && stderr.contains("kernel cache"),
-        "warmup's account:\n{stderr}"
+        compiled >= 100,
+        "a gpt2 step compiles hundreds of kernels; {compiled}"
     );
-    let modules = ptx_files(&ptx);
-    assert!(
-        modules.len() >= 100,
-        "a gpt2 step loads hundreds of kernels; {} loaded",
-        modules.len()
+    assert_eq!(
+        record["cubins"].as_u64(),
+        Some(compiled),
+        "every kernel assembled: {warmed}"
     );
-    let cache = home.join("cache/cubecl");
+    let model = home.join("cache/cubecl/nvidia-h100-80gb-hbm3-sm90");
+    assert!(model.join("envgen-warmup.json").is_file());
     assert!(
-        walk(&cache)
-            .iter()
-            .any(|f| f.to_string_lossy().contains("sm90")),
-        "nothing in the kernel cache {}",
-        cache.display()
+        !model.join("autotune").exists(),
+        "the stand-in's autotune timings reached the cache"
     );
 
-    // Warm: a real run of the same preset compiles nothing and is much faster.
-    let started = Instant::now();
-    let out = envgen(home, true)
+    // A run on "the H100" (the stand-in with its exact properties) whose
+    // own cache is empty but seeded from the warmed one, as an image's or a
+    // Slurm job's is: every kernel comes from the cache, as a cubin, except
+    // the few that follow from its own autotune decisions (on the stand-in,
+    // timings of kernels that do nothing decide: noise).
+    let on_h100 = |node: &str, ptx: &Path, records: Option<&Path>| {
+        std::fs::create_dir_all(ptx).unwrap();
+        let mut cmd = envgen(home, true);
+        cmd.env("CUDA_PATH", cuda_wheels())
+            .envs(h100.standin_env())
+            .env("ENVGEN_CACHE_DIR", home.join(node))
+            .env("ENVGEN_KERNEL_SEED", home.join("cache"))
+            .env("ENVGEN_STANDIN_PTX_DIR", ptx)
+            .args(["run", "gpt2", "--preset", "tiny", "--backend", "cuda"])
+            // On the H100 host its nvidia-smi picks this profile; here no
+            // nvidia-smi answers, so it is named.
+            .args([
+                "--profile",
+                "h100",
+                "--json",
+                "--set",
+                "train.steps=2",
+                "--out",
+            ])
+            .arg(home.join("runs"));
+        if let Some(records) = records {
+            cmd.env("ENVGEN_AUTOTUNE_RECORDS", records);
+        }
+        let started = Instant::now();
+        let out = cmd.output().unwrap();
+        let seconds = started.elapsed().as_secs_f64();
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains("seeded from"), "no seeding said:\n{stderr}");
+        let doc = json_of(&expect_success(out));
+        assert_eq!(doc["summary"]["status"], "completed", "{doc}");
+        let manifest = manifest_of(&doc);
+        assert_eq!(manifest["profile"]["backend"], "cuda", "{manifest}");
+        (
+            doc["summary"]["metrics"]["kernel_cache"].clone(),
+            stderr,
+            seconds,
+        )
+    };
+    let first_ptx = home.join("loaded-a");
+    let (usage, stderr, _) = on_h100("node-a", &first_ptx, None);
+    let compiled = usage["compiled"].as_u64().unwrap();
+    assert!(
+        compiled <= 5,
+        "NVRTC compiled {compiled}: {usage}\n{stderr}"
+    );
+    assert!(usage["hits"].as_u64().unwrap() >= 100, "{usage}");
+    assert!(usage["first_step_s"].as_f64().is_some(), "{usage}");
+    assert_eq!(
+        loaded(&first_ptx, "ptx") as u64,
+        compiled,
+        "PTX loads besides the compiled"
+    );
+    assert!(loaded(&first_ptx, "cubin") >= 100);
+
+    // With autotune records (here that run's decisions, standing in for a
+    // GPU's recorded ones: env/autotune/README.md), warmup compiles what
+    // those decisions run and a run using them compiles nothing at all.
+    let records = home.join("records");
+    let slug = "nvidia-h100-80gb-hbm3-sm90";
+    copy_dir(
+        &home.join("node-a/cubecl").join(slug).join("autotune"),
+        &records.join(slug).join("autotune"),
+    );
+    let again = envgen(home, false)
         .env("CUDA_PATH", cuda_wheels())
+        .env("ENVGEN_AUTOTUNE_RECORDS", &records)
         .args([
-            "run",
-            "gpt2",
-            "--preset",
-            "tiny",
-            "--backend",
-            "cuda",
-            "--json",
+            "warmup", "gpt2", "--preset", "tiny", "--target", "h100-sxm", "--json",
         ])
-        .args(["--precision", "bf16", "--set", "train.steps=2", "--out"])
-        .arg(home.join("runs"))
         .output()
         .unwrap();
-    let warm_s = started.elapsed().as_secs_f64();
-    let doc = json_of(&expect_success(out));
-    assert_eq!(doc["summary"]["status"], "completed", "{doc}");
-    let manifest = manifest_of(&doc);
-    assert_eq!(manifest["profile"]["backend"], "cuda", "{manifest}");
-    assert_eq!(manifest["profile"]["precision"], "bf16", "{manifest}");
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    let again: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert!(
+        again[0]["autotune_records"].as_u64().unwrap() >= 1,
+        "{again}"
+    );
+    let ptx = home.join("loaded-b");
+    let (usage, stderr, warm_s) = on_h100("node-b", &ptx, Some(&records));
+    assert_eq!(usage["compiled"], 0, "NVRTC ran: {usage}\n{stderr}");
+    assert!(
+        stderr.contains("first training step") && stderr.contains(" 0 compiled"),
+        "{stderr}"
+    );
+    assert_eq!(loaded(&ptx, "ptx"), 0, "PTX left for the driver to compile");
+    assert!(
+        loaded(&ptx, "cubin") >= 100,
+        "{} cubins",
+        loaded(&ptx, "cubin")
+    );
     assert!(
         warm_s * 3.0 < cold_s,
         "warm run {warm_s:.1} s vs cold warmup {cold_s:.1} s: the kernel cache did not help"
     );
 }
 
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return files;
-    };
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            files.extend(walk(&p));
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.path().is_dir() {
+            copy_dir(&entry.path(), &to.join(entry.file_name()));
         } else {
-            files.push(p);
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
         }
     }
-    files
 }
 
 /// The kernel cache shared by the tests below and kept between test runs.

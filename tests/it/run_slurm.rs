@@ -21,7 +21,18 @@ fn auto_picks_slurm_and_the_job_trains_the_same_bits_as_a_native_run() {
     assert_ok(&native, "native run");
     let native = json_of(&native);
 
-    let slurm = short_run(tmp.path(), &["--where", "auto"]);
+    // A kernel cache warmed on the login node is handed to the job (its
+    // CUDA runs seed their cache from it; this CPU run only carries it).
+    let seed = tmp.path().join("shared kernel cache");
+    let slurm = envgen()
+        .env("ENVGEN_KERNEL_SEED", &seed)
+        .args(["run", "gpt2"])
+        .args(SHORT)
+        .arg("--out")
+        .arg(tmp.path())
+        .args(["--where", "auto"])
+        .output()
+        .expect("spawn envgen");
     assert_ok(&slurm, "--where auto (Slurm) run");
     let stderr = String::from_utf8_lossy(&slurm.stderr);
     assert!(
@@ -50,7 +61,11 @@ fn auto_picks_slurm_and_the_job_trains_the_same_bits_as_a_native_run() {
     // side recorded the host it ran on.
     let output = std::fs::read_to_string(dir.join("slurm.out")).unwrap();
     assert!(output.contains("run directory"), "{output}");
-    assert!(dir.join("job.sbatch").is_file());
+    let script = std::fs::read_to_string(dir.join("job.sbatch")).unwrap();
+    assert!(
+        script.contains(&format!("export ENVGEN_KERNEL_SEED='{}'", seed.display())),
+        "the job does not get the kernel cache seed:\n{script}"
+    );
     assert!(manifest["host"].is_object());
 
     let show = envgen()

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use envgen_experiments::engine::{rundir, Status, Summary};
+use envgen_experiments::kernel_cache;
 use serde_json::{json, Value};
 
 use self::sbatch as slurm;
@@ -210,7 +211,21 @@ pub fn submit(sub: &Submission) -> Result<String> {
         Vec::new()
     };
     // Containers see the run directories' parents and the data at the same paths.
-    let binds = mounts::same_path_binds(&runs, &sub.data_dirs);
+    let mut binds = mounts::same_path_binds(&runs, &sub.data_dirs);
+    // A kernel cache warmed on the login node (`envgen warmup --target`,
+    // docs/running.md): the job's envgen seeds its own cache from it, so
+    // the job compiles nothing; explicit, as a cluster may not pass the
+    // submitting environment on (SBATCH_EXPORT=NONE).
+    let mut env = BTreeMap::new();
+    if let Some(seeds) = std::env::var_os(kernel_cache::SEED_ENV) {
+        env.insert(
+            kernel_cache::SEED_ENV.to_string(),
+            seeds.to_string_lossy().into_owned(),
+        );
+        binds.extend(std::env::split_paths(&seeds).filter(|p| p.is_absolute()));
+        binds.sort();
+        binds.dedup();
+    }
     let r = &sub.resources;
     let spec = JobSpec {
         job_name: format!("envgen-{}", sub.experiment),
@@ -226,7 +241,7 @@ pub fn submit(sub: &Submission) -> Result<String> {
         gpus_per_node: r.gpus_per_node,
         runtime: sub.runtime.clone(),
         binds,
-        env: BTreeMap::new(),
+        env,
         command,
         array_tasks,
     };
