@@ -43,9 +43,19 @@
 # With an empty kernel cache and ONLY unset, only the gpt2 steps run (a cold
 # cache leaves no time for hrm; see below): call again with ONLY=hrm.
 #
+# SEED=DIR (default: .gpu-carry/kernel-seed.tgz unpacked, when it exists): a kernel cache made
+# without the GPU by `envgen warmup --target` (bench/gpu-carry.sh makes it). An
+# empty ENVGEN_CACHE_DIR is then seeded from it (ENVGEN_KERNEL_SEED), the cache
+# counts as warm, and the first gpt2-124m run comes first, on its own: its
+# summary's kernel_cache says how many kernels this GPU found there (hits) and
+# how many it still compiled (the kernel-id parity of the stand-in), and
+# first_step_s the seconds to its first training step. The autotune results
+# this call's runs record are packed into $OUT/autotune.tgz, to be committed
+# under env/autotune/ (docs/running.md).
+#
 # Knobs (env): ONLY BUNDLE=1 PROFILE=1 GPT2_MB=16 GPT2_GB=128 GPT2_STEPS=6 HRM_MB=384 HRM_STEPS=8
 #   PT_STEPS=6 PT_WARMUP=2 SKIP_FIRST=2 (envgen steps left out of medians: compile
-#   and autotune) BUDGET OUT RUNS ENVGEN PY ENVGEN_CACHE_DIR
+#   and autotune) BUDGET OUT RUNS ENVGEN PY ENVGEN_CACHE_DIR SEED
 set -u
 T0=$(date +%s)
 CHECK_ONLY=${CHECK_ONLY:-0}
@@ -70,7 +80,7 @@ RECORD="$HERE/gpu_check/record.py"
 
 E=${ENVGEN:-}
 if [ -z "$E" ]; then
-  for c in ./envgen target/release/envgen target/debug/envgen; do
+  for c in ./envgen .gpu-carry/envgen target/release/envgen target/debug/envgen; do
     [ -x "$c" ] && { E=$c; break; }
   done
 fi
@@ -158,7 +168,15 @@ ONLY=${ONLY:-all}
 # (docs/benchmarks.md, "First contact with a real GPU"). Cold, the default
 # becomes gpt2 alone; the next call on the same machine (warm cache) can run hrm.
 COLD=0
-[ "$CHECK_ONLY" != 1 ] && [ -z "$(ls -A "$ENVGEN_CACHE_DIR" 2>/dev/null)" ] && COLD=1
+SEED=${SEED:-}
+if [ -z "$SEED" ] && [ -f "$ROOT/.gpu-carry/kernel-seed.tgz" ] && [ "$CHECK_ONLY" != 1 ]; then
+  SEED=$(dirname "$OUT")/kernel-seed
+  mkdir -p "$SEED" && tar xzf "$ROOT/.gpu-carry/kernel-seed.tgz" -C "$SEED"
+fi
+SEEDED=0
+if [ "$CHECK_ONLY" != 1 ] && [ -z "$(ls -A "$ENVGEN_CACHE_DIR" 2>/dev/null)" ]; then
+  if [ -n "$SEED" ]; then export ENVGEN_KERNEL_SEED=$SEED; SEEDED=1; else COLD=1; fi
+fi
 if [ "$ONLY" = all ] && [ "$COLD" = 1 ]; then
   echo "cold kernel cache ($ENVGEN_CACHE_DIR is empty): gpt2 only in this call; call again with ONLY=hrm"
   ONLY=gpt2
@@ -195,6 +213,12 @@ GPT2_124M=(run gpt2 --preset gpt2-124m --backend cuda --precision bf16 --micro-b
   --set data.source=generated --set train.batch_size="$GPT2_GB"
   --set train.eval_every=100000 --set train.checkpoint_every=100000 --out "$RUNS" --json)
 if [ "$G" = 1 ]; then
+  if [ "$SEEDED" = 1 ]; then
+    # The first run on the seeded cache, on its own: hits, compiled, first_step_s.
+    step envgen envgen_gpt2_124m_seeded 330 $((M_G2 + M_PTE + M_HRM + M_PTH)) \
+      "{\"skip_first\": 0, \"micro_batch\": $GPT2_MB, \"global_batch\": $GPT2_GB, \"seed\": \"$SEED\"}" -- \
+      "$E" "${GPT2_124M[@]}" --set train.steps=2
+  fi
   if [ "$COLD" = 1 ] || [ "$CHECK_ONLY" = 1 ]; then
     # Its step 1 is the compile time (kernels and autotune), on its own.
     step envgen envgen_gpt2_124m_cold 330 $((M_G2 + M_PTE + M_HRM + M_PTH)) \
@@ -269,6 +293,9 @@ fi
 "$PY" "$RECORD" compare "$RES" >> "$RES"
 tail -n 1 "$RES"
 head -n 12 "$OUT/logs/cubecl_kernels.txt" 2>/dev/null | cut -c1-160
+# The autotune results this GPU recorded, for env/autotune/ (see SEED above).
+( cd "$ENVGEN_CACHE_DIR" && ls -d cubecl/*/autotune >/dev/null 2>&1 \
+  && tar czf "$OUT/autotune.tgz" cubecl/*/autotune cubecl/*/envgen-warmup.json 2>/dev/null )
 if [ "${BUNDLE:-1}" = 1 ]; then
   tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$OUT/logs" && echo "logs: $OUT/logs.tgz"
 fi
