@@ -18,6 +18,7 @@ mod catalog;
 pub mod data;
 mod drivers;
 mod gpus;
+pub mod mig;
 pub mod report;
 pub mod require;
 pub mod summary;
@@ -67,6 +68,8 @@ pub struct KnowledgeBase {
     cudnn: Vec<CudnnRow>,
     precision: Vec<PrecisionFeature>,
     ngc_runtime: Option<data::NgcRuntime>,
+    /// Which boards split into MIG slices, and what a slice lacks.
+    mig: data::MigFacts,
 }
 
 fn parse_toml<T: serde::de::DeserializeOwned>(file: &str, text: &str) -> Result<T> {
@@ -100,6 +103,7 @@ impl KnowledgeBase {
 
         let mut kb = KnowledgeBase::default();
         kb.index_gpus(gpus.gpu)?;
+        kb.mig = gpus.mig;
         kb.sm_specs = gpus::sm_specs(&cuda);
         kb.index_images(&images);
         kb.wheels = wheels::wheel_facts(pytorch);

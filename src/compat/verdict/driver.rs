@@ -7,7 +7,8 @@
 use super::super::require::{brands_for_class, Outcome, RequireRule, RuntimeFacts};
 use super::super::version::Version;
 use super::super::KnowledgeBase;
-use super::{gpu_cc, gpu_label, reason, unconfirmed_note, Reason, VerdictStatus};
+use super::support::upgrade_fix;
+use super::{gpu_cc, gpu_label, reason, Reason, VerdictStatus};
 use crate::host::{Gpu, GpuClass, Host};
 
 /// The driver as the checks need it.
@@ -59,49 +60,6 @@ impl DriverFacts {
             (None, None) => "an unknown driver".into(),
         }
     }
-}
-
-/// The first check of every verdict, before any CUDA-version reasoning: a
-/// driver branch older than the GPU's architecture cannot drive the GPU at
-/// all (nvidia-smi does not list it), whatever the software: no image,
-/// wheel, precision or forward-compatibility package changes that, since
-/// cuda-compat replaces only user-mode libraries. Without a driver version,
-/// the driver's CUDA is compared with the architecture's first CUDA.
-pub(super) fn driver_predates_gpu(
-    kb: &KnowledgeBase,
-    driver: &DriverFacts,
-    gpu: &Gpu,
-) -> Option<Reason> {
-    let cc = gpu_cc(gpu)?;
-    let arch = kb.architecture(&cc)?;
-    let min = Version::parse(&arch.min_driver_linux)?;
-    let first_cuda = Version::parse(&arch.first_cuda)?;
-    let predates = match (&driver.version, &driver.max_cuda) {
-        (Some(version), _) => version.major() < min.major(),
-        (None, Some(max_cuda)) if !driver.floor_only => max_cuda < &first_cuda,
-        _ => false,
-    };
-    if !predates {
-        return None;
-    }
-    Some(reason(
-        "driver-predates-gpu",
-        VerdictStatus::Fail,
-        format!(
-            "{} predates {}: {} GPUs need driver branch R{} or newer (≥ {min}, the driver of CUDA {first_cuda}, the first CUDA for sm_{}{}); this driver does not know the chip, so nothing runs on it, and no image, wheel or forward-compatibility package can change that{}",
-            driver.describe(),
-            gpu_label(gpu),
-            arch.name,
-            min.major(),
-            cc.major(),
-            cc.minor(),
-            unconfirmed_note(&arch.unconfirmed, &["min_driver_linux"])
-        ),
-        format!(
-            "upgrade the driver to R{} or newer (≥ {min}); no choice of image or wheel avoids this",
-            min.major()
-        ),
-    ))
 }
 
 /// How the software gets a newer CUDA than the driver's.
@@ -162,7 +120,7 @@ pub(super) fn check_driver(
                 "driver-too-old",
                 VerdictStatus::Fail,
                 format!("driver {text} is older than every CUDA release envgen knows (CUDA 11.x needs ≥ 450.80.02); CUDA {target} cannot run"),
-                format!("upgrade the driver to ≥ {}", kb.toolkit_driver_min(&release).map(|v| v.to_string()).unwrap_or_else(|| "a current branch".into())),
+                upgrade_fix(kb, driver, gpu, kb.toolkit_driver_min(&release).as_ref(), &release, ""),
             )],
             None => Vec::new(),
         };
@@ -185,15 +143,19 @@ pub(super) fn check_driver(
         Some(first) if *first > target => first.clone(),
         _ => release.clone(),
     };
-    let full_driver = kb
-        .toolkit_driver_min(&driver_target)
-        .map(|v| format!("{v} (R{})", v.major()))
-        .unwrap_or_else(|| format!("the one bundled with CUDA {driver_target}"));
     let older = kb
         .newest_base_at_most(max_cuda)
         .map(|tag| format!(" or use CUDA ≤ {max_cuda} software (e.g. nvidia/cuda:{tag}-* images)"))
         .unwrap_or_else(|| format!(" or use software built for CUDA ≤ {max_cuda}"));
-    let upgrade = format!("upgrade the driver to ≥ {full_driver}{older}");
+    // Never past the GPU's last driver branch (issue #43).
+    let upgrade = upgrade_fix(
+        kb,
+        driver,
+        gpu,
+        kb.toolkit_driver_min(&driver_target).as_ref(),
+        &driver_target,
+        &older,
+    );
     let minor_compat_ok = driver
         .version
         .as_ref()

@@ -9,7 +9,11 @@ use proptest::prelude::*;
 
 // Issue #27's cases at the edges, with the helpers below.
 mod edges;
+// Issue #43: the end of driver support per architecture, and MIG slices.
+mod end_of_support;
 mod messages;
+// Number formats: BF16/TF32/FP16/FP8 and issue #43's INT8, FP4 and chips without tensor cores.
+mod precisions;
 
 fn kb() -> &'static KnowledgeBase {
     KnowledgeBase::embedded()
@@ -533,85 +537,6 @@ fn cu130_wheel_on_r570_driver_too_old() {
     // cu13x needs ≥ 580; no minor-version compat across majors.
     let v = wheel_verdict("A30", "570.124.06", "2.9.0+cu130");
     expect(&v, VerdictStatus::Fail, &["driver-too-old"]);
-}
-
-// --- precision ----------------------------------------------------------------
-
-#[test]
-fn bf16_needs_ampere() {
-    // BF16 needs CC ≥ 8.0 (Transformer Engine support matrix).
-    expect(
-        &precision_verdict("V100-32GB", HardwarePrecision::Bf16),
-        VerdictStatus::Fail,
-        &["bf16-unsupported"],
-    );
-    expect(
-        &precision_verdict("T4", HardwarePrecision::Bf16),
-        VerdictStatus::Fail,
-        &["bf16-unsupported"],
-    );
-    expect(
-        &precision_verdict("A30", HardwarePrecision::Bf16),
-        VerdictStatus::Ok,
-        &[],
-    );
-}
-
-#[test]
-fn fp8_needs_ada_or_hopper() {
-    // FP8 = No on 8.0 (TE); Yes on 8.9 (per-tensor) and 9.0.
-    let v = precision_verdict("A100-80GB", HardwarePrecision::Fp8);
-    expect(&v, VerdictStatus::Fail, &["fp8-unsupported"]);
-    assert!(v.reasons[0].message.contains("8.9"), "{v:#?}");
-    expect(
-        &precision_verdict("L4", HardwarePrecision::Fp8),
-        VerdictStatus::Ok,
-        &[],
-    );
-    expect(
-        &precision_verdict("H100", HardwarePrecision::Fp8),
-        VerdictStatus::Ok,
-        &[],
-    );
-}
-
-#[test]
-fn verdicts_on_unconfirmed_gpu_facts_say_so() {
-    // RTX A4500 = 8.6 is not on NVIDIA's list (compat.md §2): the BF16 verdict
-    // is ok, the FP8 failure names the unconfirmed fact.
-    expect(
-        &precision_verdict("RTX A4500", HardwarePrecision::Bf16),
-        VerdictStatus::Ok,
-        &[],
-    );
-    let v = precision_verdict("RTX A4500", HardwarePrecision::Fp8);
-    expect(&v, VerdictStatus::Fail, &["fp8-unsupported"]);
-    assert!(
-        v.reasons[0]
-            .message
-            .contains("UNCONFIRMED: compute_capability"),
-        "{v:#?}"
-    );
-}
-
-#[test]
-fn tf32_and_fp16() {
-    // TF32 ≥ 8.0 (TRT8 matrix): V100 computes in FP32 instead (warn only).
-    expect(
-        &precision_verdict("V100-16GB", HardwarePrecision::Tf32),
-        VerdictStatus::Warn,
-        &["tf32-unsupported"],
-    );
-    expect(
-        &precision_verdict("A100-40GB", HardwarePrecision::Tf32),
-        VerdictStatus::Ok,
-        &[],
-    );
-    expect(
-        &precision_verdict("V100-16GB", HardwarePrecision::Fp16),
-        VerdictStatus::Ok,
-        &[],
-    );
 }
 
 // --- unknowns, no GPU, multi-GPU, the whole catalog -----------------------------
