@@ -223,7 +223,7 @@ fn without_tensor_cores(
     chip_has_none: bool,
 ) -> Option<Finding> {
     let why = if chip_has_none {
-        "this chip has no tensor cores (GTX 16 series and TU117 MX parts: Turing without them)"
+        "it is a Turing chip without tensor cores, like the rest of the GTX 16 series and the TU117 MX parts"
             .to_string()
     } else {
         format!(

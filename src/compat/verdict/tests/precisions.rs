@@ -152,7 +152,7 @@ fn chips_without_tensor_cores_get_no_tensor_core_verdicts() {
         assert!(
             v.reasons[0]
                 .message
-                .contains("this chip has no tensor cores"),
+                .contains("a Turing chip without tensor cores"),
             "{v:#?}"
         );
         let v = precision_verdict(gpu, HardwarePrecision::Int8);
