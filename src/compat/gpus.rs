@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::data;
+use super::mig::{profile_memory_gb, split_mig_name, MigName};
 use super::version::{parse_compute_capability, Version};
 use super::KnowledgeBase;
 use crate::error::{Result, UserError};
@@ -455,7 +456,7 @@ impl KnowledgeBase {
         for (index, query) in gpus.iter().enumerate() {
             let index = u32::try_from(index).unwrap_or(u32::MAX);
             // A MIG name is its board's facts under the slice's name.
-            if let Some(mig) = super::mig::split_mig_name(query) {
+            if let Some(mig) = split_mig_name(query) {
                 let spec = self.resolve_mig_board(query, mig)?;
                 let gpu = Gpu {
                     index,
@@ -487,6 +488,68 @@ impl KnowledgeBase {
             host.driver_version = Some(text.trim().to_string());
         }
         Ok(host)
+    }
+}
+
+/// MIG slices (issue #43): their board, and the note on what MIG changes.
+impl KnowledgeBase {
+    /// Is `spec` (a row, or a family whose every row) a MIG-capable board?
+    fn splits_into_mig(&self, spec: &GpuSpec) -> bool {
+        let boards = &self.mig.boards;
+        if spec.variants.is_empty() {
+            boards.contains(&spec.id)
+        } else {
+            spec.variants.iter().all(|id| boards.contains(id))
+        }
+    }
+
+    /// The board spec of an `--assume-gpu` MIG name, or a usage error naming
+    /// the value: an unknown or ambiguous board as for any GPU name, and a
+    /// board the MIG user guide does not list.
+    pub(super) fn resolve_mig_board(&self, query: &str, mig: MigName<'_>) -> Result<&GpuSpec> {
+        let spec = self.resolve_gpu(mig.board)?;
+        if spec.sm_only || !self.splits_into_mig(spec) {
+            return Err(UserError::usage(format!(
+                "--assume-gpu `{query}`: {} cannot be split into MIG slices (not among the GPUs of NVIDIA's MIG user guide)",
+                spec.name
+            ))
+            .with_fix(format!(
+                "name the whole GPU (`{}`), or a MIG-capable board such as \"A100-SXM4-40GB MIG 1g.5gb\" (add boards to [mig] in env/gpus.toml)",
+                mig.board
+            ))
+            .into());
+        }
+        Ok(spec)
+    }
+
+    /// The board of a probed MIG device name, if envgen knows it.
+    pub(super) fn mig_board<'n>(&self, name: &'n str) -> Option<(&GpuSpec, MigName<'n>)> {
+        let mig = split_mig_name(name)?;
+        let spec = self.lookup_gpu(mig.board).filter(|spec| !spec.sm_only)?;
+        Some((spec, mig))
+    }
+
+    /// The host note for a MIG slice: what it is, and what MIG changes.
+    pub(super) fn mig_note(&self, gpu: &Gpu, board: &GpuSpec, mig: MigName<'_>) -> String {
+        let memory = profile_memory_gb(mig.profile)
+            .map(|gb| format!(" with {gb} GB of its memory"))
+            .unwrap_or_default();
+        format!(
+            "GPU {} is MIG slice {} of {}{memory}: every verdict is the board's (compute capability {}, {}); but {}",
+            gpu.index,
+            mig.profile,
+            board.name,
+            board.compute_capability,
+            class_name(board.class),
+            self.mig.limits
+        )
+    }
+
+    /// "5 GB (MIG 1g.5gb)" for a slice whose memory was not reported.
+    pub(super) fn mig_memory_text(&self, gpu: &Gpu) -> Option<String> {
+        let mig = split_mig_name(&gpu.name)?;
+        let gb = profile_memory_gb(mig.profile)?;
+        Some(format!("{gb} GB (MIG {})", mig.profile))
     }
 }
 

@@ -1,14 +1,9 @@
 //! MIG device names (issue #43). Inside a MIG job NVML, nvidia-smi's queries
 //! and torch name the device as its board plus the profile ("NVIDIA
-//! A100-SXM4-40GB MIG 1g.5gb"). A slice has its board's compute capability
-//! and class, so it is resolved to the board's row and every verdict is the
-//! board's; what MIG itself changes (a share of the memory, no peer access)
-//! becomes a host note. Facts: `[mig]` in env/gpus.toml.
-
-use super::gpus::GpuSpec;
-use super::KnowledgeBase;
-use crate::error::{Result, UserError};
-use crate::host::Gpu;
+//! A100-SXM4-40GB MIG 1g.5gb"). This splits such a name; gpus.rs resolves
+//! the board (a slice has its board's compute capability and class, so every
+//! verdict is the board's) and notes what MIG changes. Facts: `[mig]` in
+//! env/gpus.toml.
 
 /// A MIG device name split into its board and profile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,67 +52,6 @@ pub fn profile_memory_gb(profile: &str) -> Option<u64> {
         .strip_suffix("gb")?
         .parse()
         .ok()
-}
-
-impl KnowledgeBase {
-    /// Is `spec` (a row, or a family whose every row) a MIG-capable board?
-    fn splits_into_mig(&self, spec: &GpuSpec) -> bool {
-        let boards = &self.mig.boards;
-        if spec.variants.is_empty() {
-            boards.contains(&spec.id)
-        } else {
-            spec.variants.iter().all(|id| boards.contains(id))
-        }
-    }
-
-    /// The board spec of an `--assume-gpu` MIG name, or a usage error naming
-    /// the value: an unknown or ambiguous board as for any GPU name, and a
-    /// board the MIG user guide does not list.
-    pub(super) fn resolve_mig_board(&self, query: &str, mig: MigName<'_>) -> Result<&GpuSpec> {
-        let spec = self.resolve_gpu(mig.board)?;
-        if spec.sm_only || !self.splits_into_mig(spec) {
-            return Err(UserError::usage(format!(
-                "--assume-gpu `{query}`: {} cannot be split into MIG slices (not among the GPUs of NVIDIA's MIG user guide)",
-                spec.name
-            ))
-            .with_fix(format!(
-                "name the whole GPU (`{}`), or a MIG-capable board such as \"A100-SXM4-40GB MIG 1g.5gb\" (add boards to [mig] in env/gpus.toml)",
-                mig.board
-            ))
-            .into());
-        }
-        Ok(spec)
-    }
-
-    /// The board of a probed MIG device name, if envgen knows it.
-    pub(super) fn mig_board<'n>(&self, name: &'n str) -> Option<(&GpuSpec, MigName<'n>)> {
-        let mig = split_mig_name(name)?;
-        let spec = self.lookup_gpu(mig.board).filter(|spec| !spec.sm_only)?;
-        Some((spec, mig))
-    }
-
-    /// The host note for a MIG slice: what it is, and what MIG changes.
-    pub(super) fn mig_note(&self, gpu: &Gpu, board: &GpuSpec, mig: MigName<'_>) -> String {
-        let memory = profile_memory_gb(mig.profile)
-            .map(|gb| format!(" with {gb} GB of its memory"))
-            .unwrap_or_default();
-        format!(
-            "GPU {} is MIG slice {} of {}{memory}: every verdict is the board's (compute capability {}, {}); but {}",
-            gpu.index,
-            mig.profile,
-            board.name,
-            board.compute_capability,
-            super::gpus::class_name(board.class),
-            self.mig.limits
-        )
-    }
-
-    /// "5 GB (MIG 1g.5gb)" for a slice whose memory was not reported.
-    pub(super) fn mig_memory_text(&self, gpu: &Gpu) -> Option<String> {
-        let mig = split_mig_name(&gpu.name)?;
-        let gb = profile_memory_gb(mig.profile)?;
-        Some(format!("{gb} GB (MIG {})", mig.profile))
-    }
 }
 
 #[cfg(test)]

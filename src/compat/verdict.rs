@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 mod driver;
+mod driver_facts;
 mod image;
 mod precision;
 mod subjects;
@@ -17,7 +18,7 @@ use super::require::RequireRule;
 use super::version::{parse_compute_capability, Version};
 use super::{ImageFacts, KnowledgeBase, WheelFacts};
 use crate::host::{Gpu, Host};
-use driver::DriverFacts;
+use driver_facts::DriverFacts;
 use image::check_image;
 use precision::check_precision;
 pub use precision::HardwarePrecision;

@@ -7,7 +7,7 @@
 use super::super::data::Architecture;
 use super::super::version::Version;
 use super::super::KnowledgeBase;
-use super::driver::DriverFacts;
+use super::driver_facts::DriverFacts;
 use super::{gpu_cc, gpu_label, reason, unconfirmed_note, Reason, VerdictStatus};
 use crate::host::Gpu;
 
