@@ -9,21 +9,21 @@ use serde::{Deserialize, Serialize};
 
 mod driver;
 mod driver_facts;
+mod driver_range;
 mod image;
 mod precision;
 mod subjects;
-mod support;
 
 use super::require::RequireRule;
 use super::version::{parse_compute_capability, Version};
 use super::{ImageFacts, KnowledgeBase, WheelFacts};
 use crate::host::{Gpu, Host};
 use driver_facts::DriverFacts;
+use driver_range::{driver_dropped_gpu, driver_predates_gpu};
 use image::check_image;
 use precision::check_precision;
 pub use precision::HardwarePrecision;
 use subjects::{check_wheel, check_wheel_facts};
-use support::{driver_dropped_gpu, driver_predates_gpu};
 
 /// How a verdict, or one of its reasons, comes out: `ok` < `warn` < `fail`
 /// (a verdict's is its worst reason's). Not a run's status

@@ -1,5 +1,5 @@
 //! The driver side of a verdict, once the driver can drive the GPU at all
-//! (support.rs): the driver's CUDA against the software's (minor-version and
+//! (driver_range.rs): the driver's CUDA against the software's (minor-version and
 //! forward compatibility, the NGC entrypoint's modes), then an image's
 //! NVIDIA_REQUIRE_CUDA as the container runtime checks it.
 
@@ -7,7 +7,7 @@ use super::super::require::{brands_for_class, Outcome, RequireRule, RuntimeFacts
 use super::super::version::Version;
 use super::super::KnowledgeBase;
 use super::driver_facts::DriverFacts;
-use super::support::upgrade_fix;
+use super::driver_range::upgrade_fix;
 use super::{gpu_cc, gpu_label, reason, Reason, VerdictStatus};
 use crate::host::{Gpu, GpuClass};
 
