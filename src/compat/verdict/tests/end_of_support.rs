@@ -297,6 +297,17 @@ fn a_probed_mig_name_resolves_to_its_board_and_keeps_its_own_memory() {
     );
     expect(&v, VerdictStatus::Warn, &["forward-compat-required"]);
     assert!(!v.codes().contains(&"unknown-gpu"));
+    // Without a reported memory the slice does not borrow the board's 40 GB.
+    let mut host = Host {
+        gpus: vec![Gpu {
+            name: "NVIDIA A100-SXM4-40GB MIG 3g.20gb".into(),
+            ..Gpu::default()
+        }],
+        ..Host::default()
+    };
+    kb().enrich(&mut host);
+    assert_eq!(host.gpus[0].memory_mib, None);
+    assert_eq!(kb().memory_text(&host.gpus[0]), "20 GB (MIG 3g.20gb)");
 }
 
 #[test]
