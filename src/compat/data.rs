@@ -7,7 +7,19 @@ use crate::host::GpuClass;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GpusFile {
+    pub mig: MigFacts,
     pub gpu: Vec<GpuRow>,
+}
+
+/// Multi-Instance GPU: which boards can be split, and what a slice lacks.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigFacts {
+    /// Row ids of the GPUs the MIG user guide lists.
+    pub boards: Vec<String>,
+    /// What changes on a slice, in words (doctor's note).
+    pub limits: String,
+    pub source: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -18,6 +30,9 @@ pub struct GpuRow {
     pub compute_capability: String,
     pub memory_mib: Option<u64>,
     pub class: GpuClass,
+    /// `false` for a chip without the tensor cores of its compute capability
+    /// (Turing TU116/TU117); absent means it has what its SM has.
+    pub tensor_cores: Option<bool>,
     #[serde(default)]
     pub aliases: Vec<String>,
     /// Names people type that several rows may share ("A100", "RTX 4090"):
@@ -38,10 +53,23 @@ pub struct CudaFile {
     pub driver_branch: Vec<DriverBranch>,
     pub sm: Vec<SmSupport>,
     pub architecture: Vec<Architecture>,
+    pub legacy_gpu: LegacyGpu,
 }
 
-/// The oldest driver that can drive a GPU architecture at all: the toolkit
-/// driver of the first CUDA release with its SM.
+/// What a driver branch newer than a GPU's last one logs before it ignores
+/// the GPU; `{gpu}`, `{branch}` and `{driver}` are filled in.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LegacyGpu {
+    pub message: String,
+    #[serde(default)]
+    pub unconfirmed: Vec<String>,
+    pub source: String,
+}
+
+/// The oldest driver that can drive a GPU architecture at all (the toolkit
+/// driver of the first CUDA release with its SM) and, once NVIDIA has ended
+/// its support, the last driver branch that still does.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Architecture {
@@ -49,6 +77,10 @@ pub struct Architecture {
     pub compute_capabilities: Vec<String>,
     pub first_cuda: String,
     pub min_driver_linux: String,
+    /// "Last Driver Support" of NVIDIA's architecture matrix (470, 580); none
+    /// while support is ongoing.
+    pub last_driver_branch: Option<u32>,
+    pub last_driver_source: Option<String>,
     #[serde(default)]
     pub unconfirmed: Vec<String>,
     pub source: String,
@@ -135,6 +167,12 @@ pub struct PrecisionFile {
 pub struct PrecisionFeature {
     pub name: String,
     pub min_compute_capability: String,
+    /// From this compute capability the format runs on tensor cores; below
+    /// it (down to the minimum) without them.
+    pub tensor_cores_from: Option<String>,
+    /// SMs above the minimum that lack the format (the Jetson TX2's 6.2 for INT8).
+    #[serde(default)]
+    pub excluded_compute_capabilities: Vec<String>,
     pub note: Option<String>,
     #[serde(default)]
     pub unconfirmed: Vec<String>,

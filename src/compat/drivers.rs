@@ -1,7 +1,7 @@
 //! Driver facts (`env/cuda.toml`): which CUDA a driver runs, which driver a
 //! CUDA release or a GPU architecture needs.
 
-use super::data::{self, Architecture, CudaFile, ForwardCompat, NgcRuntime, SmSupport};
+use super::data::{self, Architecture, CudaFile, ForwardCompat, LegacyGpu, NgcRuntime, SmSupport};
 use super::version::{parse_compute_capability, Version};
 use super::KnowledgeBase;
 use crate::error::{Result, UserError};
@@ -105,6 +105,11 @@ impl KnowledgeBase {
                 .filter_map(|c| parse_compute_capability(c))
                 .any(|(v, _)| &v == cc)
         })
+    }
+
+    /// What a driver newer than a GPU's last branch logs before ignoring it.
+    pub fn legacy_gpu(&self) -> Option<&LegacyGpu> {
+        self.cuda_file().map(|cuda| &cuda.legacy_gpu)
     }
 
     /// What NGC framework images set and their entrypoint prints.

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::data;
+use super::mig::{profile_memory_gb, split_mig_name, MigName};
 use super::version::{parse_compute_capability, Version};
 use super::KnowledgeBase;
 use crate::error::{Result, UserError};
@@ -22,6 +23,10 @@ pub struct GpuSpec {
     /// True when the spec was made from an SM alone (`--assume-gpu sm_120`).
     #[serde(default)]
     pub sm_only: bool,
+    /// A chip without the tensor cores its compute capability would have
+    /// (GTX 16 series, TU117 MX parts: `tensor_cores = false` in the row).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lacks_tensor_cores: bool,
     /// For a family answer ("A100") whose rows differ only in memory: the
     /// smallest and largest memory of its rows (`memory_mib` is then `None`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -116,6 +121,7 @@ pub(super) fn sm_specs(cuda: &data::CudaFile) -> Vec<GpuSpec> {
                 memory_mib: None,
                 class: GpuClass::Consumer,
                 sm_only: true,
+                lacks_tensor_cores: false,
                 memory_range_mib: None,
                 variants: Vec::new(),
                 unconfirmed: vec!["class (described by SM only)".into()],
@@ -169,6 +175,7 @@ impl KnowledgeBase {
                 memory_mib: row.memory_mib,
                 class: row.class,
                 sm_only: false,
+                lacks_tensor_cores: row.tensor_cores == Some(false),
                 memory_range_mib: None,
                 variants: Vec::new(),
                 unconfirmed: row.unconfirmed,
@@ -227,15 +234,16 @@ impl KnowledgeBase {
         Ok(())
     }
 
-    /// One spec for rows that agree on compute capability and class (the
-    /// GPU facts verdicts read), or `None` when they differ.
+    /// One spec for rows that agree on compute capability, class and tensor
+    /// cores (the GPU facts verdicts read), or `None` when they differ.
     fn merge_family(&self, family: &str, members: &[usize]) -> Option<GpuSpec> {
         let rows: Vec<&GpuSpec> = members.iter().map(|i| &self.gpus[*i]).collect();
         let first = rows[0];
-        if rows
-            .iter()
-            .any(|r| r.compute_capability != first.compute_capability || r.class != first.class)
-        {
+        if rows.iter().any(|r| {
+            r.compute_capability != first.compute_capability
+                || r.class != first.class
+                || r.lacks_tensor_cores != first.lacks_tensor_cores
+        }) {
             return None;
         }
         let memories: Vec<u64> = rows.iter().filter_map(|r| r.memory_mib).collect();
@@ -271,6 +279,7 @@ impl KnowledgeBase {
             memory_mib,
             class: first.class,
             sm_only: false,
+            lacks_tensor_cores: first.lacks_tensor_cores,
             memory_range_mib,
             variants: rows.iter().map(|r| r.id.clone()).collect(),
             unconfirmed,
@@ -384,6 +393,9 @@ impl KnowledgeBase {
         if let Some(mib) = gpu.memory_mib {
             return format!("{mib} MiB");
         }
+        if let Some(slice) = self.mig_memory_text(gpu) {
+            return slice;
+        }
         let range = gpu
             .catalog_id
             .as_deref()
@@ -398,24 +410,33 @@ impl KnowledgeBase {
     /// Fill class, compute capability and catalog id of probed GPUs from their
     /// names, and the driver's CUDA version from the driver version.
     pub fn enrich(&self, host: &mut Host) {
+        let mut notes = Vec::new();
         for gpu in &mut host.gpus {
             // The driver names one device: its own row before a family.
             let exact = self
                 .gpu_rows
                 .get(&gpu_key(&gpu.name))
                 .map(|i| &self.gpus[*i]);
-            let Some(spec) = exact
+            let own = exact
                 .or_else(|| self.lookup_gpu(&gpu.name))
-                .filter(|spec| !spec.sm_only)
-            else {
+                .filter(|spec| !spec.sm_only);
+            // A MIG slice ("… A100-SXM4-40GB MIG 1g.5gb") is its board's row.
+            let mig = own.is_none().then(|| self.mig_board(&gpu.name)).flatten();
+            let Some(spec) = own.or(mig.map(|(board, _)| board)) else {
                 continue;
             };
+            if let Some((board, name)) = mig {
+                notes.push(self.mig_note(gpu, board, name));
+            } else {
+                // A slice has a share of the board's memory, not all of it.
+                gpu.memory_mib = gpu.memory_mib.or(spec.memory_mib);
+            }
             gpu.compute_capability
                 .get_or_insert_with(|| spec.compute_capability.clone());
-            gpu.memory_mib = gpu.memory_mib.or(spec.memory_mib);
             gpu.class.get_or_insert(spec.class);
             gpu.catalog_id = Some(spec.id.clone());
         }
+        host.notes.extend(notes);
         if host.cuda_driver_version.is_none() {
             host.cuda_driver_version = host
                 .driver_version
@@ -433,9 +454,26 @@ impl KnowledgeBase {
             ..Host::default()
         };
         for (index, query) in gpus.iter().enumerate() {
+            let index = u32::try_from(index).unwrap_or(u32::MAX);
+            // A MIG name is its board's facts under the slice's name.
+            if let Some(mig) = split_mig_name(query) {
+                let spec = self.resolve_mig_board(query, mig)?;
+                let gpu = Gpu {
+                    index,
+                    name: format!("{} MIG {}", spec.name, mig.profile),
+                    compute_capability: Some(spec.compute_capability.clone()),
+                    memory_mib: None,
+                    class: Some(spec.class),
+                    catalog_id: Some(spec.id.clone()),
+                    ..Gpu::default()
+                };
+                host.notes.push(self.mig_note(&gpu, spec, mig));
+                host.gpus.push(gpu);
+                continue;
+            }
             let spec = self.resolve_gpu(query)?;
             host.gpus.push(Gpu {
-                index: u32::try_from(index).unwrap_or(u32::MAX),
+                index,
                 name: spec.name.clone(),
                 compute_capability: Some(spec.compute_capability.clone()),
                 memory_mib: spec.memory_mib,
@@ -450,6 +488,68 @@ impl KnowledgeBase {
             host.driver_version = Some(text.trim().to_string());
         }
         Ok(host)
+    }
+}
+
+/// MIG slices (issue #43): their board, and the note on what MIG changes.
+impl KnowledgeBase {
+    /// Is `spec` (a row, or a family whose every row) a MIG-capable board?
+    fn splits_into_mig(&self, spec: &GpuSpec) -> bool {
+        let boards = &self.mig.boards;
+        if spec.variants.is_empty() {
+            boards.contains(&spec.id)
+        } else {
+            spec.variants.iter().all(|id| boards.contains(id))
+        }
+    }
+
+    /// The board spec of an `--assume-gpu` MIG name, or a usage error naming
+    /// the value: an unknown or ambiguous board as for any GPU name, and a
+    /// board the MIG user guide does not list.
+    pub(super) fn resolve_mig_board(&self, query: &str, mig: MigName<'_>) -> Result<&GpuSpec> {
+        let spec = self.resolve_gpu(mig.board)?;
+        if spec.sm_only || !self.splits_into_mig(spec) {
+            return Err(UserError::usage(format!(
+                "--assume-gpu `{query}`: {} cannot be split into MIG slices (not among the GPUs of NVIDIA's MIG user guide)",
+                spec.name
+            ))
+            .with_fix(format!(
+                "name the whole GPU (`{}`), or a MIG-capable board such as \"A100-SXM4-40GB MIG 1g.5gb\" (add boards to [mig] in env/gpus.toml)",
+                mig.board
+            ))
+            .into());
+        }
+        Ok(spec)
+    }
+
+    /// The board of a probed MIG device name, if envgen knows it.
+    pub(super) fn mig_board<'n>(&self, name: &'n str) -> Option<(&GpuSpec, MigName<'n>)> {
+        let mig = split_mig_name(name)?;
+        let spec = self.lookup_gpu(mig.board).filter(|spec| !spec.sm_only)?;
+        Some((spec, mig))
+    }
+
+    /// The host note for a MIG slice: what it is, and what MIG changes.
+    pub(super) fn mig_note(&self, gpu: &Gpu, board: &GpuSpec, mig: MigName<'_>) -> String {
+        let memory = profile_memory_gb(mig.profile)
+            .map(|gb| format!(" with {gb} GB of its memory"))
+            .unwrap_or_default();
+        format!(
+            "GPU {} is MIG slice {} of {}{memory}: every verdict is the board's (compute capability {}, {}); but {}",
+            gpu.index,
+            mig.profile,
+            board.name,
+            board.compute_capability,
+            class_name(board.class),
+            self.mig.limits
+        )
+    }
+
+    /// "5 GB (MIG 1g.5gb)" for a slice whose memory was not reported.
+    pub(super) fn mig_memory_text(&self, gpu: &Gpu) -> Option<String> {
+        let mig = split_mig_name(&gpu.name)?;
+        let gb = profile_memory_gb(mig.profile)?;
+        Some(format!("{gb} GB (MIG {})", mig.profile))
     }
 }
 

@@ -19,6 +19,7 @@ pub mod data;
 pub mod devices;
 mod drivers;
 mod gpus;
+pub mod mig;
 pub mod report;
 pub mod require;
 pub mod summary;
@@ -68,6 +69,8 @@ pub struct KnowledgeBase {
     cudnn: Vec<CudnnRow>,
     precision: Vec<PrecisionFeature>,
     ngc_runtime: Option<data::NgcRuntime>,
+    /// Which boards split into MIG slices, and what a slice lacks.
+    mig: data::MigFacts,
 }
 
 fn parse_toml<T: serde::de::DeserializeOwned>(file: &str, text: &str) -> Result<T> {
@@ -101,6 +104,7 @@ impl KnowledgeBase {
 
         let mut kb = KnowledgeBase::default();
         kb.index_gpus(gpus.gpu)?;
+        kb.mig = gpus.mig;
         kb.sm_specs = gpus::sm_specs(&cuda);
         kb.index_images(&images);
         kb.wheels = wheels::wheel_facts(pytorch);

@@ -8,14 +8,22 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 mod driver;
+mod driver_facts;
+mod driver_range;
+mod image;
+mod precision;
 mod subjects;
 
 use super::require::RequireRule;
 use super::version::{parse_compute_capability, Version};
 use super::{ImageFacts, KnowledgeBase, WheelFacts};
 use crate::host::{Gpu, Host};
-use driver::{check_driver, check_require_cuda, driver_predates_gpu, DriverFacts, Packaging};
-use subjects::{check_precision, check_wheel, check_wheel_facts};
+use driver_facts::DriverFacts;
+use driver_range::{driver_dropped_gpu, driver_predates_gpu};
+use image::check_image;
+use precision::check_precision;
+pub use precision::HardwarePrecision;
+use subjects::{check_wheel, check_wheel_facts};
 
 /// How a verdict, or one of its reasons, comes out: `ok` < `warn` < `fail`
 /// (a verdict's is its worst reason's). Not a run's status
@@ -26,30 +34,6 @@ pub enum VerdictStatus {
     Ok,
     Warn,
     Fail,
-}
-
-/// A number format whose hardware support `doctor --precision` checks on
-/// each GPU (`env/precision.toml`). Not what a run computes in
-/// (`envgen_experiments::engine::Precision`, also `profiles::Precision`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum HardwarePrecision {
-    Tf32,
-    Bf16,
-    Fp16,
-    Fp8,
-}
-
-impl HardwarePrecision {
-    /// The feature name in `env/precision.toml`.
-    pub fn name(self) -> &'static str {
-        match self {
-            HardwarePrecision::Tf32 => "tf32",
-            HardwarePrecision::Bf16 => "bf16",
-            HardwarePrecision::Fp16 => "fp16",
-            HardwarePrecision::Fp8 => "fp8",
-        }
-    }
 }
 
 /// One finding, with a stable code from docs/cli.md.
@@ -189,10 +173,14 @@ pub fn evaluate(kb: &KnowledgeBase, host: &Host, request: &CheckRequest) -> Vec<
         }
         for gpu in &host.gpus {
             // Whether the driver can drive this GPU at all comes first, for
-            // every subject that uses the GPU (issue #27).
+            // every subject that uses the GPU: a branch older than its
+            // architecture (issue #27) or newer than its last (issue #43).
             let gate = subject
                 .uses_gpu()
-                .then(|| driver_predates_gpu(kb, &driver, gpu))
+                .then(|| {
+                    driver_predates_gpu(kb, &driver, gpu)
+                        .or_else(|| driver_dropped_gpu(kb, &driver, gpu))
+                })
                 .flatten();
             let reasons = match (gate, subject) {
                 (Some(gate), _) => unknown_gpu(gpu).into_iter().chain([gate]).collect(),
@@ -325,11 +313,16 @@ fn annotate_gpu_facts(kb: &KnowledgeBase, gpu: &Gpu, reasons: &mut [Reason]) {
     );
     let depends_on_gpu = [
         "driver-predates-gpu",
+        "driver-dropped-gpu",
         "no-kernel-image",
         "arch-dropped",
         "forward-compat-unsupported",
         "bf16-unsupported",
         "fp8-unsupported",
+        "fp4-unsupported",
+        "int8-unsupported",
+        "int8-no-tensor-cores",
+        "fp16-unsupported",
         "tf32-unsupported",
     ];
     for r in reasons
@@ -426,173 +419,6 @@ fn list_archs(archs: &[String]) -> String {
 fn is_envgen_cpu_image(image: &ImageFacts) -> bool {
     let envgen_made = image.origin == "profile" || image.origin == "envgen-image";
     envgen_made && image.cuda.is_none() && image.require_cuda.is_none()
-}
-
-fn check_image(
-    kb: &KnowledgeBase,
-    driver: &DriverFacts,
-    gpu: &Gpu,
-    image: &ImageFacts,
-    rules: &HashMap<&str, Result<RequireRule, String>>,
-) -> Vec<Reason> {
-    let mut reasons: Vec<Reason> = unknown_gpu(gpu).into_iter().collect();
-    if is_envgen_cpu_image(image) {
-        // envgen's own CPU profile: nothing in it touches the GPU or driver.
-        reasons.push(reason(
-            "cpu-only",
-            VerdictStatus::Ok,
-            format!("{} is an envgen CPU-backend image: it runs on any x86_64 host and does not use this GPU", image.reference),
-            "for GPU training use the cuda12.8 profile".to_string(),
-        ));
-        return reasons;
-    }
-    let cuda = image.cuda.as_deref().and_then(Version::parse);
-    let knows_nothing = knows_nothing_about(image);
-    if knows_nothing || cuda.is_none() {
-        reasons.push(unknown_image(image));
-        if knows_nothing {
-            return reasons;
-        }
-    }
-    let cc = gpu_cc(gpu);
-    let sm = cc.as_ref().and_then(|cc| kb.sm_support(cc));
-    let mut needs_jit = image.compiles_at_runtime;
-
-    // Architecture: dropped by the image or its toolkit, or unknown to it.
-    if let Some(cc) = &cc {
-        let min_cc = image
-            .min_compute_capability
-            .as_deref()
-            .and_then(Version::parse);
-        let last_cuda = sm
-            .and_then(|s| s.last_cuda.as_deref())
-            .and_then(Version::parse);
-        let first_cuda = sm
-            .and_then(|s| s.first_cuda.as_deref())
-            .and_then(Version::parse);
-        if let Some(min) = min_cc.filter(|min| cc < min) {
-            reasons.push(reason(
-                "arch-dropped",
-                VerdictStatus::Fail,
-                format!("{} supports compute capability ≥ {min}; {} is older{}", image.reference, gpu_label(gpu),
-                    unconfirmed_note(&image.unconfirmed, &["min_compute_capability"])),
-                "use an older release of this image (NGC PyTorch ≤ 24.12 still supports Volta), or a newer GPU".into(),
-            ));
-        } else if let (Some(last), Some(cuda)) = (&last_cuda, &cuda) {
-            if cuda.major_minor() > *last {
-                let tag = kb
-                    .newest_base_at_most(last)
-                    .unwrap_or_else(|| last.to_string());
-                reasons.push(reason(
-                    "arch-dropped",
-                    VerdictStatus::Fail,
-                    format!(
-                        "CUDA {} dropped {}: the last toolkit that supports it is CUDA {last}",
-                        cuda.major_minor(),
-                        gpu_label(gpu)
-                    ),
-                    format!("use a CUDA ≤ {last} image (e.g. nvidia/cuda:{tag}-*), or a newer GPU"),
-                ));
-            }
-        }
-        if !image.sass.is_empty() || !image.ptx.is_empty() {
-            match kernel_match(cc, &image.sass, &image.ptx) {
-                KernelMatch::Sass => {}
-                KernelMatch::Ptx(_) => needs_jit = true,
-                KernelMatch::None => reasons.push(reason(
-                    "no-kernel-image",
-                    VerdictStatus::Fail,
-                    format!("{} has kernels for {} (PTX: {}), none of which runs on {}: \"no kernel image is available for execution on the device\"",
-                        image.reference, list_archs(&image.sass), list_archs(&image.ptx), gpu_label(gpu)),
-                    format!("rebuild for sm_{}{} (or embed PTX ≤ compute_{}{})", cc.major(), cc.minor(), cc.major(), cc.minor()),
-                )),
-            }
-        } else if let (Some(first), Some(cuda)) = (&first_cuda, &cuda) {
-            let builds_kernels = image.pytorch.is_some() || image.compiles_at_runtime;
-            if builds_kernels && cuda.major_minor() < *first {
-                let how = if image.compiles_at_runtime {
-                    format!(
-                        "its runtime compiler (NVRTC of CUDA {}) cannot target sm_{}{}",
-                        cuda.major_minor(),
-                        cc.major(),
-                        cc.minor()
-                    )
-                } else {
-                    format!(
-                        "its kernels are built with CUDA {}, which cannot target sm_{}{}{}",
-                        cuda.major_minor(),
-                        cc.major(),
-                        cc.minor(),
-                        unconfirmed_note(&["arch list of NGC builds".to_string()], &["arch"])
-                    )
-                };
-                let tag = kb
-                    .oldest_base_at_least(first)
-                    .unwrap_or_else(|| first.to_string());
-                reasons.push(reason(
-                    "no-kernel-image",
-                    VerdictStatus::Fail,
-                    format!("{} needs CUDA ≥ {first} (first toolkit with sm_{}{}); {} is CUDA {}: {how}",
-                        gpu_label(gpu), cc.major(), cc.minor(), image.reference, cuda.major_minor()),
-                    format!("use an image built with CUDA ≥ {first} (e.g. nvidia/cuda:{tag}-* or NGC PyTorch ≥ 25.01)"),
-                ));
-            }
-        }
-    }
-
-    // Driver: the image's CUDA vs the driver's, then the runtime's gate.
-    if let Some(cuda) = &cuda {
-        let packaging = if image.ngc_entrypoint {
-            let fc_rule = image
-                .forward_compat_rule
-                .as_deref()
-                .and_then(|r| rules.get(r));
-            Packaging::NgcImage {
-                fc_branch_ok: fc_rule
-                    .and_then(|rule| check_require_cuda(driver, gpu, rule).ok())
-                    .map(|refusal| refusal.is_none()),
-            }
-        } else {
-            Packaging::ImageWithCompatLibs
-        };
-        let mut driver_reasons = check_driver(kb, driver, gpu, cuda, packaging, needs_jit);
-        let note = unconfirmed_note(&image.unconfirmed, &["cuda"]);
-        for r in &mut driver_reasons {
-            r.message.push_str(&note);
-        }
-        reasons.extend(driver_reasons);
-    }
-    if let Some(rule) = image.require_cuda.as_deref().and_then(|r| rules.get(r)) {
-        match check_require_cuda(driver, gpu, rule) {
-            Err(problem) => reasons.push(reason(
-                "unknown-image",
-                VerdictStatus::Warn,
-                format!("the NVIDIA_REQUIRE_CUDA of {} could not be read ({problem}); the runtime gate was not checked", image.reference),
-                "fix the image's NVIDIA_REQUIRE_CUDA (space-separated alternatives of comma-separated conditions)".into(),
-            )),
-            Ok(None) => {}
-            Ok(Some(refusal)) => {
-                let note = unconfirmed_note(&image.unconfirmed, &["require_cuda"]);
-                if let Some(existing) = reasons.iter_mut().find(|r| r.code == "forward-compat-unsupported" || r.code == "driver-too-old") {
-                    existing.message.push_str(&format!("; besides, {refusal}{note}"));
-                } else {
-                    let fix = reasons
-                        .iter()
-                        .find(|r| r.code == "forward-compat-required" || r.code == "minor-version-compat")
-                        .map(|r| r.fix.clone())
-                        .unwrap_or_else(|| "upgrade the driver, or use an image with an older CUDA".into());
-                    reasons.retain(|r| r.code != "forward-compat-required" && r.code != "minor-version-compat" && r.code != "ptx-jit-too-new");
-                    reasons.push(reason(
-                        "driver-too-old",
-                        VerdictStatus::Fail,
-                        format!("{} on {}: {refusal}{note}", image.reference, gpu_label(gpu)),
-                        fix,
-                    ));
-                }
-            }
-        }
-    }
-    reasons
 }
 
 #[cfg(test)]

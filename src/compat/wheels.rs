@@ -119,6 +119,38 @@ mod tests {
         assert!(text.contains("but not its CUDA variant"), "{text}");
     }
 
+    /// pytorch.org's "Previous PyTorch Versions" (pytorch/pytorch.github.io
+    /// `_get_started/previous-versions.md` at e3f009bb, the newest stored copy):
+    /// "### v2.0.1 … # CUDA 11.7 … # CUDA 11.8 … --index-url …/whl/cu118", and
+    /// for v2.1.0 … v2.3.1 "# CUDA 11.8 … whl/cu118 # CUDA 12.1 … whl/cu121".
+    /// Every one of those builds is in the catalog, and no other CUDA variant
+    /// of those releases (issue #43: `2.0.1+cu117` was unknown).
+    #[test]
+    fn every_published_cuda_variant_from_2_0_is_a_known_build() {
+        let kb = KnowledgeBase::embedded();
+        let published: &[(&[&str], &[&str])] = &[
+            (&["2.0.0", "2.0.1"], &["cu117", "cu118"]),
+            (
+                &[
+                    "2.1.0", "2.1.1", "2.1.2", "2.2.0", "2.2.1", "2.2.2", "2.3.0", "2.3.1",
+                ],
+                &["cu118", "cu121"],
+            ),
+        ];
+        for (releases, variants) in published {
+            for release in *releases {
+                let mut known: Vec<&str> = kb
+                    .wheels()
+                    .iter()
+                    .filter_map(|w| w.spec.strip_prefix(&format!("{release}+")))
+                    .collect();
+                known.sort_unstable();
+                assert_eq!(known, *variants, "{release}");
+            }
+        }
+        assert_eq!(kb.wheel("2.0.1+cu117").unwrap().cuda, "11.7");
+    }
+
     #[test]
     fn a_variant_is_cu_and_three_digits() {
         assert_eq!(wheel_variant_cuda("cu128").as_deref(), Some("12.8"));

@@ -301,3 +301,118 @@ fn docker_daemon_is_reported_through_the_engine_api() {
         None => {}
     }
 }
+
+/// Issue #43: a MIG slice as the driver names it ("NVIDIA A100-SXM4-40GB MIG
+/// 1g.5gb", the hand-written fixture of tests/fixtures/nvidia-smi) is checked
+/// as its board: on R535 a CUDA 13 NGC image runs through forward
+/// compatibility on the slice exactly as on the whole A100.
+#[test]
+fn a_probed_mig_slice_is_checked_as_its_board_with_a_note() {
+    let bin = bin_dir(true);
+    let args = ["--json", "--image", "nvcr.io/nvidia/pytorch:25.08-py3"];
+    let output = doctor(bin.path(), Some("a100-sxm4-40gb-mig-535"), None, &args);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let json = json_of(&output);
+    let gpu = &json["host"]["gpus"][0];
+    assert_eq!(gpu["name"], "NVIDIA A100-SXM4-40GB MIG 1g.5gb");
+    assert_eq!(gpu["catalog_id"], "a100-40gb");
+    assert_eq!(gpu["class"], "datacenter");
+    assert_eq!(
+        gpu["memory_mib"], 4864,
+        "the slice's memory, not the board's"
+    );
+    let notes = json["host"]["notes"].to_string();
+    assert!(
+        notes.contains("GPU 0 is MIG slice 1g.5gb of NVIDIA A100 40GB"),
+        "{notes}"
+    );
+    let verdict = &json["verdicts"][0];
+    assert_eq!(verdict["status"], "warn", "{verdict}");
+    assert_eq!(verdict["reasons"][0]["code"], "forward-compat-required");
+
+    let output = doctor(bin.path(), Some("a100-sxm4-40gb-mig-535"), None, &args[1..]);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("GPU 0  NVIDIA A100-SXM4-40GB MIG 1g.5gb  CC 8.0  4864 MiB  datacenter")
+            && text.contains("note: GPU 0 is MIG slice 1g.5gb")
+            && text.contains("no NVLink/NVSwitch or peer-to-peer access"),
+        "{text}"
+    );
+}
+
+#[test]
+fn assumed_mig_names_resolve_and_a_board_without_mig_is_a_usage_error() {
+    let output = doctor_no_gpu(&[
+        "--assume-gpu",
+        "A100-SXM4-40GB MIG 1g.5gb",
+        "--assume-driver",
+        "535",
+        "--image",
+        "nvcr.io/nvidia/pytorch:25.08-py3",
+        "--json",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let json = json_of(&output);
+    assert_eq!(
+        json["host"]["gpus"][0]["name"],
+        "NVIDIA A100 40GB MIG 1g.5gb"
+    );
+    assert_eq!(json["verdicts"][0]["status"], "warn");
+
+    let output = doctor_no_gpu(&["--assume-gpu", "RTX 4090 MIG 1g.5gb"]);
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("`RTX 4090 MIG 1g.5gb`")
+            && stderr.contains("cannot be split into MIG slices")
+            && stderr.contains("fix:"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn int8_and_fp4_are_precisions_doctor_answers() {
+    let output = doctor_no_gpu(&[
+        "--assume-gpu",
+        "A30",
+        "--assume-driver",
+        "570",
+        "--precision",
+        "int8",
+        "--precision",
+        "fp4",
+        "--json",
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let json = json_of(&output);
+    let verdicts = json["verdicts"].as_array().unwrap();
+    assert_eq!(verdicts[0]["image"], "precision:int8");
+    assert_eq!(verdicts[0]["status"], "ok");
+    assert_eq!(verdicts[1]["image"], "precision:fp4");
+    assert_eq!(verdicts[1]["reasons"][0]["code"], "fp4-unsupported");
+}
+
+#[test]
+fn a_driver_past_the_gpus_last_branch_fails_every_question() {
+    // Pascal's last branch is R580 (NVIDIA's architecture matrix).
+    let output = doctor_no_gpu(&[
+        "--assume-gpu",
+        "GTX 1050",
+        "--assume-driver",
+        "595.45.04",
+        "--precision",
+        "fp16",
+        "--pytorch",
+        "2.7.1+cu126",
+        "--json",
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let json = json_of(&output);
+    for verdict in json["verdicts"].as_array().unwrap() {
+        assert_eq!(verdict["status"], "fail", "{verdict}");
+        assert_eq!(
+            verdict["reasons"][0]["code"], "driver-dropped-gpu",
+            "{verdict}"
+        );
+    }
+}

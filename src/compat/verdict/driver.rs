@@ -1,108 +1,15 @@
-//! The driver side of a verdict: whether the driver can drive the GPU at all
-//! (the architecture gate, checked first for every subject), then the
-//! driver's CUDA against the software's (minor-version and forward
-//! compatibility, the NGC entrypoint's modes), then an image's
+//! The driver side of a verdict, once the driver can drive the GPU at all
+//! (driver_range.rs): the driver's CUDA against the software's (minor-version and
+//! forward compatibility, the NGC entrypoint's modes), then an image's
 //! NVIDIA_REQUIRE_CUDA as the container runtime checks it.
 
 use super::super::require::{brands_for_class, Outcome, RequireRule, RuntimeFacts};
 use super::super::version::Version;
 use super::super::KnowledgeBase;
-use super::{gpu_cc, gpu_label, reason, unconfirmed_note, Reason, VerdictStatus};
-use crate::host::{Gpu, GpuClass, Host};
-
-/// The driver as the checks need it.
-pub(super) struct DriverFacts {
-    /// As the host reported it ("535.261.03": leading zeros kept for messages).
-    pub(super) text: Option<String>,
-    pub(super) version: Option<Version>,
-    /// The newest CUDA the driver supports (major.minor).
-    pub(super) max_cuda: Option<Version>,
-    /// `max_cuda` is only the major's floor ("11.0" for R470).
-    pub(super) floor_only: bool,
-}
-
-impl DriverFacts {
-    pub(super) fn of(kb: &KnowledgeBase, host: &Host) -> DriverFacts {
-        let version = host.driver_version.as_deref().and_then(Version::parse);
-        let max_cuda = host
-            .cuda_driver_version
-            .as_deref()
-            .and_then(Version::parse)
-            .map(|v| v.major_minor())
-            .or_else(|| version.as_ref().and_then(|v| kb.max_cuda_for_driver(v)));
-        // Older than every release in env/cuda.toml (e.g. R470): all we know
-        // is its CUDA major from the minor-compat table; X.0 is a safe floor.
-        let (max_cuda, floor_only) = match max_cuda {
-            Some(cuda) => (Some(cuda), false),
-            None => {
-                let floor = version
-                    .as_ref()
-                    .and_then(|v| kb.driver_cuda_major(v))
-                    .and_then(|major| Version::parse(&format!("{major}.0")));
-                (floor.clone(), floor.is_some())
-            }
-        };
-        DriverFacts {
-            text: host.driver_version.clone(),
-            version,
-            max_cuda,
-            floor_only,
-        }
-    }
-
-    pub(super) fn describe(&self) -> String {
-        match (&self.text, &self.max_cuda) {
-            (Some(v), Some(c)) if self.floor_only => format!("driver {v} (CUDA {}.x)", c.major()),
-            (Some(v), Some(c)) => format!("driver {v} (CUDA {c})"),
-            (Some(v), None) => format!("driver {v}"),
-            (None, Some(c)) => format!("a driver for CUDA {c}"),
-            (None, None) => "an unknown driver".into(),
-        }
-    }
-}
-
-/// The first check of every verdict, before any CUDA-version reasoning: a
-/// driver branch older than the GPU's architecture cannot drive the GPU at
-/// all (nvidia-smi does not list it), whatever the software: no image,
-/// wheel, precision or forward-compatibility package changes that, since
-/// cuda-compat replaces only user-mode libraries. Without a driver version,
-/// the driver's CUDA is compared with the architecture's first CUDA.
-pub(super) fn driver_predates_gpu(
-    kb: &KnowledgeBase,
-    driver: &DriverFacts,
-    gpu: &Gpu,
-) -> Option<Reason> {
-    let cc = gpu_cc(gpu)?;
-    let arch = kb.architecture(&cc)?;
-    let min = Version::parse(&arch.min_driver_linux)?;
-    let first_cuda = Version::parse(&arch.first_cuda)?;
-    let predates = match (&driver.version, &driver.max_cuda) {
-        (Some(version), _) => version.major() < min.major(),
-        (None, Some(max_cuda)) if !driver.floor_only => max_cuda < &first_cuda,
-        _ => false,
-    };
-    if !predates {
-        return None;
-    }
-    Some(reason(
-        "driver-predates-gpu",
-        VerdictStatus::Fail,
-        format!(
-            "{} predates {}: {} GPUs need driver branch R{} or newer (≥ {min}, the driver of CUDA {first_cuda}, the first CUDA for sm_{}{}); this driver does not know the chip, so nothing runs on it, and no image, wheel or forward-compatibility package can change that{}",
-            driver.describe(),
-            gpu_label(gpu),
-            arch.name,
-            min.major(),
-            cc.major(),
-            cc.minor(),
-            unconfirmed_note(&arch.unconfirmed, &["min_driver_linux"])
-        ),
-        format!(
-            "upgrade the driver to R{} or newer (≥ {min}); no choice of image or wheel avoids this",
-            min.major()
-        ),
-    ))
-}
+use super::driver_facts::DriverFacts;
+use super::driver_range::upgrade_fix;
+use super::{gpu_cc, gpu_label, reason, Reason, VerdictStatus};
+use crate::host::{Gpu, GpuClass};
 
 /// How the software gets a newer CUDA than the driver's.
 #[derive(Clone, Copy, PartialEq)]
@@ -162,7 +69,7 @@ pub(super) fn check_driver(
                 "driver-too-old",
                 VerdictStatus::Fail,
                 format!("driver {text} is older than every CUDA release envgen knows (CUDA 11.x needs ≥ 450.80.02); CUDA {target} cannot run"),
-                format!("upgrade the driver to ≥ {}", kb.toolkit_driver_min(&release).map(|v| v.to_string()).unwrap_or_else(|| "a current branch".into())),
+                upgrade_fix(kb, driver, gpu, kb.toolkit_driver_min(&release).as_ref(), &release, ""),
             )],
             None => Vec::new(),
         };
@@ -185,15 +92,19 @@ pub(super) fn check_driver(
         Some(first) if *first > target => first.clone(),
         _ => release.clone(),
     };
-    let full_driver = kb
-        .toolkit_driver_min(&driver_target)
-        .map(|v| format!("{v} (R{})", v.major()))
-        .unwrap_or_else(|| format!("the one bundled with CUDA {driver_target}"));
     let older = kb
         .newest_base_at_most(max_cuda)
         .map(|tag| format!(" or use CUDA ≤ {max_cuda} software (e.g. nvidia/cuda:{tag}-* images)"))
         .unwrap_or_else(|| format!(" or use software built for CUDA ≤ {max_cuda}"));
-    let upgrade = format!("upgrade the driver to ≥ {full_driver}{older}");
+    // Never past the GPU's last driver branch (issue #43).
+    let upgrade = upgrade_fix(
+        kb,
+        driver,
+        gpu,
+        kb.toolkit_driver_min(&driver_target).as_ref(),
+        &driver_target,
+        &older,
+    );
     let minor_compat_ok = driver
         .version
         .as_ref()

@@ -1,12 +1,12 @@
-//! A PyTorch wheel (its kernels and bundled CUDA runtime) and a precision
-//! (the GPU's tensor cores) against one GPU.
+//! A PyTorch wheel (its kernels and bundled CUDA runtime) against one GPU.
 
 use super::super::version::Version;
 use super::super::{KnowledgeBase, WheelFacts};
-use super::driver::{check_driver, DriverFacts, Packaging};
+use super::driver::{check_driver, Packaging};
+use super::driver_facts::DriverFacts;
 use super::{
     gpu_cc, gpu_label, kernel_match, list_archs, reason, unconfirmed_note, unknown_gpu,
-    HardwarePrecision, KernelMatch, Reason, VerdictStatus,
+    KernelMatch, Reason, VerdictStatus,
 };
 use crate::host::Gpu;
 
@@ -97,61 +97,5 @@ pub(super) fn check_wheel_facts(
             needs_jit,
         ));
     }
-    reasons
-}
-
-pub(super) fn check_precision(
-    kb: &KnowledgeBase,
-    gpu: &Gpu,
-    precision: HardwarePrecision,
-) -> Vec<Reason> {
-    let mut reasons: Vec<Reason> = unknown_gpu(gpu).into_iter().collect();
-    let Some(cc) = gpu_cc(gpu) else {
-        return reasons;
-    };
-    let Some(feature) = kb.precision_feature(precision.name()) else {
-        return reasons;
-    };
-    let Some(min) = Version::parse(&feature.min_compute_capability) else {
-        return reasons;
-    };
-    if cc >= min {
-        return reasons;
-    }
-    let label = gpu_label(gpu);
-    let (code, status, message, fix) = match precision {
-        HardwarePrecision::Bf16 => (
-            "bf16-unsupported",
-            VerdictStatus::Fail,
-            format!("{label} has no BF16 support: BF16 needs compute capability ≥ {min} (Ampere or newer)"),
-            "train in fp16 with loss scaling (or fp32) on this GPU, or use an Ampere+ GPU (A100, A30, L4, H100 …)".to_string(),
-        ),
-        HardwarePrecision::Fp8 => (
-            "fp8-unsupported",
-            VerdictStatus::Fail,
-            format!("{label} has no FP8 tensor cores: FP8 needs compute capability ≥ {min} (Ada L4/L40S/RTX 4090, Hopper H100/H200, Blackwell); Ampere A100/A30 (8.0) have none"),
-            "use bf16 on this GPU, or run FP8 on an L4, L40S, H100/H200 or B200".to_string(),
-        ),
-        // Not contract codes: TF32/FP16 below their threshold still compute
-        // (in FP32 / without tensor cores), only slower.
-        HardwarePrecision::Tf32 => (
-            "tf32-unsupported",
-            VerdictStatus::Warn,
-            format!("{label} has no TF32 tensor cores (compute capability ≥ {min}): matmuls run in full FP32, slower"),
-            "expect FP32 speed, or use fp16 with loss scaling on this GPU".to_string(),
-        ),
-        HardwarePrecision::Fp16 => (
-            "fp16-unsupported",
-            VerdictStatus::Warn,
-            format!("{label} has no FP16 tensor cores (compute capability ≥ {min}): FP16 runs without tensor-core speed-ups"),
-            "use fp32 on this GPU, or a Volta+ GPU".to_string(),
-        ),
-    };
-    reasons.push(reason(
-        code,
-        status,
-        format!("{message}{}", unconfirmed_note(&feature.unconfirmed, &[""])),
-        fix,
-    ));
     reasons
 }

@@ -205,10 +205,54 @@ fn gpu_row_per_verdict_fact() -> Vec<String> {
     ids
 }
 
+/// The driver branches a fix names: "R580", "≥ 570.26 (R570)", "≥ 590.44.01".
+fn branches_named(fix: &str) -> Vec<u32> {
+    let chars: Vec<char> = fix.chars().collect();
+    let number_at = |start: usize| -> (u32, usize) {
+        let digits: String = chars[start..]
+            .iter()
+            .take_while(|c| c.is_ascii_digit())
+            .collect();
+        (digits.parse().unwrap_or(0), digits.len())
+    };
+    let mut branches = Vec::new();
+    for i in 0..chars.len() {
+        let after_word_break = i == 0 || !chars[i - 1].is_ascii_alphanumeric();
+        if chars[i] == 'R' && after_word_break {
+            let (n, len) = number_at(i + 1);
+            if len == 3 {
+                branches.push(n);
+            }
+        }
+        if chars[i] == '≥' && chars.get(i + 1) == Some(&' ') {
+            let (n, len) = number_at(i + 2);
+            if len == 3 && chars.get(i + 2 + len) == Some(&'.') {
+                branches.push(n);
+            }
+        }
+    }
+    branches
+}
+
+#[test]
+fn fixes_name_their_driver_branches() {
+    assert_eq!(
+        branches_named("upgrade the driver to ≥ 570.26 (R570) or use CUDA ≤ 12.2 software (e.g. nvidia/cuda:12.2.2-* images)"),
+        [570, 570]
+    );
+    assert_eq!(
+        branches_named("install a driver from branch R331 to R470 (≥ 331.62; …)"),
+        [331, 470, 331]
+    );
+    assert!(branches_named("use CUDA ≥ 12.8 (NGC PyTorch ≥ 25.01), RTX 5090").is_empty());
+}
+
 /// Every GPU row (by its verdict facts) × driver branch × catalog image: a
-/// driver branch older than the GPU's architecture fails; an image whose CUDA
-/// major is newer than the driver's fails without forward compatibility and
-/// is never "ok" with it.
+/// driver branch older than the GPU's architecture fails; one newer than its
+/// architecture's last branch fails with `driver-dropped-gpu` alone (issue
+/// #43); an image whose CUDA major is newer than the driver's fails without
+/// forward compatibility and is never "ok" with it; and no fix names a
+/// driver branch outside the GPU's range.
 #[test]
 fn no_verdict_is_ok_where_the_driver_cannot_run_the_gpu_or_the_image() {
     let branches = [
@@ -232,11 +276,24 @@ fn no_verdict_is_ok_where_the_driver_cannot_run_the_gpu_or_the_image() {
                 .architecture(&cc)
                 .expect("every row has an architecture");
             let min_branch = Version::parse(&arch.min_driver_linux).unwrap().major();
+            let last_branch = arch.last_driver_branch.unwrap_or(u32::MAX);
             let image = kb().image(&v.image).unwrap();
             let context = format!("{} on {} with driver {branch}", v.image, gpu.name);
             if driver.major() < min_branch {
                 assert_eq!(v.status, VerdictStatus::Fail, "{context}: {v:#?}");
                 assert!(v.codes().contains(&"driver-predates-gpu"), "{context}");
+            }
+            if driver.major() > last_branch {
+                assert_eq!(v.status, VerdictStatus::Fail, "{context}: {v:#?}");
+                assert_eq!(v.codes(), ["driver-dropped-gpu"], "{context}");
+            }
+            for r in &v.reasons {
+                for named in branches_named(&r.fix) {
+                    assert!(
+                        (min_branch..=last_branch).contains(&named),
+                        "{context}: fix names R{named}, outside R{min_branch}..R{last_branch}: {r:#?}"
+                    );
+                }
             }
             let newer_major = image
                 .cuda
@@ -259,13 +316,15 @@ fn no_verdict_is_ok_where_the_driver_cannot_run_the_gpu_or_the_image() {
 }
 
 #[test]
-fn no_wheel_or_precision_is_ok_on_a_gpu_the_driver_predates() {
+fn no_wheel_or_precision_is_ok_on_a_gpu_the_driver_predates_or_dropped() {
     let gpus: Vec<String> = kb().gpus().iter().map(|g| g.id.clone()).collect();
-    for branch in ["450", "470", "515", "535", "560", "570"] {
+    for branch in [
+        "450", "470", "515", "535", "560", "570", "580", "590", "595",
+    ] {
         let host = kb().assumed_host(&gpus, Some(branch)).unwrap();
         let request = CheckRequest {
             pytorch: Some("2.8.0+cu128".into()),
-            precisions: vec![HardwarePrecision::Fp16],
+            precisions: vec![HardwarePrecision::Fp16, HardwarePrecision::Int8],
             ..CheckRequest::default()
         };
         for v in evaluate(kb(), &host, &request) {
@@ -273,14 +332,22 @@ fn no_wheel_or_precision_is_ok_on_a_gpu_the_driver_predates() {
             let cc = Version::parse(gpu.compute_capability.as_deref().unwrap()).unwrap();
             let arch = kb().architecture(&cc).unwrap();
             let min_branch = Version::parse(&arch.min_driver_linux).unwrap().major();
-            if Version::parse(branch).unwrap().major() < min_branch {
-                assert_eq!(
-                    v.codes(),
-                    ["driver-predates-gpu"],
-                    "{} on {} with {branch}",
-                    v.image,
-                    gpu.name
-                );
+            let major = Version::parse(branch).unwrap().major();
+            let context = format!("{} on {} with {branch}", v.image, gpu.name);
+            if major < min_branch {
+                assert_eq!(v.codes(), ["driver-predates-gpu"], "{context}");
+            }
+            if arch.last_driver_branch.is_some_and(|last| major > last) {
+                assert_eq!(v.codes(), ["driver-dropped-gpu"], "{context}");
+            }
+            let last_branch = arch.last_driver_branch.unwrap_or(u32::MAX);
+            for r in &v.reasons {
+                for named in branches_named(&r.fix) {
+                    assert!(
+                        (min_branch..=last_branch).contains(&named),
+                        "{context}: fix names R{named}: {r:#?}"
+                    );
+                }
             }
         }
     }
