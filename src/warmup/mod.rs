@@ -114,7 +114,12 @@ pub fn warm_targets(req: &WarmupRequest) -> Result<Vec<Result<Warmed>>> {
     let cache_root = kernel_cache::cache_dir().ok_or_else(|| {
         UserError::environment("no cache folder: set ENVGEN_CACHE_DIR, XDG_CACHE_HOME or HOME")
     })?;
+    // NVRTC and the headers are all a --target warmup needs of this
+    // machine: missing, it is exit 3 here, with the readiness check's fix.
     let stack = envgen_experiments::cuda_stack::CudaStack::probe();
+    if let Err(problem) = stack.nvrtc.as_ref().and(stack.headers.as_ref()) {
+        return Err(problem.to_user_error().into());
+    }
     let ptxas = req
         .cubin
         .then(|| cubin::find_ptxas(stack.headers.as_ref().ok().map(|h| h.cuda_path.as_path())))

@@ -273,6 +273,38 @@ fn ptx_files(dir: &Path) -> BTreeSet<PathBuf> {
         .collect()
 }
 
+#[test]
+fn warmup_refuses_what_it_cannot_warm_before_compiling_anything() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path();
+    let run = |args: &[&str], cuda: bool| {
+        let mut cmd = envgen(home, false);
+        if cuda {
+            cmd.env("CUDA_PATH", cuda_wheels());
+        }
+        let out = cmd.arg("warmup").args(args).output().unwrap();
+        (out.status.code(), text(&out.stderr))
+    };
+    let (code, stderr) = run(&["gpt2", "--target", "gtx-9999"], true);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("no device properties") && stderr.contains("h100-sxm"),
+        "{stderr}"
+    );
+    let (code, stderr) = run(&["gpt2", "--sm", "77"], true);
+    assert_eq!(code, Some(2), "{stderr}");
+    let (code, stderr) = run(&["gpt2", "--preset", "nope", "--target", "a30"], true);
+    assert_eq!(code, Some(2), "{stderr}");
+    // No NVRTC anywhere (no CUDA_PATH, a HOME without Python environments).
+    let (code, stderr) = run(&["gpt2", "--target", "a30"], false);
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(
+        stderr.contains("NVRTC") && stderr.contains("fix: "),
+        "{stderr}"
+    );
+    assert!(!home.join("cache").exists(), "a cache folder was made");
+}
+
 /// The modules a run loaded, by kind (the stand-in keeps `NAME.ptx` and
 /// `NAME.cubin` files).
 fn loaded(dir: &Path, kind: &str) -> usize {
