@@ -276,6 +276,11 @@ fn unconfirmed_note(unconfirmed: &[String], keys: &[&str]) -> String {
         .filter(|u| keys.iter().any(|k| u.starts_with(k)))
         .map(String::as_str)
         .collect();
+    unconfirmed_text(&hits)
+}
+
+/// " (relies on UNCONFIRMED data: a; b)", or nothing without any.
+fn unconfirmed_text(hits: &[&str]) -> String {
     if hits.is_empty() {
         String::new()
     } else {

@@ -95,11 +95,7 @@ fn unconfirmed_for(feature: &PrecisionFeature, cc: &Version) -> String {
         .filter(|u| !u.starts_with("sm_") || u.starts_with(&format!("{own_sm} ")))
         .map(String::as_str)
         .collect();
-    if hits.is_empty() {
-        String::new()
-    } else {
-        format!(" (relies on UNCONFIRMED data: {})", hits.join("; "))
-    }
+    super::unconfirmed_text(&hits)
 }
 
 /// "; Blackwell (data center) needs CUDA ≥ 12.8 and driver ≥ 570.26 (R570)":
