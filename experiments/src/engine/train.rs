@@ -11,7 +11,6 @@ use burn::module::AutodiffModule;
 use burn::optim::{GradientsAccumulator, GradientsParams};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::ElementConversion;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
@@ -236,14 +235,17 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
         let started = Instant::now();
         let lr = learning_rate(&optim_cfg, step, train_cfg.steps);
         let mut accumulator = GradientsAccumulator::<T::Model>::new();
-        let mut loss_sum = 0.0f64;
+        // Each micro-batch's loss stays on the device until the step's
+        // last micro-batch is queued: one read (one GPU sync) a step, not
+        // one a micro-batch; summed in f64 in micro-batch order as before.
+        let mut micro_losses = Vec::with_capacity(grad_accum);
         // fp16: the loss is scaled up before backward (engine::precision).
         let loss_scale = state.loss_scaler.as_ref().map_or(1.0, |s| s.scale);
         for micro in 0..grad_accum {
             let start = first_row + micro * micro_batch;
             let rows = start..start + micro_batch;
             let loss = task.loss(&model, step, rows, device) / grad_accum as f64;
-            loss_sum += loss.clone().into_scalar().elem::<f64>();
+            micro_losses.push(loss.clone().detach().reshape([1]));
             let loss = if loss_scale == 1.0 {
                 loss
             } else {
@@ -253,6 +255,7 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
             accumulator.accumulate(&model, grads);
         }
         let mut grads = accumulator.grads();
+        let mut loss_sum: f64 = Tensor::cat(micro_losses, 0).into_data().iter::<f64>().sum();
         // Ranks agree on everything that decides what happens next: the
         // gradients, the loss, and whether any of them was asked to stop.
         let mut stop_requested = control.stop.load(Ordering::SeqCst);
