@@ -82,6 +82,27 @@ impl Part {
             what: "activations",
         }
     }
+    /// f32 weights read from a checkpoint: one copy, widened on the host
+    /// before any device sees them.
+    pub fn weights(key: &str, value: impl ToString, parameters: f64) -> Part {
+        Part {
+            key: key.into(),
+            value: value.to_string(),
+            bytes: parameters * F32,
+            on_device: false,
+            what: "weights",
+        }
+    }
+    /// A [`Part::parameters`] as the weights alone, on the host: what
+    /// loading a checkpoint of that shape holds (no training state).
+    pub fn as_weights(&self) -> Part {
+        Part {
+            bytes: self.bytes / STATE_COPIES,
+            on_device: false,
+            what: "weights",
+            ..self.clone()
+        }
+    }
     /// Data held in host memory whatever the backend.
     pub fn data(key: &str, value: impl ToString, bytes: f64) -> Part {
         Part {

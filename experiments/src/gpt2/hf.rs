@@ -81,13 +81,7 @@ pub fn is_pretrained_dir(path: &Path) -> bool {
 /// The model config a Hugging Face GPT-2 `config.json` describes.
 pub fn config_of(dir: &Path) -> anyhow::Result<ModelConfig> {
     let path = dir.join("config.json");
-    let text = std::fs::read_to_string(&path).map_err(|e| {
-        UserError::usage(format!("cannot read {}: {e}", path.display())).with_fix(
-            "give a directory written by save_pretrained (config.json + model.safetensors)",
-        )
-    })?;
-    let doc: Value = serde_json::from_str(&text)
-        .map_err(|e| UserError::usage(format!("{} is not JSON: {e}", path.display())))?;
+    let doc = crate::llama::config::read_json(&path)?;
     let bad = |field: &str, why: String| -> anyhow::Error {
         UserError::usage(format!("{}: `{field}` {why}", path.display()))
             .with_fix("only GPT-2 checkpoints (model_type \"gpt2\") are read")
@@ -133,6 +127,16 @@ pub fn config_of(dir: &Path) -> anyhow::Result<ModelConfig> {
         dropout: 0.0,
     };
     cfg.validate(&path.display().to_string())?;
+    // Before a weight is allocated (issue #40: n_embd 1e6 aborted).
+    let weights: Vec<_> = cfg
+        .memory_parts()
+        .iter()
+        .take(1)
+        .map(|p| p.as_weights())
+        .collect();
+    crate::engine::budget::check(&path.display().to_string(), &weights).map_err(|e| {
+        e.with_fix("check config.json's sizes, or load the model where more memory is free")
+    })?;
     Ok(cfg)
 }
 

@@ -91,10 +91,7 @@ pub fn tokenizer(dir: &Path, sizes: &ModelConfig) -> anyhow::Result<RftTokenizer
 /// config.json's `eos_token_id` (one id, a list, or none).
 fn eos_ids(dir: &Path) -> anyhow::Result<Vec<u32>> {
     let path = dir.join("config.json");
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| UserError::usage(format!("cannot read {}: {e}", path.display())))?;
-    let doc: Value = serde_json::from_str(&text)
-        .map_err(|e| UserError::usage(format!("{} is not JSON: {e}", path.display())))?;
+    let doc = crate::llama::config::read_json(&path)?;
     let one = |v: &Value| v.as_u64().and_then(|x| u32::try_from(x).ok());
     let ids = match &doc["eos_token_id"] {
         Value::Null => Some(Vec::new()),

@@ -300,7 +300,8 @@ pub fn checkpoint_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         crate::pretrained::chat::TEMPLATE_FILE,
         llama::hf::INDEX,
     ] {
-        if dir.join(extra).is_file() {
+        // exists: a FIFO or a dangling link is refused by the read.
+        if dir.join(extra).exists() || dir.join(extra).is_symlink() {
             files.push(dir.join(extra));
         }
     }
@@ -312,10 +313,7 @@ pub fn checkpoint_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
 pub fn fingerprint(dir: &Path) -> anyhow::Result<String> {
     let mut outer = Sha256::new();
     for path in checkpoint_files(dir)? {
-        let mut file = std::fs::File::open(&path).map_err(|e| {
-            UserError::usage(format!("cannot read {}: {e}", path.display()))
-                .with_fix("check the checkpoint directory's permissions")
-        })?;
+        let mut file = crate::fsutil::open_user_file(dir, &path, crate::fsutil::limit::WEIGHTS)?;
         let mut inner = Sha256::new();
         let mut buf = vec![0u8; 1 << 20];
         let mut size = 0u64;
