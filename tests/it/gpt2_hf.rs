@@ -158,6 +158,7 @@ fn greedy(model: &Gpt2<Cpu>, cfg: &ModelConfig, tokens: &[u32], steps: usize) ->
         },
         &Default::default(),
     )
+    .unwrap()
 }
 
 /// Largest |envgen − transformers| over every logit.

@@ -387,14 +387,15 @@ pub struct SampleOptions {
     pub vocab_limit: Option<usize>,
 }
 
-/// Temperature/top-k sampling from a trained model; returns the new tokens.
+/// Temperature/top-k sampling from a trained model; returns the new tokens,
+/// or a failure (`diverged: …`) when the model's logits are not numbers.
 pub fn sample<B: FusedBackend>(
     model: &Gpt2<B>,
     cfg: &ModelConfig,
     prompt: &[u32],
     opts: SampleOptions,
     device: &B::Device,
-) -> Vec<u32> {
+) -> anyhow::Result<Vec<u32>> {
     let SampleOptions {
         tokens,
         temperature,
@@ -422,9 +423,10 @@ pub fn sample<B: FusedBackend>(
             .to_vec()
             .unwrap_or_default();
         logits.truncate(vocab_limit.unwrap_or(usize::MAX).max(1));
+        crate::engine::health::finite_output(&logits, "the model")?;
         out.push(pick(&logits, temperature, top_k, &mut rng));
     }
-    out[prompt.len().min(out.len())..].to_vec()
+    Ok(out[prompt.len().min(out.len())..].to_vec())
 }
 
 fn pick(logits: &[f32], temperature: f32, top_k: Option<usize>, rng: &mut StdRng) -> u32 {
@@ -497,12 +499,12 @@ mod tests {
             seed: 3,
             vocab_limit: limit,
         };
-        let free = sample(&model, &cfg, &[1, 2], opts(None), &device);
+        let free = sample(&model, &cfg, &[1, 2], opts(None), &device).unwrap();
         assert!(
             free.iter().any(|&t| t >= 40),
             "the setup must favour padding: {free:?}"
         );
-        let limited = sample(&model, &cfg, &[1, 2], opts(Some(40)), &device);
+        let limited = sample(&model, &cfg, &[1, 2], opts(Some(40)), &device).unwrap();
         assert_eq!(limited.len(), 12);
         assert!(limited.iter().all(|&t| t < 40), "{limited:?}");
     }
