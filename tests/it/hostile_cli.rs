@@ -206,3 +206,28 @@ fn rft_whose_first_stage_diverges_fails() {
     assert!(error.starts_with("diverged:"), "{summary}");
     assert!(!text(&out).contains("--resume"), "{}", text(&out));
 }
+
+/// A `datagen.oversample` no memory can list is refused before anything is
+/// made (it aborted in the allocator, leaving a run directory without a
+/// summary).
+#[test]
+fn rft_oversample_too_big_for_memory_is_refused_before_it_starts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let set = "datagen.oversample=1000000000000";
+    let out = run(&[
+        "run",
+        "rft",
+        "--backend",
+        "cpu",
+        "--out",
+        tmp.path().to_str().unwrap(),
+        "--set",
+        set,
+    ]);
+    crate::common::experiment::assert_too_big(
+        &out,
+        set,
+        "datagen.oversample = 1000000000000",
+        tmp.path(),
+    );
+}

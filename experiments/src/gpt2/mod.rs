@@ -99,6 +99,13 @@ impl TypedExperiment for Gpt2Experiment {
         config.optim.validate(origin, "optim")?;
         config.model.validate(origin)?;
         let mut parts = config.model.memory_parts();
+        // Evaluation lists its window starts (eval_batches × batch_size) up
+        // front (issue #40: train.eval_batches = 1e12 aborted).
+        parts.push(engine::budget::Part::data(
+            "train.eval_batches",
+            config.train.eval_batches,
+            config.train.eval_batches as f64 * config.train.batch_size as f64 * 8.0,
+        ));
         if config.data.source == data::DataSource::Generated {
             // The corpus text and its u32 tokens, both in memory.
             let bytes = config
