@@ -231,3 +231,32 @@ fn rft_oversample_too_big_for_memory_is_refused_before_it_starts() {
         tmp.path(),
     );
 }
+
+/// A command that leaves a process running in the background (holding its
+/// stdout) ends its run when it exits, not when the orphan does.
+#[test]
+fn a_backgrounded_child_does_not_keep_the_run_open() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("runs");
+    let pid = tmp.path().join("orphan.pid");
+    let script = format!("sleep 60 & echo $! > {}; echo started", pid.display());
+    let started = std::time::Instant::now();
+    let done = command_run(&out, &script, &[]);
+    let took = started.elapsed();
+    // The orphan is ours: end it, whatever the assertions say.
+    if let Ok(text) = std::fs::read_to_string(&pid) {
+        let _ = std::process::Command::new("kill").arg(text.trim()).status();
+    }
+    assert_eq!(done.status.code(), Some(0), "{}", text(&done));
+    assert!(
+        took.as_secs() < 20,
+        "the run waited {took:?} for the orphan"
+    );
+    let summary = crate::common::read_json(&run_dir_of(&json_of(&done)).join("summary.json"));
+    assert_eq!(summary["status"], "completed", "{summary}");
+    assert!(
+        text(&done).contains("still holds its output"),
+        "{}",
+        text(&done)
+    );
+}
