@@ -260,3 +260,28 @@ fn a_backgrounded_child_does_not_keep_the_run_open() {
         text(&done)
     );
 }
+
+/// A batch whose one step would take hours is said, with the estimate,
+/// before the run starts (it was accepted silently: ~36 h a step).
+#[test]
+fn a_batch_too_slow_to_finish_a_step_is_warned_about() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = run(&[
+        "run",
+        "gpt2",
+        "--backend",
+        "cpu",
+        "--dry-run",
+        "--out",
+        tmp.path().to_str().unwrap(),
+        "--set",
+        "train.batch_size=100000000",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("warning") && stderr.contains("train.batch_size = 100000000"),
+        "{}",
+        text(&out)
+    );
+    assert!(stderr.contains(" h on this machine"), "{}", text(&out));
+}

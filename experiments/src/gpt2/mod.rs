@@ -118,7 +118,12 @@ impl TypedExperiment for Gpt2Experiment {
                 bytes as f64 * 5.0,
             ));
         }
-        Ok(engine::budget::check(origin, &parts)?)
+        engine::budget::check(origin, &parts)?;
+        // ~6 FLOPs per parameter per token (forward and backward).
+        let tokens = config.train.batch_size as f64 * config.model.block_size as f64;
+        let flops = 6.0 * config.model.num_params() as f64 * tokens;
+        engine::budget::warn_if_slow(origin, "train.batch_size", config.train.batch_size, flops);
+        Ok(())
     }
     fn batch_size(&self, config: &Gpt2Config) -> usize {
         config.train.batch_size
