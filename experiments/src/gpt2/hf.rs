@@ -193,10 +193,10 @@ pub fn save_pretrained<B: Backend>(
     cfg: &ModelConfig,
     dir: &Path,
 ) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).map_err(|e| {
-        UserError::usage(format!("cannot create {}: {e}", dir.display()))
-            .with_fix("choose a writable --out directory")
-    })?;
+    // fsutil's error keeps the I/O error, so its class decides the exit
+    // code: a read-only filesystem is the environment (3), not bad input
+    // (it was 2; issue #40).
+    crate::fsutil::create_dir_all(dir)?;
     let weights: Vec<(String, Vec<usize>, Vec<f32>)> = named_weights(model)
         .into_iter()
         .map(|(name, shape, values)| (format!("transformer.{name}"), shape, values))
@@ -226,6 +226,17 @@ pub(crate) mod tests {
             vocab_size: 40,
             dropout: 0.0,
         }
+    }
+
+    /// `export hf` where nothing can be written (sysfs: EPERM, or EROFS
+    /// where it is mounted read-only) is the environment's fault: exit 3.
+    #[test]
+    fn an_unwritable_export_directory_is_exit_3() {
+        let cfg = small();
+        let model = cfg.init::<Cpu>(&Default::default());
+        let err = save_pretrained(&model, &cfg, Path::new("/sys/envgen-export/hf")).unwrap_err();
+        assert_eq!(crate::error::exit_code_of(&err), 3, "{err:#}");
+        assert!(format!("{err:#}").contains("/sys/envgen-export"), "{err:#}");
     }
 
     #[test]
