@@ -285,3 +285,40 @@ fn a_batch_too_slow_to_finish_a_step_is_warned_about() {
     );
     assert!(stderr.contains(" h on this machine"), "{}", text(&out));
 }
+
+/// rft refuses a checkpoint with a file linked out of it before a run
+/// directory exists (exit 2 naming the file), rather than failing at the
+/// run's start with a `failed` run directory left behind, or copying the
+/// target into RUN/hf/.
+#[test]
+fn rft_refuses_a_linked_out_checkpoint_before_making_a_run_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ckpt");
+    tiny_llama(&dir);
+    let secret = tmp.path().join("passwd");
+    std::fs::write(&secret, "root:x:0:0:PASSWDLINE\n").unwrap();
+    std::os::unix::fs::symlink(&secret, dir.join("special_tokens_map.json")).unwrap();
+    let out = tmp.path().join("runs");
+    let init = format!("model.init=hf:{}", dir.display());
+    let done = run(&[
+        "run",
+        "rft",
+        "--preset",
+        "tiny-llama",
+        "--backend",
+        "cpu",
+        "--out",
+        out.to_str().unwrap(),
+        "--set",
+        &init,
+    ]);
+    assert_eq!(done.status.code(), Some(2), "{}", text(&done));
+    let all = text(&done);
+    assert!(
+        all.contains("special_tokens_map.json") && all.contains("outside"),
+        "{all}"
+    );
+    assert!(!all.contains("PASSWDLINE"), "{all}");
+    let made = std::fs::read_dir(&out).map_or(0, |d| d.count());
+    assert_eq!(made, 0, "a run directory was made in {}", out.display());
+}

@@ -269,7 +269,21 @@ pub fn check_dir(dir: &Path) -> anyhow::Result<LlamaConfig> {
         .with_fix("run the command again: a GPT-2 checkpoint takes the GPT path")
         .into());
     }
-    llama::config::read(dir).map_err(named)
+    let cfg = llama::config::read(dir).map_err(named)?;
+    // Every file the run reads or copies, by the rule for files of a user
+    // directory (a stat each, no hashing), and the tokenizer parsed: a bad
+    // one is refused here, before a run directory exists, not at the run's
+    // start, which left a `failed` run directory behind (issue #40).
+    let mut files = checkpoint_files(dir).map_err(named)?;
+    let special = dir.join("special_tokens_map.json");
+    if special.exists() || special.is_symlink() {
+        files.push(special);
+    }
+    for path in files {
+        crate::fsutil::user_file(dir, &path, crate::fsutil::limit::WEIGHTS).map_err(named)?;
+    }
+    pretrained::HfTokenizer::load(dir, false).map_err(named)?;
+    Ok(cfg)
 }
 
 /// A checkpoint error as a `model.init` one: the key first, the fix kept.
