@@ -294,3 +294,25 @@ fn absurd_checkpoint_shapes_are_refused_before_allocation() {
     assert_eq!(exit_code_of(&err), 2, "{text}");
     assert!(text.contains("n_embd") && text.contains("memory"), "{text}");
 }
+
+/// rft's GPT-2 path checks the files it copies into RUN/hf/ before a run
+/// directory exists, as the Llama path does.
+#[test]
+fn rft_refuses_a_gpt2_checkpoint_with_a_file_linked_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("gpt2");
+    let cfg = crate::gpt2::hf::tests::small();
+    let model = cfg.init::<Cpu>(&Default::default());
+    crate::gpt2::hf::save_pretrained(&model, &cfg, &dir).unwrap();
+    let secret = tmp.path().join("elsewhere.txt");
+    std::fs::write(&secret, MARK).unwrap();
+    std::os::unix::fs::symlink(&secret, dir.join("merges.txt")).unwrap();
+    let err = crate::rft::gpt2_init::check_dir(&dir).unwrap_err();
+    let text = format!("{err:#}");
+    assert_eq!(exit_code_of(&err), 2, "{text}");
+    assert!(
+        text.contains("merges.txt") && text.contains("outside"),
+        "{text}"
+    );
+    assert!(!text.contains(MARK), "{text}");
+}

@@ -48,6 +48,12 @@ pub fn gpt_sizes(model: &RftModel) -> anyhow::Result<Option<ModelConfig>> {
 /// embedding holds (exit 2 otherwise). Its sizes.
 pub fn check_dir(dir: &Path) -> anyhow::Result<ModelConfig> {
     let sizes = hf::config_of(dir).map_err(named)?;
+    // What the run reads and copies into RUN/hf/, by the rule for files of
+    // a user directory, before a run directory exists (issue #40).
+    let weights = ["model.safetensors"];
+    for names in [&super::gpt2_run::COMPANIONS[..], &weights[..]] {
+        super::llama_task::check_files(dir, names).map_err(named)?;
+    }
     if !dir.join("model.safetensors").is_file() {
         return Err(named(
             UserError::usage(format!(

@@ -48,7 +48,7 @@ use crate::gpt2::{self, ModelConfig};
 /// Files of the base directory besides the weights that the exported
 /// directory keeps: the config (its token ids, its context) and every
 /// tokenizer file transformers or envgen may read.
-const COMPANIONS: [&str; 7] = [
+pub(crate) const COMPANIONS: [&str; 7] = [
     "config.json",
     "generation_config.json",
     "tokenizer.json",

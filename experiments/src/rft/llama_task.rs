@@ -205,10 +205,24 @@ pub(crate) fn copy_companions(base: &Path, to: &Path) -> anyhow::Result<()> {
 /// directory (issue #40). `exists`, not `is_file`, so such a file is
 /// refused rather than skipped as absent.
 pub(crate) fn copy_files(base: &Path, names: &[&str], to: &Path) -> anyhow::Result<()> {
+    check_files(base, names)?;
     for name in names {
         let from = base.join(name);
         if from.exists() || from.is_symlink() {
             crate::fsutil::copy_user_file(base, &from, &to.join(name))?;
+        }
+    }
+    Ok(())
+}
+
+/// Each of `names` that `base` has, by the same rule (a stat each, nothing
+/// read): what [`copy_files`] would refuse, refused before a run directory
+/// is made (issue #40).
+pub(crate) fn check_files(base: &Path, names: &[&str]) -> anyhow::Result<()> {
+    for name in names {
+        let path = base.join(name);
+        if path.exists() || path.is_symlink() {
+            crate::fsutil::user_file(base, &path, crate::fsutil::limit::WEIGHTS)?;
         }
     }
     Ok(())

@@ -270,19 +270,29 @@ pub fn check_dir(dir: &Path) -> anyhow::Result<LlamaConfig> {
         .into());
     }
     let cfg = llama::config::read(dir).map_err(named)?;
-    // Every file the run reads or copies, by the rule for files of a user
-    // directory (a stat each, no hashing), and the tokenizer parsed: a bad
-    // one is refused here, before a run directory exists, not at the run's
-    // start, which left a `failed` run directory behind (issue #40).
-    let mut files = checkpoint_files(dir).map_err(named)?;
-    let special = dir.join("special_tokens_map.json");
-    if special.exists() || special.is_symlink() {
-        files.push(special);
+    // Every file the run reads or copies that is there, by the rule for
+    // files of a user directory (a stat each, no hashing), and the
+    // tokenizer parsed: a bad one is refused here, before a run directory
+    // exists, not at the run's start, which left a `failed` run directory
+    // behind (issue #40). Missing files are the run's to name, as before.
+    let names = [
+        llama::hf::SINGLE,
+        llama::hf::INDEX,
+        "generation_config.json",
+        pretrained::tokenizer::FILE,
+        pretrained::chat::CONFIG_FILE,
+        pretrained::chat::TEMPLATE_FILE,
+        "special_tokens_map.json",
+    ];
+    super::llama_task::check_files(dir, &names).map_err(named)?;
+    if let Ok(shards) = llama::hf::weight_files(dir) {
+        for shard in shards {
+            crate::fsutil::user_file(dir, &shard, crate::fsutil::limit::WEIGHTS).map_err(named)?;
+        }
     }
-    for path in files {
-        crate::fsutil::user_file(dir, &path, crate::fsutil::limit::WEIGHTS).map_err(named)?;
+    if dir.join(pretrained::tokenizer::FILE).exists() {
+        pretrained::HfTokenizer::load(dir, false).map_err(named)?;
     }
-    pretrained::HfTokenizer::load(dir, false).map_err(named)?;
     Ok(cfg)
 }
 
