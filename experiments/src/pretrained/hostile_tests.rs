@@ -215,6 +215,22 @@ fn tokenizer_panics_are_usage_errors_naming_the_file() {
     let text = format!("{err:#}");
     assert_eq!(exit_code_of(&err), 2, "{text}");
     assert!(text.contains("tokenizer.json"), "{text}");
+
+    // A catastrophic pre-tokenizer regex: onig gives up (its retry limit)
+    // and the onig crate panics; the panic is caught the same way.
+    doc["post_processor"] = serde_json::Value::Null;
+    doc["pre_tokenizer"] = serde_json::json!({
+        "type": "Split", "pattern": {"Regex": "(a|a)+$"},
+        "behavior": "Isolated", "invert": false
+    });
+    std::fs::write(&path, doc.to_string()).unwrap();
+    let tokenizer = HfTokenizer::load(dir, false).unwrap();
+    let err = tokenizer
+        .encode(&format!("{}!", "a".repeat(64)))
+        .unwrap_err();
+    let text = format!("{err:#}");
+    assert_eq!(exit_code_of(&err), 2, "{text}");
+    assert!(text.contains("tokenizer.json"), "{text}");
 }
 
 /// Chat templates that loop without end or write without end stop with
