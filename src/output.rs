@@ -50,7 +50,55 @@ macro_rules! outln {
     };
 }
 
+/// `text` with every control character (ESC, CR, newline, C1 codes…)
+/// written as its Rust escape (`\u{1b}`, `\n`): for user-derived strings
+/// (metric keys, run ids, paths, argv) printed to a terminal or written to
+/// a report, so a metric key holding an escape sequence cannot rewrite the
+/// screen (issue #40). Everything else is kept as it is.
+pub fn escape_control(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 // Re-exported so that callers name them by path, `crate::output::outln!`,
 // like any other item of a module (and the layering check sees the module).
 pub(crate) use out;
 pub(crate) use outln;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Generated: every control character of C0, DEL and C1, anywhere in a
+    /// string, comes out as printable text; other text is untouched.
+    #[test]
+    fn every_control_character_is_escaped() {
+        let controls = (0u32..0x20).chain(0x7f..0xa0).filter_map(char::from_u32);
+        for c in controls {
+            for text in [format!("{c}"), format!("loss{c}[2J"), format!("a{c}b{c}")] {
+                let escaped = escape_control(&text);
+                assert!(
+                    !escaped.chars().any(char::is_control),
+                    "{text:?} -> {escaped:?}"
+                );
+                assert!(escaped.contains('\\'), "{text:?} -> {escaped:?}");
+            }
+        }
+        for plain in ["loss", "val_perplexity", "ü→✓", ""] {
+            assert!(matches!(
+                escape_control(plain),
+                std::borrow::Cow::Borrowed(_)
+            ));
+        }
+    }
+}

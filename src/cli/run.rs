@@ -143,7 +143,8 @@ pub struct LaunchArgs {
     /// Native: the GPU of each rank, e.g. --ranks 2 --devices 0,1.
     #[arg(long, value_name = "ID,…", value_delimiter = ',')]
     pub devices: Vec<String>,
-    #[arg(long, value_name = "N")]
+    /// Slurm: CPUs per task (0 is refused, not silently made 1).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub cpus_per_task: Option<u32>,
     /// Slurm memory per node, e.g. 32G.
     #[arg(long, value_name = "SIZE")]

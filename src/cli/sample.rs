@@ -65,6 +65,15 @@ pub struct Args {
 }
 
 pub fn execute(args: Args) -> Result<i32> {
+    // NaN and negative temperatures were taken as greedy (issue #40).
+    if !args.temperature.is_finite() || args.temperature < 0.0 {
+        return Err(UserError::usage(format!(
+            "--temperature {} is not a number >= 0",
+            args.temperature
+        ))
+        .with_fix("use e.g. --temperature 0.8, or 0 for greedy")
+        .into());
+    }
     if !(0.0..=1.0).contains(&args.top_p) || args.top_p == 0.0 {
         return Err(
             UserError::usage(format!("--top-p {} is not in (0, 1]", args.top_p))
@@ -121,7 +130,8 @@ fn sample_run(run: &Path, args: &Args) -> Result<i32> {
             vocab_limit: Some(tokenizer.vocab_size()),
         },
         &device,
-    );
+    )
+    .map_err(|e| e.context(format!("sampling {}", run.display())))?;
     let text = tokenizer.decode(&out);
     if args.json {
         let doc = json!({"prompt": args.prompt, "text": text, "tokens": out});
@@ -180,6 +190,12 @@ fn sample_pretrained(dir: &Path, args: &Args) -> Result<i32> {
                 stop_strings: args.stop.clone(),
                 row_seeds: Vec::new(),
             };
+            // The batch's cache and logits, before a row is allocated.
+            let length = prompt.len().saturating_add(args.tokens);
+            let part = llama::generate::memory_part(cfg, args.batch, length, "--batch");
+            let weights = cfg.memory_part();
+            envgen_experiments::engine::budget::check(&spec_of(dir), &[weights, part])
+                .map_err(|e| e.with_fix("lower --batch or --tokens"))?;
             let decode = |ids: &[u32]| tokenizer.decode(ids);
             let prompts = vec![prompt; args.batch];
             let out = llama::generate(model, &prompts, &opts, Some(&decode), &device)?;
@@ -224,7 +240,7 @@ fn sample_pretrained(dir: &Path, args: &Args) -> Result<i32> {
                     vocab_limit: None,
                 },
                 &device,
-            );
+            )?;
             (vec![out], "length")
         }
     };
@@ -245,4 +261,9 @@ fn sample_pretrained(dir: &Path, args: &Args) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// `hf:DIR`, as the flag named it, for messages.
+fn spec_of(dir: &Path) -> String {
+    format!("{}{}", pretrained::PREFIX, dir.display())
 }

@@ -333,8 +333,8 @@ pub fn read(containers: &Containers, profile: &ImageProfile) -> Result<Option<Re
         .into());
     };
     let path = root.join(&python.requirements);
-    let text = std::fs::read_to_string(&path).map_err(|err| {
-        UserError::usage(format!(
+    if let Err(err) = std::fs::metadata(&path) {
+        return Err(UserError::usage(format!(
             "{origin}: python.requirements = {:?}: cannot read {}: {err}",
             python.requirements,
             path.display()
@@ -342,6 +342,21 @@ pub fn read(containers: &Containers, profile: &ImageProfile) -> Result<Option<Re
         .with_fix(format!(
             "write the file there ({COMPILE_FIX}), or fix the path (relative to {})",
             root.display()
+        ))
+        .into());
+    }
+    // The rule for files of a user directory (issue #40): a link out of the
+    // containers directory (to /etc/shadow) is refused before its first
+    // line could be quoted by a parse error; so are FIFOs and huge files.
+    let text = envgen_experiments::fsutil::read_user_text(
+        root,
+        &path,
+        envgen_experiments::fsutil::limit::TEXT,
+    )
+    .map_err(|err| {
+        err.context(format!(
+            "{origin}: python.requirements = {:?}",
+            python.requirements
         ))
     })?;
     let pins = parse(&text, &path.display().to_string())?;

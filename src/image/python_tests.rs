@@ -254,3 +254,32 @@ fn the_recipes_install_the_requirements_before_the_user_switch() {
         .unwrap()
         .is_none());
 }
+
+/// Issue #40: the requirements file is read by the rule for files of a
+/// user directory. A link out of the containers directory (to a file like
+/// /etc/shadow) or a FIFO is refused naming the file, before any line of
+/// it could be quoted by the parser.
+#[test]
+fn a_requirements_file_linked_out_or_a_fifo_is_refused_unquoted() {
+    let (dir, containers) = containers_with_py();
+    let profile = containers.profile("py").unwrap();
+    let file = dir.path().join("requirements/py.txt");
+    let outside = tempfile::tempdir().unwrap();
+    let shadow = outside.path().join("shadow");
+    std::fs::write(&shadow, "root:$6$SECRETHASH:19000:0:99999:7:::\n").unwrap();
+    std::fs::remove_file(&file).unwrap();
+    std::os::unix::fs::symlink(&shadow, &file).unwrap();
+    let err = read(&containers, &profile).unwrap_err();
+    let message = crate::error::render(&err);
+    assert_eq!(crate::error::exit_code_of(&err), 2, "{message}");
+    assert!(
+        message.contains("outside") && message.contains("py.txt"),
+        "{message}"
+    );
+    assert!(!message.contains("SECRETHASH"), "{message}");
+    std::fs::remove_file(&file).unwrap();
+    let fifo = std::ffi::CString::new(file.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let err = read(&containers, &profile).unwrap_err();
+    assert!(crate::error::render(&err).contains("a FIFO"), "{err:#}");
+}

@@ -92,9 +92,7 @@ pub fn run(line: &CommandLine, control: &RunControl) -> anyhow::Result<Summary> 
     if let Some(events) = &mut events {
         let _ = events.catch_up(&metrics);
     }
-    for copy in copies {
-        let _ = copy.join();
-    }
+    finish_copies(copies, OUTPUT_GRACE);
     let mut summary = ended(status, stopped, started.elapsed().as_secs_f64());
     let (logged, last_step) = last_metrics(&metrics);
     summary.steps_done = last_step.unwrap_or(0);
@@ -233,6 +231,32 @@ fn tee(
         }
         let _ = file.flush();
     }))
+}
+
+/// How long the output of a command that has exited is still read: a
+/// process it left running in the background (`sleep 600 &`) holds its
+/// stdout and stderr open, and waiting for their end kept the run open
+/// until that orphan exited (issue #40).
+const OUTPUT_GRACE: Duration = Duration::from_secs(2);
+
+/// Join the output copies of an exited command, giving them `grace` to
+/// reach the end of what it wrote; copies still held open by a process it
+/// left behind are left (what it writes later is not recorded), and said.
+fn finish_copies(copies: [std::thread::JoinHandle<()>; 2], grace: Duration) {
+    let deadline = Instant::now() + grace;
+    while copies.iter().any(|c| !c.is_finished()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if copies.iter().any(|c| !c.is_finished()) {
+        eprintln!(
+            "envgen: warning: the command exited but a process it started still holds its output; \
+             the run ends now, and what that process writes later is not recorded"
+        );
+        return;
+    }
+    for copy in copies {
+        let _ = copy.join();
+    }
 }
 
 /// Wait for the command, forwarding a stop as SIGINT to its process group

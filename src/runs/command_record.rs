@@ -12,6 +12,8 @@ use std::process::Command;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
+use crate::runs::redact;
+
 /// The manifest's `command`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -22,8 +24,9 @@ pub struct CommandRecord {
     pub workdir: PathBuf,
     /// The git repository around `workdir`; null: not in a git repository.
     pub git: Option<GitRecord>,
-    /// The variables that matter (`CUDA_*`, `NCCL_*`, `TORCH_*`…); a
-    /// variable whose name looks like a secret is recorded as `<set>`.
+    /// The variables that matter (`CUDA_*`, `NCCL_*`, `TORCH_*`…), secrets
+    /// redacted by `runs::redact` (a secret-looking name as `<set>`, the
+    /// userinfo of a URL as `<redacted>`).
     pub env: BTreeMap<String, String>,
 }
 
@@ -51,8 +54,6 @@ pub const DIFF_FILE: &str = "diff.patch";
 const ENV_PREFIXES: &[&str] = &["CUDA_", "NCCL_", "TORCH_", "PYTORCH_", "CUBLAS_", "HF_"];
 /// Variables recorded by exact name.
 const ENV_NAMES: &[&str] = &["OMP_NUM_THREADS"];
-/// A name containing one of these is a secret: only its presence is recorded.
-const SECRET_WORDS: &[&str] = &["TOKEN", "KEY", "SECRET", "PASSWORD"];
 
 /// The record of `argv` run in `workdir`, and the diff to save beside it
 /// (None: nothing uncommitted). `vars` is the environment the command gets.
@@ -66,7 +67,9 @@ pub fn capture(
         None => (None, None),
     };
     let record = CommandRecord {
-        argv: argv.to_vec(),
+        // The userinfo of a URL on the command line is not recorded either
+        // (config.toml keeps the line as given: rerun needs it).
+        argv: argv.iter().map(|w| redact::userinfo(w)).collect(),
         workdir: workdir.to_path_buf(),
         git,
         env: recorded_env(vars),
@@ -76,19 +79,14 @@ pub fn capture(
 
 /// The variables worth recording, secrets masked.
 pub fn recorded_env(vars: impl IntoIterator<Item = (String, String)>) -> BTreeMap<String, String> {
-    vars.into_iter()
-        .filter(|(name, _)| {
-            ENV_NAMES.contains(&name.as_str()) || ENV_PREFIXES.iter().any(|p| name.starts_with(p))
-        })
-        .map(|(name, value)| {
-            let upper = name.to_ascii_uppercase();
-            if SECRET_WORDS.iter().any(|w| upper.contains(w)) {
-                (name, "<set>".to_string())
-            } else {
-                (name, value)
-            }
-        })
-        .collect()
+    redact::env(
+        vars.into_iter()
+            .filter(|(name, _)| {
+                ENV_NAMES.contains(&name.as_str())
+                    || ENV_PREFIXES.iter().any(|p| name.starts_with(p))
+            })
+            .collect(),
+    )
 }
 
 /// `sha256:<hex>` of `bytes`.
@@ -155,6 +153,11 @@ mod tests {
             ("TORCH_HUB_API_KEY", "k2"),
             ("OMP_NUM_THREADS", "4"),
             ("HOME", "/root"),
+            // Issue #40: secrets by pattern, and credentials inside a URL.
+            ("HF_ENDPOINT", "https://user:pw@mirror"),
+            ("HF_CREDENTIAL", "c"),
+            ("HF_HUB_AUTH", "a"),
+            ("TORCH_PASSWD", "p"),
         ]
         .map(|(k, v)| (k.to_string(), v.to_string()));
         let env = recorded_env(vars);
@@ -163,14 +166,21 @@ mod tests {
             keys,
             [
                 "CUDA_VISIBLE_DEVICES",
+                "HF_CREDENTIAL",
+                "HF_ENDPOINT",
                 "HF_HOME",
+                "HF_HUB_AUTH",
                 "HF_TOKEN",
                 "NCCL_IB_DISABLE",
                 "OMP_NUM_THREADS",
-                "TORCH_HUB_API_KEY"
+                "TORCH_HUB_API_KEY",
+                "TORCH_PASSWD"
             ]
         );
-        assert_eq!(env["HF_TOKEN"], "<set>");
+        for name in ["HF_TOKEN", "HF_CREDENTIAL", "HF_HUB_AUTH", "TORCH_PASSWD"] {
+            assert_eq!(env[name], "<set>", "{name}");
+        }
+        assert_eq!(env["HF_ENDPOINT"], "https://<redacted>@mirror");
         assert_eq!(env["TORCH_HUB_API_KEY"], "<set>");
         assert_eq!(env["CUDA_VISIBLE_DEVICES"], "0,1");
     }

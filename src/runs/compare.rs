@@ -246,7 +246,12 @@ fn differing(flat: &[BTreeMap<String, Value>]) -> Vec<(String, Vec<Value>)> {
 pub fn render_text(cmp: &Comparison) -> String {
     let mut out = String::new();
     for (i, run) in cmp.runs.iter().enumerate() {
-        out += &format!("[{i}] {}  {}  {}\n", run.run_id, run.status, run.path);
+        out += &format!(
+            "[{i}] {}  {}  {}\n",
+            esc(&run.run_id),
+            esc(&run.status),
+            esc(&run.path)
+        );
     }
     out += &if cmp.same_config {
         format!(
@@ -282,7 +287,11 @@ pub fn render_text(cmp: &Comparison) -> String {
         out += &format!("\n{title}\n");
         let width = rows.iter().map(|d| d.field.len()).max().unwrap_or(0);
         for diff in rows {
-            out += &format!("  {:<width$}  {}\n", diff.field, side_by_side(&diff.values));
+            out += &format!(
+                "  {:<width$}  {}\n",
+                esc(&diff.field),
+                side_by_side(&diff.values)
+            );
         }
     }
     if !cmp.metrics.is_empty() {
@@ -294,7 +303,7 @@ pub fn render_text(cmp: &Comparison) -> String {
         let mut identical = Vec::new();
         for row in &cmp.metrics {
             if collapse && row.identical {
-                identical.push(row.name.as_str());
+                identical.push(esc(&row.name));
                 continue;
             }
             let cells: Vec<String> = row
@@ -314,7 +323,11 @@ pub fn render_text(cmp: &Comparison) -> String {
             } else {
                 ""
             };
-            out += &format!("  {:<width$}  {}{mark}\n", row.name, cells.join("  |  "));
+            out += &format!(
+                "  {:<width$}  {}{mark}\n",
+                esc(&row.name),
+                cells.join("  |  ")
+            );
         }
         if !identical.is_empty() {
             out += &format!(
@@ -337,9 +350,15 @@ fn side_by_side(values: &[Value]) -> String {
     }
 }
 
+/// Metric keys, config values, paths: user-derived, so control characters
+/// are escaped before they reach a terminal (issue #40).
+fn esc(text: &str) -> String {
+    crate::output::escape_control(text).into_owned()
+}
+
 fn show(value: &Value) -> String {
     match value {
-        Value::String(s) => s.clone(),
+        Value::String(s) => esc(s),
         Value::Null => "-".into(),
         other => other.to_string(),
     }

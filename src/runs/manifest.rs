@@ -270,7 +270,19 @@ pub fn read(dir: &Path) -> Result<Manifest> {
         .with_fix("remove the field, or use the envgen that wrote the run")
         .into());
     }
-    Ok(migrate(manifest))
+    Ok(redact_command(migrate(manifest)))
+}
+
+/// A manifest written before secrets were redacted by pattern (issue #40)
+/// may hold them in clear: whatever reads a manifest sees them redacted.
+fn redact_command(mut manifest: Manifest) -> Manifest {
+    if let Some(command) = &mut manifest.environment.command {
+        command.env = crate::runs::redact::env(std::mem::take(&mut command.env));
+        for word in &mut command.argv {
+            *word = crate::runs::redact::userinfo(word);
+        }
+    }
+    manifest
 }
 
 /// Write `dir/manifest.json` (atomically).
@@ -462,6 +474,19 @@ mod tests {
         });
         write(dir.path(), &manifest).unwrap();
         assert_eq!(read(dir.path()).unwrap(), manifest);
+        // A manifest from before issue #40 holding secrets in clear is read
+        // with them redacted (show, compare and the reports read through here).
+        let mut old = manifest.clone();
+        let command = old.environment.command.as_mut().unwrap();
+        command.env.insert("HF_CREDENTIAL".into(), "hunter2".into());
+        command
+            .env
+            .insert("HF_ENDPOINT".into(), "https://u:hunter2@mirror".into());
+        command.argv.push("--mirror=https://u:hunter2@m".into());
+        write(dir.path(), &old).unwrap();
+        let seen = serde_json::to_string(&read(dir.path()).unwrap()).unwrap();
+        assert!(!seen.contains("hunter2"), "{seen}");
+        assert!(seen.contains("https://<redacted>@mirror"), "{seen}");
         let mut value = serde_json::to_value(&manifest).unwrap();
         value["command"]["git"]["comit"] = "x".into();
         rundir::write_json(&dir.path().join(MANIFEST_FILE), &value).unwrap();

@@ -1,6 +1,7 @@
 //! Run directories (layout in docs/cli.md): the typed manifest and the one
 //! place it is written (`manifest`), the lock of the one process that
-//! trains it (`lock`), what a user command ran with (`command_record`), and reading runs to answer questions
+//! trains it (`lock`), what a user command ran with (`command_record`), secrets kept out of
+//! every record (`redact`), and reading runs to answer questions
 //! across them: show, compare, report, watch, export to TensorBoard.
 
 pub mod command_record;
@@ -8,6 +9,7 @@ pub mod compare;
 pub mod gpu_sampler;
 pub mod lock;
 pub mod manifest;
+pub mod redact;
 pub mod report;
 pub mod store;
 pub mod tensorboard;

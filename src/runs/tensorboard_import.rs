@@ -54,13 +54,25 @@ pub fn scalars(dir: &Path) -> Vec<Scalar> {
 /// step, `{"step": S, TAG: VALUE, …}`, steps in order. Returns the rows written.
 pub fn import(dir: &Path, metrics: &Path) -> std::io::Result<usize> {
     let mut rows: BTreeMap<u64, Map<String, Value>> = BTreeMap::new();
+    let mut dropped = 0usize;
     for scalar in scalars(dir) {
+        // A tag named `step` would overwrite the row's step (issue #40).
+        if scalar.tag == "step" {
+            dropped += 1;
+            continue;
+        }
         let Some(number) = serde_json::Number::from_f64(scalar.value) else {
             continue;
         };
         rows.entry(scalar.step)
             .or_default()
             .insert(scalar.tag, Value::Number(number));
+    }
+    if dropped > 0 {
+        eprintln!(
+            "envgen: warning: {dropped} TensorBoard scalar(s) tagged `step` under {} not imported (the name is the row's step)",
+            dir.display()
+        );
     }
     if rows.is_empty() {
         return Ok(0);
@@ -178,6 +190,11 @@ fn event_scalars(event: &[u8], out: &mut Vec<Scalar>) {
             _ => None,
         })
         .unwrap_or(0);
+    // `Event.step` is an int64: -1 arrives as 2^64 - 1. A negative step is
+    // no step of a run, so its scalars are not imported (issue #40).
+    if i64::try_from(step).is_err() {
+        return;
+    }
     for (number, field) in &event {
         let (5, Field::Bytes(summary)) = (number, field) else {
             continue;
@@ -294,5 +311,71 @@ mod tests {
             assert!(out.is_empty());
         }
         assert!(varint(&[0x80; 11]).is_none());
+    }
+
+    /// An `Event` of one scalar, as protobuf bytes: step (field 2, int64 as
+    /// a varint), summary (5) → value (1) → tag (1), simple_value (2).
+    fn event(step: i64, tag: &str, value: f32) -> Vec<u8> {
+        let mut step_varint = Vec::new();
+        let mut v = step as u64;
+        loop {
+            let byte = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                step_varint.push(byte);
+                break;
+            }
+            step_varint.push(byte | 0x80);
+        }
+        let mut value_msg = vec![0x0a, tag.len() as u8];
+        value_msg.extend_from_slice(tag.as_bytes());
+        value_msg.push(0x15);
+        value_msg.extend_from_slice(&value.to_le_bytes());
+        let mut summary = vec![0x0a, value_msg.len() as u8];
+        summary.extend(value_msg);
+        let mut out = vec![0x10];
+        out.extend(step_varint);
+        out.push(0x2a);
+        out.push(summary.len() as u8);
+        out.extend(summary);
+        out
+    }
+
+    /// Generated steps: a negative one is never imported as a huge step,
+    /// and a scalar tagged `step` never replaces the row's step.
+    #[test]
+    fn negative_steps_and_a_step_tag_are_not_imported() {
+        for step in [-1i64, -2, i64::MIN, -(1 << 40)] {
+            let mut out = Vec::new();
+            event_scalars(&event(step, "loss", 1.5), &mut out);
+            assert!(out.is_empty(), "step {step}: {out:?}");
+        }
+        for step in [0i64, 1, 7, i64::MAX] {
+            let mut out = Vec::new();
+            event_scalars(&event(step, "loss", 1.5), &mut out);
+            assert_eq!(out.len(), 1, "step {step}");
+            assert_eq!(out[0].step, step as u64);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let tb = dir.path().join("tb");
+        std::fs::create_dir(&tb).unwrap();
+        let mut bytes = Vec::new();
+        for payload in [
+            event(3, "loss", 1.5),
+            event(3, "step", 999.0),
+            event(-1, "loss", 9.0),
+        ] {
+            let len = (payload.len() as u64).to_le_bytes();
+            bytes.extend_from_slice(&len);
+            bytes.extend_from_slice(&masked(crc32c(&len)).to_le_bytes());
+            bytes.extend_from_slice(&payload);
+            bytes.extend_from_slice(&masked(crc32c(&payload)).to_le_bytes());
+        }
+        std::fs::write(tb.join("events.out.tfevents.1.h"), bytes).unwrap();
+        let metrics = dir.path().join("m.jsonl");
+        assert_eq!(import(&tb, &metrics).unwrap(), 1);
+        let row: Value =
+            serde_json::from_str(std::fs::read_to_string(&metrics).unwrap().trim()).unwrap();
+        assert_eq!(row, serde_json::json!({"step": 3, "loss": 1.5}));
     }
 }

@@ -535,6 +535,11 @@ fn a_run_too_big_for_memory_is_refused_before_it_starts() {
             "model.vocab_size=100000000000",
             "model.vocab_size = 100000000000",
         ),
+        // Issue #40: evaluation's window list (8 TB here).
+        (
+            "train.eval_batches=1000000000000",
+            "train.eval_batches = 1000000000000",
+        ),
     ] {
         let out = short_run(tmp.path(), &["--set", set]);
         assert_too_big(&out, set, key, tmp.path());

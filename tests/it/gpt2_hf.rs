@@ -158,6 +158,7 @@ fn greedy(model: &Gpt2<Cpu>, cfg: &ModelConfig, tokens: &[u32], steps: usize) ->
         },
         &Default::default(),
     )
+    .unwrap()
 }
 
 /// Largest |envgen − transformers| over every logit.
@@ -274,6 +275,26 @@ fn exported_runs_load_in_transformers_with_the_same_logits() {
     let diff = max_diff(&envgen_logits(&model, &tokens), &want.logits);
     assert!(diff <= 1e-4, "exported logits differ by {diff}");
     assert_eq!(greedy(&model, &config.model, &tokens, 6), want.greedy);
+    // envgen samples its own export: the byte-level tokenizer.json is
+    // beside the weights, so the prompt is the run's bytes (issue #40: it
+    // was read with GPT-2's BPE and refused).
+    let spec = format!("hf:{}", hf_dir.display());
+    let sampled = run_ok(&[
+        "sample",
+        "--model",
+        &spec,
+        "--prompt",
+        "the cat sat on ",
+        "--tokens",
+        "6",
+        "--temperature",
+        "0",
+    ]);
+    let bytes: Vec<u8> = want.greedy.iter().map(|&t| t as u8).collect();
+    assert_eq!(
+        String::from_utf8_lossy(&sampled.stdout),
+        format!("{}\n", String::from_utf8_lossy(&bytes))
+    );
 
     // `envgen eval` scores the run on HellaSwag with the run's tokenizer;
     // a Hugging Face directory is read with GPT-2's, which this byte-level

@@ -471,7 +471,7 @@ fn envgen_sample_reads_gpt2_directories_too() {
         vocab_limit: None,
     };
     let prompt = tokenizer.encode("Hello, I'm");
-    let want = tokenizer.decode(&gpt2::sample(&model, &cfg, &prompt, options, &device));
+    let want = tokenizer.decode(&gpt2::sample(&model, &cfg, &prompt, options, &device).unwrap());
     let spec = format!("hf:{}", tmp.path().display());
     let args = [
         "sample",

@@ -24,6 +24,7 @@ mod gpt2_cli;
 mod gpt2_data_cli;
 mod gpt2_hf;
 mod gpu_check;
+mod hostile_cli;
 mod hrm_cli;
 mod image_requirements;
 mod images;

@@ -36,6 +36,21 @@ pub fn diverged(loss: f64, step: u64, lr_key: &str) -> Option<String> {
     })
 }
 
+/// A model's output that is not a number is a failure too, in generation
+/// as in training (issue #40): NaN weights once sampled `\u0000` tokens and
+/// exited 0. `what` names the model (a checkpoint directory, a run).
+/// Failed (exit 1), `diverged: …` as a training run's reason.
+pub fn finite_output(values: &[f32], what: &str) -> anyhow::Result<()> {
+    match values.iter().find(|v| !v.is_finite()) {
+        None => Ok(()),
+        Some(v) => Err(crate::error::UserError::failed(format!(
+            "diverged: {what} computes logits of {v}: its weights are not a trained model's"
+        ))
+        .with_fix("check the checkpoint for NaN or infinite weights, or give another one")
+        .into()),
+    }
+}
+
 /// Panics on any thread since the process started.
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 /// Each active watch (by id): the count when it started, and the first
@@ -135,5 +150,19 @@ mod tests {
             );
         }
         assert_eq!(diverged(1e-6, 2, "optim.lr"), None);
+    }
+
+    #[test]
+    fn an_output_that_is_not_a_number_fails_naming_the_model() {
+        assert!(finite_output(&[0.5, -3.0, 1e30], "m").is_ok());
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let err = finite_output(&[0.5, bad], "hf:/ckpt").unwrap_err();
+            assert_eq!(crate::error::exit_code_of(&err), 1);
+            let text = err.to_string();
+            assert!(
+                text.starts_with("diverged:") && text.contains("hf:/ckpt"),
+                "{text}"
+            );
+        }
     }
 }

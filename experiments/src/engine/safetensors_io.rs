@@ -37,10 +37,10 @@ pub fn to_bytes(tensors: &[(String, Vec<usize>, Vec<f32>)]) -> anyhow::Result<Ve
 
 /// Read every tensor of a safetensors file as f32 (F32, F16 and BF16 accepted).
 pub fn read(path: &Path) -> anyhow::Result<NamedTensors> {
-    let bytes = std::fs::read(path).map_err(|e| {
-        UserError::usage(format!("cannot read {}: {e}", path.display()))
-            .with_fix("give the path of an existing .safetensors file")
-    })?;
+    // Checkpoints and run directories alike: a regular file inside its
+    // directory (fsutil's rule), never a link out or a FIFO.
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let bytes = crate::fsutil::read_user_file(dir, path, crate::fsutil::limit::WEIGHTS)?;
     from_bytes(&bytes, &path.display().to_string())
 }
 

@@ -454,11 +454,32 @@ fn load_checkpoint<B: AutodiffBackend, T: Task<B>>(
     device: &B::Device,
 ) -> anyhow::Result<(T::Model, LoopState)> {
     let dir = checkpoint::latest(root)?;
-    let model = checkpoint::load_weights::<B, T::Model>(&dir.join("model.safetensors"), model)?;
-    let moments = safetensors_io::read(&dir.join("optimizer.safetensors"))?;
-    optimizer.load_state::<B, T::Model>(&model, &moments, &inner_device_of::<B>(device));
-    let state: LoopState = read_json(&dir.join("state.json"))?;
-    Ok((model, state))
+    let loaded = (|| -> anyhow::Result<(T::Model, LoopState)> {
+        let model = checkpoint::load_weights::<B, T::Model>(&dir.join("model.safetensors"), model)?;
+        let moments = safetensors_io::read(&dir.join("optimizer.safetensors"))?;
+        optimizer.load_state::<B, T::Model>(&model, &moments, &inner_device_of::<B>(device));
+        let state: LoopState = read_json(&dir.join("state.json"))?;
+        Ok((model, state))
+    })();
+    loaded.map_err(|err| damaged_checkpoint(root, &dir, err))
+}
+
+/// A checkpoint of the run's own that does not read back (cut short by a
+/// crash or a full disk) gets a fix about checkpoints, not the one for a
+/// Hugging Face file the reader gives (issue #40).
+fn damaged_checkpoint(root: &Path, dir: &Path, err: anyhow::Error) -> anyhow::Error {
+    match err.downcast::<crate::error::UserError>() {
+        Ok(mut user) => {
+            user.fix = Some(format!(
+                "the checkpoint {} is damaged (cut short?): write the name of an earlier \
+                 step-N directory into {}, or start a new run",
+                dir.display(),
+                root.join("latest").display()
+            ));
+            user.into()
+        }
+        Err(err) => err,
+    }
 }
 
 /// A task that runs on every backend this build has.

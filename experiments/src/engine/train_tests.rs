@@ -185,3 +185,33 @@ fn a_panic_on_a_worker_thread_fails_the_run_at_that_step() {
     assert_eq!(written["status"], "failed");
     assert_eq!(written["metrics"]["error"], error);
 }
+
+/// A checkpoint cut short (a crash or a full disk while it was written by
+/// another tool) is refused on resume with a fix about checkpoints, not
+/// the Hugging Face file advice of the safetensors reader (issue #40).
+#[test]
+fn a_truncated_checkpoint_is_refused_on_resume_with_a_checkpoint_fix() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let task = Regression::new(3, None);
+    let mut stopped = control(tmp.path(), Some(2));
+    stopped.precision = Precision::Fp32;
+    let summary = train::<CpuTrain, _>(&task, &stopped, &Default::default()).unwrap();
+    assert_eq!(summary.status, Status::Interrupted);
+    let weights = tmp
+        .path()
+        .join("checkpoints/step-00000002/model.safetensors");
+    let bytes = std::fs::read(&weights).unwrap();
+    std::fs::write(&weights, &bytes[..bytes.len() / 2]).unwrap();
+    let mut resumed = control(tmp.path(), None);
+    resumed.precision = Precision::Fp32;
+    resumed.resume = true;
+    let err = train::<CpuTrain, _>(&task, &resumed, &Default::default()).unwrap_err();
+    let text = format!("{err:#}");
+    assert_eq!(crate::error::exit_code_of(&err), 2, "{text}");
+    assert!(
+        text.contains("step-00000002") && text.contains("is damaged") && text.contains("latest"),
+        "{text}"
+    );
+    assert!(!text.contains("Hugging Face"), "{text}");
+}

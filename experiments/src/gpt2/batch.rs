@@ -281,7 +281,8 @@ mod tests {
                     vocab_limit: None,
                 },
                 &Default::default(),
-            );
+            )
+            .unwrap();
             assert_eq!(got, &want, "prompt {prompt:?}");
         }
     }

@@ -81,13 +81,7 @@ pub fn is_pretrained_dir(path: &Path) -> bool {
 /// The model config a Hugging Face GPT-2 `config.json` describes.
 pub fn config_of(dir: &Path) -> anyhow::Result<ModelConfig> {
     let path = dir.join("config.json");
-    let text = std::fs::read_to_string(&path).map_err(|e| {
-        UserError::usage(format!("cannot read {}: {e}", path.display())).with_fix(
-            "give a directory written by save_pretrained (config.json + model.safetensors)",
-        )
-    })?;
-    let doc: Value = serde_json::from_str(&text)
-        .map_err(|e| UserError::usage(format!("{} is not JSON: {e}", path.display())))?;
+    let doc = crate::llama::config::read_json(&path)?;
     let bad = |field: &str, why: String| -> anyhow::Error {
         UserError::usage(format!("{}: `{field}` {why}", path.display()))
             .with_fix("only GPT-2 checkpoints (model_type \"gpt2\") are read")
@@ -133,6 +127,16 @@ pub fn config_of(dir: &Path) -> anyhow::Result<ModelConfig> {
         dropout: 0.0,
     };
     cfg.validate(&path.display().to_string())?;
+    // Before a weight is allocated (issue #40: n_embd 1e6 aborted).
+    let weights: Vec<_> = cfg
+        .memory_parts()
+        .iter()
+        .take(1)
+        .map(|p| p.as_weights())
+        .collect();
+    crate::engine::budget::check(&path.display().to_string(), &weights).map_err(|e| {
+        e.with_fix("check config.json's sizes, or load the model where more memory is free")
+    })?;
     Ok(cfg)
 }
 
@@ -189,10 +193,10 @@ pub fn save_pretrained<B: Backend>(
     cfg: &ModelConfig,
     dir: &Path,
 ) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).map_err(|e| {
-        UserError::usage(format!("cannot create {}: {e}", dir.display()))
-            .with_fix("choose a writable --out directory")
-    })?;
+    // fsutil's error keeps the I/O error, so its class decides the exit
+    // code: a read-only filesystem is the environment (3), not bad input
+    // (it was 2; issue #40).
+    crate::fsutil::create_dir_all(dir)?;
     let weights: Vec<(String, Vec<usize>, Vec<f32>)> = named_weights(model)
         .into_iter()
         .map(|(name, shape, values)| (format!("transformer.{name}"), shape, values))
@@ -222,6 +226,17 @@ pub(crate) mod tests {
             vocab_size: 40,
             dropout: 0.0,
         }
+    }
+
+    /// `export hf` where nothing can be written (sysfs: EPERM, or EROFS
+    /// where it is mounted read-only) is the environment's fault: exit 3.
+    #[test]
+    fn an_unwritable_export_directory_is_exit_3() {
+        let cfg = small();
+        let model = cfg.init::<Cpu>(&Default::default());
+        let err = save_pretrained(&model, &cfg, Path::new("/sys/envgen-export/hf")).unwrap_err();
+        assert_eq!(crate::error::exit_code_of(&err), 3, "{err:#}");
+        assert!(format!("{err:#}").contains("/sys/envgen-export"), "{err:#}");
     }
 
     #[test]

@@ -99,6 +99,13 @@ impl TypedExperiment for Gpt2Experiment {
         config.optim.validate(origin, "optim")?;
         config.model.validate(origin)?;
         let mut parts = config.model.memory_parts();
+        // Evaluation lists its window starts (eval_batches × batch_size) up
+        // front (issue #40: train.eval_batches = 1e12 aborted).
+        parts.push(engine::budget::Part::data(
+            "train.eval_batches",
+            config.train.eval_batches,
+            config.train.eval_batches as f64 * config.train.batch_size as f64 * 8.0,
+        ));
         if config.data.source == data::DataSource::Generated {
             // The corpus text and its u32 tokens, both in memory.
             let bytes = config
@@ -111,7 +118,12 @@ impl TypedExperiment for Gpt2Experiment {
                 bytes as f64 * 5.0,
             ));
         }
-        Ok(engine::budget::check(origin, &parts)?)
+        engine::budget::check(origin, &parts)?;
+        // ~6 FLOPs per parameter per token (forward and backward).
+        let tokens = config.train.batch_size as f64 * config.model.block_size as f64;
+        let flops = 6.0 * config.model.num_params() as f64 * tokens;
+        engine::budget::warn_if_slow(origin, "train.batch_size", config.train.batch_size, flops);
+        Ok(())
     }
     fn batch_size(&self, config: &Gpt2Config) -> usize {
         config.train.batch_size
@@ -387,14 +399,15 @@ pub struct SampleOptions {
     pub vocab_limit: Option<usize>,
 }
 
-/// Temperature/top-k sampling from a trained model; returns the new tokens.
+/// Temperature/top-k sampling from a trained model; returns the new tokens,
+/// or a failure (`diverged: …`) when the model's logits are not numbers.
 pub fn sample<B: FusedBackend>(
     model: &Gpt2<B>,
     cfg: &ModelConfig,
     prompt: &[u32],
     opts: SampleOptions,
     device: &B::Device,
-) -> Vec<u32> {
+) -> anyhow::Result<Vec<u32>> {
     let SampleOptions {
         tokens,
         temperature,
@@ -422,9 +435,10 @@ pub fn sample<B: FusedBackend>(
             .to_vec()
             .unwrap_or_default();
         logits.truncate(vocab_limit.unwrap_or(usize::MAX).max(1));
+        crate::engine::health::finite_output(&logits, "the model")?;
         out.push(pick(&logits, temperature, top_k, &mut rng));
     }
-    out[prompt.len().min(out.len())..].to_vec()
+    Ok(out[prompt.len().min(out.len())..].to_vec())
 }
 
 fn pick(logits: &[f32], temperature: f32, top_k: Option<usize>, rng: &mut StdRng) -> u32 {
@@ -497,12 +511,12 @@ mod tests {
             seed: 3,
             vocab_limit: limit,
         };
-        let free = sample(&model, &cfg, &[1, 2], opts(None), &device);
+        let free = sample(&model, &cfg, &[1, 2], opts(None), &device).unwrap();
         assert!(
             free.iter().any(|&t| t >= 40),
             "the setup must favour padding: {free:?}"
         );
-        let limited = sample(&model, &cfg, &[1, 2], opts(Some(40)), &device);
+        let limited = sample(&model, &cfg, &[1, 2], opts(Some(40)), &device).unwrap();
         assert_eq!(limited.len(), 12);
         assert!(limited.iter().all(|&t| t < 40), "{limited:?}");
     }

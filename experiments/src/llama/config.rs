@@ -109,6 +109,38 @@ impl Rope {
     }
 }
 
+impl LlamaConfig {
+    /// The f32 weights loading this model holds on the host (engine::budget),
+    /// in f64 so that an absurd size cannot overflow before it is refused;
+    /// named by the config.json field that sizes them most.
+    pub fn memory_part(&self) -> crate::engine::budget::Part {
+        let f = |n: usize| n as f64;
+        let (v, h, l) = (
+            f(self.vocab_size),
+            f(self.hidden_size),
+            f(self.num_hidden_layers),
+        );
+        let (q, kv) = (
+            f(self.num_attention_heads) * f(self.head_dim),
+            f(self.num_key_value_heads) * f(self.head_dim),
+        );
+        let per_layer =
+            h * q + 2.0 * h * kv + q * h + 3.0 * h * f(self.intermediate_size) + 2.0 * h;
+        let embeddings = v * h * if self.tie_word_embeddings { 1.0 } else { 2.0 };
+        let layers = l * per_layer;
+        let (key, value) = if embeddings > layers {
+            ("vocab_size", self.vocab_size)
+        } else if self.num_hidden_layers > self.hidden_size {
+            ("num_hidden_layers", self.num_hidden_layers)
+        } else if self.intermediate_size > self.hidden_size * 8 {
+            ("intermediate_size", self.intermediate_size)
+        } else {
+            ("hidden_size", self.hidden_size)
+        };
+        crate::engine::budget::Part::weights(key, value, embeddings + layers + h)
+    }
+}
+
 /// A usage error about `field` of `path`, with the fix.
 fn bad(path: &Path, field: &str, why: String, fix: &str) -> anyhow::Error {
     UserError::usage(format!("{}: `{field}` {why}", path.display()))
@@ -122,8 +154,14 @@ pub fn read(dir: &Path) -> anyhow::Result<LlamaConfig> {
     let path = dir.join("config.json");
     let doc = read_json(&path)?;
     let mut cfg = parse(&doc, &path)?;
+    // Before a weight is allocated (issue #40: num_hidden_layers 1e15
+    // panicked with "capacity overflow"): sample, eval, export and rft all
+    // load through here.
+    crate::engine::budget::check(&path.display().to_string(), &[cfg.memory_part()]).map_err(
+        |e| e.with_fix("check config.json's sizes, or load the model where more memory is free"),
+    )?;
     let generation = dir.join("generation_config.json");
-    if generation.is_file() {
+    if generation.exists() {
         let gen = read_json(&generation)?;
         if let Some(ids) = token_ids(&gen, "eos_token_id", &generation)? {
             cfg.eos_token_ids = ids;
@@ -135,12 +173,12 @@ pub fn read(dir: &Path) -> anyhow::Result<LlamaConfig> {
     Ok(cfg)
 }
 
+/// A JSON file of a checkpoint directory, by fsutil's rule for files of a
+/// user directory (a regular file inside it, of bounded size). A parse
+/// error gives serde's line and column, never the file's text.
 pub(crate) fn read_json(path: &Path) -> anyhow::Result<Value> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        UserError::usage(format!("cannot read {}: {e}", path.display())).with_fix(
-            "give a directory written by save_pretrained (config.json, model.safetensors, tokenizer.json)",
-        )
-    })?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let text = crate::fsutil::read_user_text(dir, path, crate::fsutil::limit::JSON)?;
     serde_json::from_str(&text).map_err(|e| {
         UserError::usage(format!("{} is not JSON: {e}", path.display()))
             .with_fix("download the file again")
@@ -251,6 +289,21 @@ fn parse(doc: &Value, path: &Path) -> anyhow::Result<LlamaConfig> {
     }
     let qwen2 = model_type == "qwen2";
     let attention_bias = flag("attention_bias", false);
+    // A negative or zero epsilon divides by ~0 in every norm: NaN logits.
+    let rms_norm_eps = match &doc["rms_norm_eps"] {
+        Value::Null => 1e-6,
+        v => v
+            .as_f64()
+            .filter(|e| e.is_finite() && *e > 0.0)
+            .ok_or_else(|| {
+                bad(
+                    path,
+                    "rms_norm_eps",
+                    format!("is {v}, expected a small positive number"),
+                    "fix config.json (1e-5 or 1e-6 usually)",
+                )
+            })?,
+    };
     Ok(LlamaConfig {
         vocab_size: size("vocab_size")?,
         hidden_size,
@@ -259,7 +312,7 @@ fn parse(doc: &Value, path: &Path) -> anyhow::Result<LlamaConfig> {
         num_attention_heads,
         num_key_value_heads,
         head_dim,
-        rms_norm_eps: doc["rms_norm_eps"].as_f64().unwrap_or(1e-6),
+        rms_norm_eps,
         max_position_embeddings: size("max_position_embeddings")?,
         rope: rope(doc, path)?,
         qkv_bias: qwen2 || attention_bias,

@@ -78,6 +78,24 @@ pub struct Generation {
 /// Turns a row's generated tokens into text (for the stop strings).
 pub type Decode<'a> = &'a dyn Fn(&[u32]) -> String;
 
+/// What generating `rows` rows of up to `length` tokens each holds besides
+/// the weights (engine::budget): the key/value cache of every layer, the
+/// rows' next-token logits and their tokens. In f64, so that `--batch 1e9`
+/// is refused by the check rather than aborting in the allocator
+/// (issue #40); `key` names the knob (`--batch`, `datagen.gen_batch`).
+pub fn memory_part(
+    cfg: &super::LlamaConfig,
+    rows: usize,
+    length: usize,
+    key: &str,
+) -> crate::engine::budget::Part {
+    let (rows, length) = (rows as f64, length as f64);
+    let kv =
+        2.0 * cfg.num_hidden_layers as f64 * cfg.num_key_value_heads as f64 * cfg.head_dim as f64;
+    let bytes = 4.0 * rows * (length * kv + cfg.vocab_size as f64 + length);
+    crate::engine::budget::Part::data(key, rows, bytes)
+}
+
 /// Continue each prompt. `decode` turns a row's generated tokens into text
 /// for the stop strings (needed only when there are any).
 pub fn generate<B: Backend>(
@@ -147,6 +165,7 @@ pub fn generate<B: Backend>(
         Tensor::<B, 2, Int>::from_data(TensorData::new(tokens, [active.len(), prefill]), device);
     let mut logits = last_logits(model, input, &mut cache);
     loop {
+        crate::engine::health::finite_output(&logits, "the model")?;
         let position = cache.len();
         let vocab = logits.len() / active.len();
         for (slot, &i) in active.iter().enumerate() {

@@ -10,7 +10,6 @@
 //! shape, is a usage error naming the tensor and the file.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use burn::prelude::*;
@@ -53,9 +52,20 @@ pub fn load_with<B: Backend>(
     // Which shard holds each tensor (the files themselves, not the index's
     // claim, so a stale index cannot send us to the wrong file).
     let mut holder: HashMap<String, usize> = HashMap::new();
+    // A tensor in two shards is refused: which copy transformers uses
+    // depends on the index, and silently taking either is a guess.
     for (i, shard) in shards.iter().enumerate() {
         for name in shard.names() {
-            holder.insert(name.to_string(), i);
+            if let Some(first) = holder.insert(name.to_string(), i) {
+                return Err(UserError::usage(format!(
+                    "{}: tensor `{name}` is in both {} and {}",
+                    dir.display(),
+                    files[first].display(),
+                    files[i].display()
+                ))
+                .with_fix("download the checkpoint again (each tensor belongs in one shard)")
+                .into());
+            }
         }
     }
     let mut source = |name: &str, shape: &[usize]| -> anyhow::Result<Vec<f32>> {
@@ -98,7 +108,8 @@ fn names_of(files: &[PathBuf]) -> String {
 /// `model.safetensors`, or the shards the index lists (each once, in order).
 pub fn weight_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let single = dir.join(SINGLE);
-    if single.is_file() {
+    // exists, not is_file: a FIFO or a link out is refused when read.
+    if single.exists() {
         return Ok(vec![single]);
     }
     let index = dir.join(INDEX);
@@ -138,7 +149,7 @@ pub fn weight_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         files.insert(file.to_string(), dir.join(file));
     }
     for path in files.values() {
-        if !path.is_file() {
+        if !path.exists() {
             return Err(UserError::usage(format!(
                 "{} lists {}, which is missing",
                 index.display(),
@@ -152,8 +163,8 @@ pub fn weight_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
 }
 
 fn map(path: &Path) -> anyhow::Result<Mmap> {
-    let file = File::open(path)
-        .map_err(|e| UserError::usage(format!("cannot read {}: {e}", path.display())))?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let file = crate::fsutil::open_user_file(dir, path, crate::fsutil::limit::WEIGHTS)?;
     // SAFETY: read-only map; a file changed underneath shows other bytes
     // (as a read() would), and safetensors bounds-checks every tensor.
     unsafe { Mmap::map(&file) }.map_err(|e| {

@@ -31,6 +31,13 @@ use crate::error::UserError;
 pub const TEMPLATE_FILE: &str = "chat_template.jinja";
 pub const CONFIG_FILE: &str = "tokenizer_config.json";
 
+/// Instructions one render may run (MiniJinja's fuel): a real template
+/// over a long conversation runs thousands; a nested `range(100000)` loop
+/// runs billions and hung envgen (issue #40).
+const FUEL: u64 = 20_000_000;
+/// Bytes one render may write: a prompt far larger than any context.
+const MAX_OUTPUT: usize = 16 << 20;
+
 /// The special tokens transformers hands a template (`special_tokens_map`).
 const SPECIAL_TOKENS: &[&str] = &[
     "bos_token",
@@ -71,7 +78,9 @@ impl ChatTemplate {
     /// (base models usually ship without one).
     pub fn load(dir: &Path) -> anyhow::Result<Option<Self>> {
         let config_path = dir.join(CONFIG_FILE);
-        let config: Value = if config_path.is_file() {
+        // exists, not is_file: a FIFO or a link out is refused by the read,
+        // not taken for an absent file.
+        let config: Value = if config_path.exists() {
             read_json(&config_path)?
         } else {
             Value::Null
@@ -81,11 +90,8 @@ impl ChatTemplate {
             .filter_map(|&key| Some((key.to_string(), token_text(&config[key])?)))
             .collect();
         let file = dir.join(TEMPLATE_FILE);
-        let (source, path) = if file.is_file() {
-            let text = std::fs::read_to_string(&file).map_err(|e| {
-                UserError::usage(format!("{}: {e}", file.display()))
-                    .with_fix("give a UTF-8 Jinja template")
-            })?;
+        let (source, path) = if file.exists() {
+            let text = crate::fsutil::read_user_text(dir, &file, crate::fsutil::limit::TEXT)?;
             (text, file)
         } else {
             match template_in_config(&config, &config_path)? {
@@ -129,6 +135,7 @@ impl ChatTemplate {
             },
         );
         env.add_function("strftime_now", strftime_now);
+        env.set_fuel(Some(FUEL));
         let mut context: BTreeMap<&str, minijinja::Value> = self
             .special_tokens
             .iter()
@@ -139,26 +146,66 @@ impl ChatTemplate {
             "add_generation_prompt",
             minijinja::Value::from(add_generation_prompt),
         );
-        env.render_str(&self.source, context).map_err(|e| {
-            let detail = match e.kind() {
-                ErrorKind::InvalidOperation => e.detail().unwrap_or("").to_string(),
-                _ => format!("{e:#}"),
+        let mut out = Bounded(Vec::new());
+        let rendered = env
+            .template_from_str(&self.source)
+            .and_then(|t| t.render_captured_to(context, &mut out).map(|_| ()));
+        rendered.map_err(|e| -> anyhow::Error {
+            let path = self.path.display();
+            let (what, fix) = match e.kind() {
+                ErrorKind::OutOfFuel => (
+                    format!("{path}: the chat template ran more than {FUEL} instructions (a loop without end)"),
+                    "give the chat template the checkpoint was published with",
+                ),
+                ErrorKind::WriteFailure => (
+                    format!("{path}: the chat template wrote more than {MAX_OUTPUT} bytes"),
+                    "give the chat template the checkpoint was published with",
+                ),
+                kind => {
+                    let detail = match kind {
+                        ErrorKind::InvalidOperation => e.detail().unwrap_or("").to_string(),
+                        _ => format!("{e:#}"),
+                    };
+                    (
+                        format!("{path}: the chat template refused the conversation: {detail}"),
+                        "give the roles and turn order the model's template expects (usually system?, then user/assistant alternating)",
+                    )
+                }
             };
+            UserError::usage(what).with_fix(fix).into()
+        })?;
+        String::from_utf8(out.0).map_err(|e| {
             UserError::usage(format!(
-                "{}: the chat template refused the conversation: {detail}",
+                "{}: the chat template wrote non-UTF-8 text: {e}",
                 self.path.display()
             ))
-            .with_fix("give the roles and turn order the model's template expects (usually system?, then user/assistant alternating)")
             .into()
         })
     }
 }
 
+/// A writer that refuses to grow past [`MAX_OUTPUT`]: a template that
+/// writes without end stops with a write error instead of eating memory.
+struct Bounded(Vec<u8>);
+
+impl std::io::Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.0.len() + buf.len() > MAX_OUTPUT {
+            return Err(std::io::Error::other(
+                "the chat template's output is too large",
+            ));
+        }
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 fn read_json(path: &Path) -> anyhow::Result<Value> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        UserError::usage(format!("{}: {e}", path.display()))
-            .with_fix("give the tokenizer_config.json the checkpoint was saved with")
-    })?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let text = crate::fsutil::read_user_text(dir, path, crate::fsutil::limit::JSON)?;
     serde_json::from_str(&text).map_err(|e| {
         UserError::usage(format!("{}: not JSON: {e}", path.display()))
             .with_fix("give the tokenizer_config.json the checkpoint was saved with")

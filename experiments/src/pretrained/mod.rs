@@ -5,6 +5,8 @@
 //! --model hf:DIR`).
 
 pub mod chat;
+#[cfg(test)]
+mod hostile_tests;
 pub mod tokenizer;
 
 use std::path::{Path, PathBuf};

@@ -33,7 +33,7 @@ impl HfTokenizer {
     /// `DIR/tokenizer.json` (required unless `gpt2_fallback`).
     pub fn load(dir: &Path, gpt2_fallback: bool) -> anyhow::Result<Self> {
         let path = dir.join(FILE);
-        if !path.is_file() {
+        if !path.exists() {
             if gpt2_fallback {
                 return Ok(HfTokenizer::Gpt2(data::Tokenizer::gpt2()));
             }
@@ -41,7 +41,8 @@ impl HfTokenizer {
                 .with_fix("copy the checkpoint's tokenizer.json into the directory (tokenizer.save_pretrained writes it)")
                 .into());
         }
-        let inner = tokenizers::Tokenizer::from_file(&path).map_err(|e| {
+        let bytes = crate::fsutil::read_user_file(dir, &path, crate::fsutil::limit::TOKENIZER)?;
+        let inner = guarded(&path, || tokenizers::Tokenizer::from_bytes(&bytes))?.map_err(|e| {
             UserError::usage(format!("{}: not a tokenizers file: {e}", path.display()))
                 .with_fix("give the tokenizer.json the checkpoint was published with")
         })?;
@@ -68,13 +69,14 @@ impl HfTokenizer {
 
     fn encode_with(&self, text: &str, add_special_tokens: bool) -> anyhow::Result<Vec<u32>> {
         match self {
-            HfTokenizer::Json { inner, path } => Ok(inner
-                .encode(text, add_special_tokens)
-                .map_err(|e| {
-                    UserError::usage(format!("{}: cannot encode {text:?}: {e}", path.display()))
-                })?
-                .get_ids()
-                .to_vec()),
+            HfTokenizer::Json { inner, path } => {
+                Ok(guarded(path, || inner.encode(text, add_special_tokens))?
+                    .map_err(|e| {
+                        UserError::usage(format!("{}: cannot encode {text:?}: {e}", path.display()))
+                    })?
+                    .get_ids()
+                    .to_vec())
+            }
             HfTokenizer::Gpt2(t) => Ok(t.encode(text)),
         }
     }
@@ -83,7 +85,10 @@ impl HfTokenizer {
     /// ids the vocabulary does not hold decode to nothing rather than fail.
     pub fn decode(&self, ids: &[u32]) -> String {
         match self {
-            HfTokenizer::Json { inner, .. } => inner.decode(ids, true).unwrap_or_default(),
+            HfTokenizer::Json { inner, path } => guarded(path, || inner.decode(ids, true))
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default(),
             HfTokenizer::Gpt2(t) => t.decode(ids),
         }
     }
@@ -95,4 +100,26 @@ impl HfTokenizer {
             HfTokenizer::Gpt2(_) => (token == "<|endoftext|>").then_some(data::tokenizer::GPT2_EOT),
         }
     }
+}
+
+/// `f`, with a panic inside the tokenizers crate (or the onig regex engine
+/// under it) turned into a usage error naming the file (issue #40: a
+/// TemplateProcessing naming an undefined special token, a pre-tokenizer
+/// regex onig gives up on). The tokenizer is a user's file, and a bad one
+/// must be exit 2 with its name, not a crash.
+fn guarded<T>(path: &Path, f: impl FnOnce() -> T) -> anyhow::Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|panic| {
+        let why = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("a panic");
+        UserError::usage(format!(
+            "{}: the tokenizers library failed on this file ({})",
+            path.display(),
+            why.lines().next().unwrap_or_default()
+        ))
+        .with_fix("give the tokenizer.json the checkpoint was published with")
+        .into()
+    })
 }

@@ -270,6 +270,16 @@ impl RftConfig {
             .into());
         }
         self.datagen.validate()?;
+        // Rejection sampling lists every (question, sample) row before the
+        // first call (issue #40: datagen.oversample = 1e9 aborted in the
+        // allocator), before any run directory exists.
+        let oversample = self.datagen.oversample as f64;
+        let rows = engine::budget::Part::data(
+            "datagen.oversample",
+            self.datagen.oversample,
+            self.task.train_questions as f64 * oversample * 16.0 + oversample * 24.0,
+        );
+        engine::budget::check(origin, &[rows])?;
         super::prompt::check_format(&self.task, &self.model)?;
         if !gpt {
             // The checkpoint's context is checked against the tokenized

@@ -48,6 +48,12 @@ pub fn gpt_sizes(model: &RftModel) -> anyhow::Result<Option<ModelConfig>> {
 /// embedding holds (exit 2 otherwise). Its sizes.
 pub fn check_dir(dir: &Path) -> anyhow::Result<ModelConfig> {
     let sizes = hf::config_of(dir).map_err(named)?;
+    // What the run reads and copies into RUN/hf/, by the rule for files of
+    // a user directory, before a run directory exists (issue #40).
+    let weights = ["model.safetensors"];
+    for names in [&super::gpt2_run::COMPANIONS[..], &weights[..]] {
+        super::llama_task::check_files(dir, names).map_err(named)?;
+    }
     if !dir.join("model.safetensors").is_file() {
         return Err(named(
             UserError::usage(format!(
@@ -91,10 +97,7 @@ pub fn tokenizer(dir: &Path, sizes: &ModelConfig) -> anyhow::Result<RftTokenizer
 /// config.json's `eos_token_id` (one id, a list, or none).
 fn eos_ids(dir: &Path) -> anyhow::Result<Vec<u32>> {
     let path = dir.join("config.json");
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| UserError::usage(format!("cannot read {}: {e}", path.display())))?;
-    let doc: Value = serde_json::from_str(&text)
-        .map_err(|e| UserError::usage(format!("{} is not JSON: {e}", path.display())))?;
+    let doc = crate::llama::config::read_json(&path)?;
     let one = |v: &Value| v.as_u64().and_then(|x| u32::try_from(x).ok());
     let ids = match &doc["eos_token_id"] {
         Value::Null => Some(Vec::new()),

@@ -35,7 +35,8 @@ use super::config::{RftConfig, StageConfig};
 use super::eval::{load_model, Evaluation, GptSampler, ADAPTER_FILE, MODEL_FILE};
 use super::gpt2_init;
 use super::run::{
-    evaluate_stage, finish, interrupted, sample_stage, train_stage, DatagenRecord, FINETUNE, STAGES,
+    evaluate_stage, finish, interrupted, sample_stage, stage_ended, train_stage, DatagenRecord,
+    FINETUNE, STAGES,
 };
 use super::task::{format_prompt, Question, Split};
 use super::tokens::RftTokenizer;
@@ -47,7 +48,7 @@ use crate::gpt2::{self, ModelConfig};
 /// Files of the base directory besides the weights that the exported
 /// directory keeps: the config (its token ids, its context) and every
 /// tokenizer file transformers or envgen may read.
-const COMPANIONS: [&str; 7] = [
+pub(crate) const COMPANIONS: [&str; 7] = [
     "config.json",
     "generation_config.json",
     "tokenizer.json",
@@ -102,7 +103,7 @@ pub fn run<B: FusedAutodiffBackend>(
     let pretrain = train_stage::<B>(&sft, &pretrain_dir, control, control.stop_after, device)?;
     let mut steps_done = pretrain.steps_done;
     if pretrain.status != Status::Completed {
-        return interrupted(control, started, steps_done);
+        return stage_ended(control, started, steps_done, Some(&pretrain));
     }
     let sft_weights = pretrain_dir.join(MODEL_FILE);
     let before = eval(&sft_weights, 0, &stages.join("eval-before.json"), &mut log)?;
@@ -151,7 +152,7 @@ pub fn run<B: FusedAutodiffBackend>(
         )?;
         steps_done += finetune.steps_done;
         if finetune.status != Status::Completed {
-            return interrupted(control, started, steps_done);
+            return stage_ended(control, started, steps_done, Some(&finetune));
         }
         weights = finetune_dir.join(MODEL_FILE);
         let evaluation = eval(&weights, round, &dir.join("eval.json"), &mut log)?;
@@ -304,11 +305,5 @@ fn export<B: FusedBackend>(
     gpt2::hf::save_pretrained(&model, sizes, &hf)?;
     // The base's config.json replaces the one save_pretrained writes: same
     // sizes, and the checkpoint's own token ids and settings.
-    for name in COMPANIONS {
-        let from = base.join(name);
-        if from.is_file() {
-            copy(&from, &hf.join(name))?;
-        }
-    }
-    Ok(())
+    super::llama_task::copy_files(base, &COMPANIONS, &hf)
 }

@@ -34,7 +34,7 @@ use super::eval::Evaluation;
 use super::llama_task::{LlamaExample, LlamaRftTask, LlamaSampler};
 use super::prompt::Prompter;
 use super::run::{
-    evaluate_stage, finish, interrupted, sample_stage, DatagenRecord, FINETUNE, STAGES,
+    evaluate_stage, finish, interrupted, sample_stage, stage_ended, DatagenRecord, FINETUNE, STAGES,
 };
 use super::task::Question;
 use super::{pretrained, task::Split};
@@ -116,7 +116,7 @@ pub fn run<B: FusedAutodiffBackend>(
     let pretrain = train_stage::<B>(&task, &pretrain_dir, control, control.stop_after, device)?;
     let mut steps_done = pretrain.steps_done;
     if pretrain.status != Status::Completed {
-        return interrupted(control, started, steps_done);
+        return stage_ended(control, started, steps_done, Some(&pretrain));
     }
     let before = eval(&pretrain_dir, 0, &stages.join("eval-before.json"), &mut log)?;
     if control.stop.load(Ordering::SeqCst) {
@@ -165,7 +165,7 @@ pub fn run<B: FusedAutodiffBackend>(
         let finetune = train_stage::<B>(&task, &finetune_dir, control, stop_after, device)?;
         steps_done += finetune.steps_done;
         if finetune.status != Status::Completed {
-            return interrupted(control, started, steps_done);
+            return stage_ended(control, started, steps_done, Some(&finetune));
         }
         let evaluation = eval(&finetune_dir, round, &dir.join("eval.json"), &mut log)?;
         rounds.finish_round(round, &datagen, task.train.len(), &finetune, &evaluation);

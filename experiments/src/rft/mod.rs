@@ -15,6 +15,7 @@
 mod checkpoint_run;
 pub mod config;
 pub mod datagen;
+mod ending;
 pub mod eval;
 pub mod gpt2_init;
 pub mod gpt2_run;

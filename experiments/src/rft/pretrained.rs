@@ -269,7 +269,31 @@ pub fn check_dir(dir: &Path) -> anyhow::Result<LlamaConfig> {
         .with_fix("run the command again: a GPT-2 checkpoint takes the GPT path")
         .into());
     }
-    llama::config::read(dir).map_err(named)
+    let cfg = llama::config::read(dir).map_err(named)?;
+    // Every file the run reads or copies that is there, by the rule for
+    // files of a user directory (a stat each, no hashing), and the
+    // tokenizer parsed: a bad one is refused here, before a run directory
+    // exists, not at the run's start, which left a `failed` run directory
+    // behind (issue #40). Missing files are the run's to name, as before.
+    let names = [
+        llama::hf::SINGLE,
+        llama::hf::INDEX,
+        "generation_config.json",
+        pretrained::tokenizer::FILE,
+        pretrained::chat::CONFIG_FILE,
+        pretrained::chat::TEMPLATE_FILE,
+        "special_tokens_map.json",
+    ];
+    super::llama_task::check_files(dir, &names).map_err(named)?;
+    if let Ok(shards) = llama::hf::weight_files(dir) {
+        for shard in shards {
+            crate::fsutil::user_file(dir, &shard, crate::fsutil::limit::WEIGHTS).map_err(named)?;
+        }
+    }
+    if dir.join(pretrained::tokenizer::FILE).exists() {
+        pretrained::HfTokenizer::load(dir, false).map_err(named)?;
+    }
+    Ok(cfg)
 }
 
 /// A checkpoint error as a `model.init` one: the key first, the fix kept.
@@ -300,7 +324,8 @@ pub fn checkpoint_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         crate::pretrained::chat::TEMPLATE_FILE,
         llama::hf::INDEX,
     ] {
-        if dir.join(extra).is_file() {
+        // exists: a FIFO or a dangling link is refused by the read.
+        if dir.join(extra).exists() || dir.join(extra).is_symlink() {
             files.push(dir.join(extra));
         }
     }
@@ -312,10 +337,7 @@ pub fn checkpoint_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
 pub fn fingerprint(dir: &Path) -> anyhow::Result<String> {
     let mut outer = Sha256::new();
     for path in checkpoint_files(dir)? {
-        let mut file = std::fs::File::open(&path).map_err(|e| {
-            UserError::usage(format!("cannot read {}: {e}", path.display()))
-                .with_fix("check the checkpoint directory's permissions")
-        })?;
+        let mut file = crate::fsutil::open_user_file(dir, &path, crate::fsutil::limit::WEIGHTS)?;
         let mut inner = Sha256::new();
         let mut buf = vec![0u8; 1 << 20];
         let mut size = 0u64;

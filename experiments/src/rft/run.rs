@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use super::datagen::{build_dataset, check_gen_batch, DatagenStats, Example, DEFAULT_GEN_BATCH};
+pub(crate) use super::ending::{finish, interrupted, stage_ended};
 use super::task::{Question, Split};
 use crate::engine::rundir::{read_json, write_json, MetricsLog, Status, Summary};
 use crate::engine::{self, RunControl};
@@ -81,7 +82,7 @@ pub fn run<B: FusedAutodiffBackend>(
     let pretrain = train_stage::<B>(&task, &pretrain_dir, control, control.stop_after, device)?;
     let mut steps_done = pretrain.steps_done;
     if pretrain.status != Status::Completed {
-        return interrupted(control, started, steps_done);
+        return stage_ended(control, started, steps_done, Some(&pretrain));
     }
     let pretrained = pretrain_dir.join(MODEL_FILE);
 
@@ -114,7 +115,10 @@ pub fn run<B: FusedAutodiffBackend>(
             config, &split, round, &weights, &dir, control, stop_after, &mut log, device,
         )?
         else {
-            return interrupted(control, started, steps_done + stage_steps(&dir));
+            // The round's fine-tuning may have failed rather than stopped.
+            let finetune = read_json::<Summary>(&dir.join(FINETUNE).join("summary.json")).ok();
+            let steps = steps_done + stage_steps(&dir);
+            return stage_ended(control, started, steps, finetune.as_ref());
         };
         steps_done += result.finetune.steps_done;
         weights = dir.join(FINETUNE).join(MODEL_FILE);
@@ -494,40 +498,6 @@ pub(crate) fn evaluate_stage(
         "answer_rate": evaluation.metrics.answer_rate, "seconds": evaluation.seconds}),
     )?;
     Ok(evaluation)
-}
-
-/// Stop after a finished step or stage; `--resume` continues from there.
-pub(crate) fn interrupted(
-    control: &RunControl,
-    started: Instant,
-    steps_done: u64,
-) -> anyhow::Result<Summary> {
-    finish(
-        control,
-        started,
-        steps_done,
-        Status::Interrupted,
-        Map::new(),
-    )
-}
-
-pub(crate) fn finish(
-    control: &RunControl,
-    started: Instant,
-    steps_done: u64,
-    status: Status,
-    metrics: Map<String, Value>,
-) -> anyhow::Result<Summary> {
-    // Wall time of this session plus the stages' earlier sessions is what a
-    // user waited; the stages' own summaries hold their training time.
-    let summary = Summary {
-        status,
-        wall_s: started.elapsed().as_secs_f64(),
-        steps_done,
-        metrics,
-    };
-    engine::rundir::finish_run(&control.run_dir, &summary)?;
-    Ok(summary)
 }
 
 /// [`run`] on the resolved backend.

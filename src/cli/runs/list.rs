@@ -101,7 +101,17 @@ fn table(runs: &[Value]) -> String {
         "FINAL METRIC",
         "STARTED",
     ];
-    let rows: Vec<Vec<String>> = runs.iter().map(row).collect();
+    // Cells come from run directories (ids, presets, metric names, reasons):
+    // control characters are escaped before widths are measured (issue #40).
+    let rows: Vec<Vec<String>> = runs
+        .iter()
+        .map(|run| {
+            row(run)
+                .into_iter()
+                .map(|cell| crate::output::escape_control(&cell).into_owned())
+                .collect()
+        })
+        .collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -115,7 +125,7 @@ fn table(runs: &[Value]) -> String {
             .map(|(c, w)| format!("{c:<w$}"))
             .collect();
         if let Some(why) = reason {
-            text.push(format!("({why})"));
+            text.push(format!("({})", crate::output::escape_control(why)));
         }
         text.join("  ").trim_end().to_string() + "\n"
     };
@@ -248,6 +258,23 @@ fn parse_since(text: &str) -> Result<OffsetDateTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whatever a run directory holds, the table reaching the terminal has
+    /// no control character but its line ends (issue #40).
+    #[test]
+    fn escape_sequences_in_a_run_are_escaped_in_the_table() {
+        let run = json!({
+            "run_id": "run\u{1b}[2J", "experiment": "command", "preset": "p\u{7}",
+            "status": "lost", "status_reason": "gone\u{1b}]0;title\u{7}",
+            "profile": {"name": "x\r"},
+        });
+        let text = table(&[run]);
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "{text:?}"
+        );
+        assert!(text.contains("run\\u{1b}[2J"), "{text}");
+    }
 
     #[test]
     fn since_takes_a_date_a_time_or_an_age_and_refuses_the_rest() {

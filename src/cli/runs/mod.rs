@@ -206,6 +206,15 @@ fn export(paths: &[PathBuf], tensorboard: &Path) -> Result<i32> {
     Ok(0)
 }
 
+/// `outln!` for a line of `runs show`: the run's strings are user-derived
+/// (metric keys, argv, paths), so control characters are escaped before
+/// they reach the terminal (issue #40).
+macro_rules! shown {
+    ($($arg:tt)*) => {
+        crate::output::outln!("{}", crate::output::escape_control(&format!($($arg)*)))
+    };
+}
+
 fn show(dir: &Path, as_json: bool) -> Result<i32> {
     let dir = RunDir::open(dir)?.path;
     let run = explain(&dir, &mut Checker::default())?;
@@ -213,48 +222,48 @@ fn show(dir: &Path, as_json: bool) -> Result<i32> {
         crate::output::outln!("{}", serde_json::to_string_pretty(&run)?);
         return Ok(0);
     }
-    crate::output::outln!("run         {}", run["run_id"].as_str().unwrap_or(""));
-    crate::output::outln!(
+    shown!("run         {}", run["run_id"].as_str().unwrap_or(""));
+    shown!(
         "experiment  {} (preset {})",
         run["experiment"].as_str().unwrap_or(""),
         run["preset"].as_str().unwrap_or("-")
     );
     match run["status_reason"].as_str() {
-        Some(why) => crate::output::outln!(
+        Some(why) => shown!(
             "status      {} ({why})",
             run["status"].as_str().unwrap_or("")
         ),
-        None => crate::output::outln!("status      {}", run["status"].as_str().unwrap_or("")),
+        None => shown!("status      {}", run["status"].as_str().unwrap_or("")),
     }
-    crate::output::outln!("config_hash {}", run["config_hash"].as_str().unwrap_or(""));
+    shown!("config_hash {}", run["config_hash"].as_str().unwrap_or(""));
     match run["command"].as_object() {
         // A command picks its own knobs: its line and code say more.
         Some(command) => show_command(command),
-        None => crate::output::outln!("profile     {}", knobs(&run["profile"])),
+        None => shown!("profile     {}", knobs(&run["profile"])),
     }
-    crate::output::outln!("where       {}", run["where"].as_str().unwrap_or("-"));
+    shown!("where       {}", run["where"].as_str().unwrap_or("-"));
     if let Some(job) = run["slurm_job"].as_object() {
-        crate::output::outln!(
+        shown!(
             "slurm job   {} {}",
             job.get("job").and_then(Value::as_str).unwrap_or("-"),
             job.get("state").and_then(Value::as_str).unwrap_or("-")
         );
     }
     if let Some(image) = run["image"].as_object() {
-        crate::output::outln!(
+        shown!(
             "image       {} {}",
             image.get("ref").and_then(Value::as_str).unwrap_or("-"),
             image.get("digest").and_then(Value::as_str).unwrap_or("-")
         );
     }
-    crate::output::outln!(
+    shown!(
         "started     {}  finished {}",
         run["started_at"].as_str().unwrap_or("-"),
         run["finished_at"].as_str().unwrap_or("-")
     );
     if let Some(metrics) = run["metrics"].as_object() {
         for (k, v) in metrics {
-            crate::output::outln!("  {k:<32} {v}");
+            shown!("  {k:<32} {v}");
         }
     }
     Ok(0)
@@ -268,16 +277,16 @@ fn show_command(command: &serde_json::Map<String, Value>) {
         .flatten()
         .map(|w| w.as_str().unwrap_or("").to_string())
         .collect();
-    crate::output::outln!("command     {argv:?}");
-    crate::output::outln!("workdir     {}", command["workdir"].as_str().unwrap_or("-"));
+    shown!("command     {argv:?}");
+    shown!("workdir     {}", command["workdir"].as_str().unwrap_or("-"));
     match command["git"].as_object() {
-        Some(git) => crate::output::outln!(
+        Some(git) => shown!(
             "git         {}, uncommitted diff {}, {} untracked",
             git["commit"].as_str().unwrap_or("(no commit)"),
             git["diff_hash"].as_str().unwrap_or("none"),
             git["untracked"].as_array().map_or(0, Vec::len)
         ),
-        None => crate::output::outln!("git         not a git repository"),
+        None => shown!("git         not a git repository"),
     }
 }
 

@@ -226,7 +226,7 @@ fn render_with_path(spec: &JobSpec, script_path: &str) -> Result<String> {
         output: spec.output.clone(),
         nodes: spec.nodes.max(1),
         tasks_per_node: spec.tasks_per_node.max(1),
-        distributed: distributed_context(spec),
+        distributed: distributed_context(spec)?,
         cpus_per_task: spec.cpus_per_task.max(1),
         partition: spec.partition.clone(),
         account: spec.account.clone(),
@@ -295,18 +295,33 @@ struct DistributedContext {
 
 /// Each job picks its ports from its job ID, so that two jobs sharing a
 /// node do not collide: rank r listens on port + 1 + r on its node.
-fn distributed_context(spec: &JobSpec) -> Option<DistributedContext> {
+///
+/// Checked arithmetic (issue #40): `--nodes 4294967295` overflowed the world
+/// size and divided by zero. A job whose ranks need more ports than the
+/// range holds is refused, naming the flags.
+fn distributed_context(spec: &JobSpec) -> Result<Option<DistributedContext>> {
     const BASE: u32 = 20000;
-    let world_size = spec.nodes.max(1) * spec.tasks_per_node.max(1);
-    (world_size > 1).then(|| {
-        let stride = world_size + 1;
-        DistributedContext {
-            world_size,
-            port_base: BASE,
-            stride,
-            slots: ((60000 - BASE) / stride).max(1),
-        }
-    })
+    const TOP: u32 = 60000;
+    let (nodes, per_node) = (spec.nodes.max(1), spec.tasks_per_node.max(1));
+    let stride = nodes
+        .checked_mul(per_node)
+        .and_then(|w| w.checked_add(1))
+        .filter(|&s| s <= TOP - BASE);
+    let Some(stride) = stride else {
+        return Err(UserError::usage(format!(
+            "--nodes {nodes} × {per_node} task(s) per node is more ranks than a job can have \
+             (each rank needs its own port in {BASE}..{TOP})"
+        ))
+        .with_fix(format!("use at most {} ranks in all", TOP - BASE - 1))
+        .into());
+    };
+    let world_size = stride - 1;
+    Ok((world_size > 1).then(|| DistributedContext {
+        world_size,
+        port_base: BASE,
+        stride,
+        slots: ((TOP - BASE) / stride).max(1),
+    }))
 }
 
 /// Check a value that goes into an `#SBATCH --FLAG=VALUE` line. sbatch

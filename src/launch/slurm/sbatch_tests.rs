@@ -163,6 +163,35 @@ fn control_characters_are_escaped_by_code_point() {
 
 proptest::proptest! {
     #![proptest_config(proptest::test_runner::Config::with_cases(96))]
+    /// Any node and task counts (issue #40: `--nodes 4294967295` divided by
+    /// zero): a script with the world size they multiply to, or exit 2
+    /// naming --nodes; never a panic.
+    #[test]
+    fn any_world_size_renders_or_is_refused(
+        nodes in proptest::prop_oneof![0u32..64, proptest::num::u32::ANY, proptest::strategy::Just(u32::MAX)],
+        per_node in proptest::prop_oneof![0u32..16, proptest::num::u32::ANY],
+    ) {
+        let mut s = spec();
+        s.nodes = nodes;
+        s.tasks_per_node = per_node;
+        let world = u64::from(nodes.max(1)) * u64::from(per_node.max(1));
+        match render(&s) {
+            Ok(script) => {
+                proptest::prop_assert!(world < 40000, "{world} ranks rendered");
+                if world > 1 {
+                    let line = format!("Data-parallel: {world} ranks");
+                    proptest::prop_assert!(script.contains(&line), "{script}");
+                }
+            }
+            Err(err) => {
+                proptest::prop_assert!(world >= 40000, "{world}: {err:#}");
+                proptest::prop_assert_eq!(crate::error::exit_code_of(&err), 2);
+                let text = format!("{err:#}");
+                proptest::prop_assert!(text.contains("--nodes"), "{}", text);
+            }
+        }
+    }
+
     /// Any string in an `#SBATCH` field, one field at a time.
     #[test]
     fn hostile_directive_values_are_refused_or_contained(

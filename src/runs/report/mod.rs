@@ -144,6 +144,7 @@ fn markdown(
     for d in drawn {
         match d {
             Drawn::Chart { name, title, .. } => {
+                let title = tables::escape_markdown(title);
                 md += &format!(
                     "### {title}
 
@@ -153,6 +154,7 @@ fn markdown(
                 )
             }
             Drawn::Missing { title, why } => {
+                let (title, why) = (tables::escape_markdown(title), tables::escape_markdown(why));
                 md += &format!(
                     "- not drawn: {title}: {why}
 "

@@ -28,10 +28,10 @@ impl Table {
 
     pub fn markdown(&self) -> String {
         let row = |cells: &[String]| {
-            let cells: Vec<String> = cells.iter().map(|c| c.replace('|', "\\|")).collect();
+            let cells: Vec<String> = cells.iter().map(|c| escape_markdown(c)).collect();
             format!("| {} |\n", cells.join(" | "))
         };
-        let mut out = format!("**{}**\n\n", self.title);
+        let mut out = format!("**{}**\n\n", escape_markdown(&self.title));
         out += &row(&self.header);
         out += &format!("|{}\n", "---|".repeat(self.header.len()));
         for cells in &self.rows {
@@ -59,8 +59,22 @@ impl Table {
     }
 }
 
+/// A user-derived string (a metric key, a run id, a path) as Markdown
+/// text, escaped as [`escape_html`] escapes it for report.html (issue #40):
+/// Markdown renders inline HTML, so `<`, `>`, `&` and `"` become entities;
+/// `|` cannot end a table cell, and control characters (a newline would
+/// end the table row, ESC would reach a terminal that shows the file) are
+/// written as escapes.
+pub fn escape_markdown(text: &str) -> String {
+    escape_html(text).replace('|', "\\|")
+}
+
+/// A user-derived string as HTML text: entities for the markup
+/// characters, and control characters written as escapes (a terminal
+/// showing the file must not run them).
 pub fn escape_html(text: &str) -> String {
-    text.replace('&', "&amp;")
+    crate::output::escape_control(text)
+        .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")

@@ -222,7 +222,13 @@ impl View {
         lines.extend(self.eval_line());
         lines.extend(self.gpu_lines());
         lines.push(self.state_line());
+        // A command's metric keys, stage names and reasons are its own:
+        // control characters are escaped (one screen line each, no escape
+        // sequence reaches the terminal; issue #40).
         lines
+            .into_iter()
+            .map(|line| crate::output::escape_control(&line).into_owned())
+            .collect()
     }
 }
 
@@ -261,6 +267,24 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// A command's own metric keys and stage names reach the terminal with
+    /// their control characters escaped (issue #40).
+    #[test]
+    fn escape_sequences_in_metrics_are_escaped_on_screen() {
+        let mut view = View::new("run", "native");
+        view.enter_stage(Some("stage\u{1b}[2J".into()), None);
+        view.take(&serde_json::json!({"step": 1, "\u{1b}]0;x\u{7}_per_s": 2.0}));
+        let lines = view.lines();
+        assert!(
+            lines.iter().all(|l| !l.chars().any(char::is_control)),
+            "{lines:?}"
+        );
+        assert!(
+            lines.iter().any(|l| l.contains("stage\\u{1b}[2J")),
+            "{lines:?}"
+        );
+    }
 
     #[test]
     fn a_gpt2_step_row_gives_step_total_loss_throughput_and_eta() {
