@@ -49,6 +49,17 @@ pub struct WarmupRequest {
     pub cubin: bool,
 }
 
+impl WarmupRequest {
+    /// One warming run per precision asked for; one at the profile's when none.
+    fn precision_runs(&self) -> Vec<Option<Precision>> {
+        if self.precisions.is_empty() {
+            vec![None]
+        } else {
+            self.precisions.iter().copied().map(Some).collect()
+        }
+    }
+}
+
 /// How long a warming run is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Length {
@@ -90,12 +101,7 @@ fn finished(code: Option<i32>) -> bool {
 /// Warm this machine's own GPU: the child runs with inherited output.
 pub fn warm_local(req: &WarmupRequest) -> Result<i32> {
     let scratch = scratch_dir()?;
-    let precisions: Vec<Option<Precision>> = if req.precisions.is_empty() {
-        vec![None]
-    } else {
-        req.precisions.iter().copied().map(Some).collect()
-    };
-    for (i, precision) in precisions.into_iter().enumerate() {
+    for (i, precision) in req.precision_runs().into_iter().enumerate() {
         let mut child = run_command(req, precision, None, &scratch.path().join(i.to_string()))?;
         let status = child
             .status()
@@ -223,14 +229,9 @@ impl TargetJob<'_> {
                 .map_err(|e| io_error("copy", &cache, e))?;
         }
         let profile = self.profile()?;
-        let precisions: Vec<Option<Precision>> = if self.req.precisions.is_empty() {
-            vec![None]
-        } else {
-            self.req.precisions.iter().copied().map(Some).collect()
-        };
         let mut compiled = 0;
         let mut names = Vec::new();
-        for (i, precision) in precisions.iter().enumerate() {
+        for (i, precision) in self.req.precision_runs().iter().enumerate() {
             let out = self.scratch.join(format!("runs-{i}"));
             let mut child = run_command(self.req, *precision, profile.as_deref(), &out)?;
             child

@@ -429,10 +429,11 @@ fn warmup_for_a_gpu_this_machine_lacks_fills_the_cache_a_run_there_compiles_noth
     // those decisions run and a run using them compiles nothing at all.
     let records = home.join("records");
     let slug = "nvidia-h100-80gb-hbm3-sm90";
-    copy_dir(
+    envgen_experiments::kernel_cache::copy_tree(
         &home.join("node-a/cubecl").join(slug).join("autotune"),
         &records.join(slug).join("autotune"),
-    );
+    )
+    .unwrap();
     let again = envgen(home, false)
         .env("CUDA_PATH", cuda_wheels())
         .env("ENVGEN_AUTOTUNE_RECORDS", &records)
@@ -464,18 +465,6 @@ fn warmup_for_a_gpu_this_machine_lacks_fills_the_cache_a_run_there_compiles_noth
         warm_s * 3.0 < cold_s,
         "warm run {warm_s:.1} s vs cold warmup {cold_s:.1} s: the kernel cache did not help"
     );
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        if entry.path().is_dir() {
-            copy_dir(&entry.path(), &to.join(entry.file_name()));
-        } else {
-            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
-        }
-    }
 }
 
 /// The kernel cache shared by the tests below and kept between test runs.
