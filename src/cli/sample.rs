@@ -116,6 +116,7 @@ fn sample_run(run: &Path, args: &Args) -> Result<i32> {
     // The tokenizer alone: never the training set (shards can be terabytes).
     let tokenizer = data::tokenizer_of(&config.data)?;
     let prompt = tokenizer.encode(&args.prompt);
+    check_sequence_memory(&run.display().to_string(), prompt.len(), args.tokens)?;
     let out = gpt2::sample(
         &model,
         &config.model,
@@ -228,6 +229,7 @@ fn sample_pretrained(dir: &Path, args: &Args) -> Result<i32> {
                 )
                 .into());
             }
+            check_sequence_memory(&spec_of(dir), prompt.len(), args.tokens)?;
             let out = gpt2::sample(
                 model,
                 config,
@@ -264,6 +266,18 @@ fn sample_pretrained(dir: &Path, args: &Args) -> Result<i32> {
 }
 
 /// `hf:DIR`, as the flag named it, for messages.
+/// GPT-2 sampling keeps the whole sequence (prompt and `--tokens` new
+/// ones) as u32 ids, and each step's context as i64: refused before the
+/// model runs when that cannot fit (`--tokens 1e12` aborted on allocation,
+/// issue #40).
+fn check_sequence_memory(origin: &str, prompt: usize, tokens: usize) -> Result<()> {
+    let ids = prompt as f64 + tokens as f64;
+    let part = envgen_experiments::engine::budget::Part::data("--tokens", tokens, ids * 12.0);
+    envgen_experiments::engine::budget::check(origin, &[part])
+        .map_err(|e| e.with_fix("lower --tokens"))?;
+    Ok(())
+}
+
 fn spec_of(dir: &Path) -> String {
     format!("{}{}", pretrained::PREFIX, dir.display())
 }

@@ -494,6 +494,17 @@ fn envgen_sample_reads_gpt2_directories_too() {
         "{}",
         text(&out)
     );
+    // A length no memory holds is refused before the model runs (it
+    // aborted on allocation, issue #40).
+    let mut huge = args.to_vec();
+    huge[6] = "1000000000000000";
+    let out = run(&huge);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("--tokens") && text(&out).contains("memory"),
+        "{}",
+        text(&out)
+    );
 
     let small = gpt2::ModelConfig {
         vocab_size: 40,

@@ -127,7 +127,7 @@ impl ChatTemplate {
         let mut env = Environment::new();
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_unknown_method_callback(python_method);
         env.add_function(
             "raise_exception",
             |message: String| -> Result<String, Error> {
@@ -161,6 +161,18 @@ impl ChatTemplate {
                     format!("{path}: the chat template wrote more than {MAX_OUTPUT} bytes"),
                     "give the chat template the checkpoint was published with",
                 ),
+                // MiniJinja's size limits (vendor/PATCHES.md, M2).
+                ErrorKind::InvalidOperation
+                    if e.detail().is_some_and(|d| d.ends_with("is too large")) =>
+                {
+                    (
+                        format!(
+                            "{path}: the chat template builds a value too large to hold ({})",
+                            e.detail().unwrap_or_default()
+                        ),
+                        "give the chat template the checkpoint was published with",
+                    )
+                }
                 kind => {
                     let detail = match kind {
                         ErrorKind::InvalidOperation => e.detail().unwrap_or("").to_string(),
@@ -249,6 +261,59 @@ fn template_in_config(config: &Value, path: &Path) -> anyhow::Result<Option<Stri
         .with_fix("give the tokenizer_config.json the checkpoint was saved with")
         .into()),
     }
+}
+
+/// The largest string a template may build: MiniJinja's limit for `*`,
+/// which vendor/minijinja applies to every operation that grows a string
+/// (vendor/PATCHES.md, M2).
+const MAX_STRING: usize = 100_000_000;
+
+/// minijinja-contrib's Python methods, with the two that grow a string
+/// (`.replace()`, `.join()`) held to [`MAX_STRING`] before they allocate:
+/// `s.replace('a', s)` in a loop doubles `s` per instruction.
+fn python_method(
+    state: &minijinja::State,
+    value: &minijinja::Value,
+    method: &str,
+    args: &[minijinja::Value],
+) -> Result<minijinja::Value, Error> {
+    if let Some(text) = value.as_str() {
+        let grown = match (method, args) {
+            ("replace", [old, new, ..]) => match (old.as_str(), new.as_str()) {
+                (Some(old), Some(new)) if new.len() > old.len() => text
+                    .matches(old)
+                    .count()
+                    .checked_mul(new.len() - old.len())
+                    .and_then(|more| more.checked_add(text.len())),
+                _ => Some(0),
+            },
+            ("join", [items, ..]) => joined_len(text.len(), items),
+            _ => Some(0),
+        };
+        if !matches!(grown, Some(len) if len <= MAX_STRING) {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                "string is too large",
+            ));
+        }
+    }
+    minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+}
+
+/// The length of `separator.join(items)`, or None past [`MAX_STRING`]
+/// (counted item by item, so an endless sequence stops early).
+fn joined_len(separator: usize, items: &minijinja::Value) -> Option<usize> {
+    let mut total = 0usize;
+    for (i, item) in items.try_iter().ok()?.enumerate() {
+        let len = item
+            .as_str()
+            .map_or_else(|| item.to_string().len(), str::len);
+        total = total.checked_add(len + if i > 0 { separator } else { 0 })?;
+        if total > MAX_STRING {
+            return None;
+        }
+    }
+    Some(total)
 }
 
 /// transformers' `strftime_now`: the local time in a C `strftime` format

@@ -240,9 +240,38 @@ fn tokenizer_panics_are_usage_errors_naming_the_file() {
 fn endless_or_huge_chat_templates_stop_with_exit_2() {
     let nested = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}";
     let wide = "{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}";
-    for (source, why) in [(nested, "instructions"), (wide, "bytes")] {
+    // A string that doubles per instruction reaches the machine's memory in
+    // a few dozen instructions, long before fuel runs out: every way a
+    // template can grow a string is bounded (vendor/PATCHES.md, M2).
+    let doubling = |grow: &str| {
+        let grow = grow.replace('S', "ns.s");
+        format!(
+            "{{% set ns = namespace(s='ab') %}}{{% for i in range(64) %}}\
+             {{% set ns.s = {grow} %}}{{% endfor %}}{{{{ ns.s|length }}}}"
+        )
+    };
+    let grown = [
+        doubling("S ~ S"),
+        doubling("S + S"),
+        doubling("S|replace('a', S)"),
+        doubling("S.replace('a', S)"),
+        doubling("[S, S]|join"),
+        doubling("S.join([S, S])"),
+        doubling("S|indent(S|length, true)"),
+        "{{ ([1] * 1000000000000000)|join }}".to_string(),
+        "{{ ''.join([''] * 1000000000000000) }}".to_string(),
+        "{{ '%999999999999s'|format('x') }}".to_string(),
+        "{{ '{:>999999999999}'.format('x') }}".to_string(),
+    ];
+    let cases = [
+        (nested.to_string(), "instructions"),
+        (wide.to_string(), "bytes"),
+    ]
+    .into_iter()
+    .chain(grown.into_iter().map(|source| (source, "too large")));
+    for (source, why) in cases {
         let tmp = tempfile::tempdir().unwrap();
-        std::fs::write(tmp.path().join("chat_template.jinja"), source).unwrap();
+        std::fs::write(tmp.path().join("chat_template.jinja"), &source).unwrap();
         let template = ChatTemplate::load(tmp.path()).unwrap().unwrap();
         let started = std::time::Instant::now();
         let err = template

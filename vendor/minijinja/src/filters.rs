@@ -275,6 +275,17 @@ mod builtins {
     ) -> Result<Value, Error> {
         let safety_aware = !matches!(state.auto_escape(), AutoEscape::None)
             && (value.is_safe() || from.is_safe() || to.is_safe());
+        // Each replacement may grow the string: a `replace` in a loop
+        // doubles it per instruction (see `ops::check_string_len`).
+        let (text, from_len, to_len) = (value.as_str(), from.as_str().len(), to.as_str().len());
+        if to_len > from_len {
+            let matches = text.matches(from.as_str()).count();
+            ok!(crate::value::ops::check_string_len(
+                matches
+                    .checked_mul(to_len - from_len)
+                    .and_then(|grown| grown.checked_add(text.len()))
+            ));
+        }
 
         if safety_aware {
             let output = value
@@ -467,7 +478,7 @@ mod builtins {
         value: &Value,
         joiner: Option<StringInput<'_>>,
     ) -> Result<Value, Error> {
-        fn join_plain(iter: impl Iterator<Item = Value>, joiner: &str) -> String {
+        fn join_plain(iter: impl Iterator<Item = Value>, joiner: &str) -> Result<String, Error> {
             let mut output = String::new();
             for (idx, item) in iter.enumerate() {
                 if idx > 0 {
@@ -478,8 +489,9 @@ mod builtins {
                 } else {
                     write!(output, "{item}").ok();
                 }
+                ok!(crate::value::ops::check_string_len(Some(output.len())));
             }
-            output
+            Ok(output)
         }
 
         fn join_safe(
@@ -497,6 +509,7 @@ mod builtins {
                 } else {
                     output.push_str(&ok!(state.format(item)));
                 }
+                ok!(crate::value::ops::check_string_len(Some(output.len())));
             }
             Ok(output)
         }
@@ -511,7 +524,7 @@ mod builtins {
         }));
 
         if matches!(state.auto_escape(), AutoEscape::None) {
-            return Ok(Value::from(join_plain(iter, joiner_str)));
+            return Ok(Value::from(ok!(join_plain(iter, joiner_str))));
         }
 
         if joiner.as_ref().is_some_and(StringInput::is_safe) {
@@ -534,7 +547,7 @@ mod builtins {
                 &joiner
             ))))
         } else {
-            Ok(Value::from(join_plain(items.into_iter(), joiner_str)))
+            Ok(Value::from(ok!(join_plain(items.into_iter(), joiner_str))))
         }
     }
 
@@ -1231,6 +1244,12 @@ mod builtins {
         ok!(kwargs.assert_all_used());
 
         let input = strip_trailing_newline(value.as_str());
+        // Every line grows by `width`: bounded like other string growth.
+        ok!(crate::value::ops::check_string_len(
+            (input.matches('\n').count() + 1)
+                .checked_mul(width)
+                .and_then(|grown| grown.checked_add(input.len()))
+        ));
         let indent_with = " ".repeat(width);
         let mut output = String::new();
         let mut iterator = input.split('\n');

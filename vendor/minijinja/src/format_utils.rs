@@ -950,6 +950,8 @@ fn parse_number(cursor: &mut Cursor) -> Result<Option<usize>, Error> {
             )
             .with_source(e)
         }));
+        // A width or precision is the size of a string about to be built.
+        ok!(crate::value::ops::check_string_len(Some(num)));
         Ok(Some(num))
     }
 }

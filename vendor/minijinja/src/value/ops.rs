@@ -4,6 +4,23 @@ use crate::value::{DynObject, ObjectRepr, Value, ValueKind, ValueRepr};
 
 const MIN_I128_AS_POS_U128: u128 = 170141183460469231731687303715884105728;
 const MAX_REPEATED_STRING_LEN: usize = 100_000_000;
+/// The most items a repeated sequence (`[x] * n`) may yield: iterating it
+/// (`join`, `for`) runs in Rust, where fuel does not count.
+const MAX_REPEATED_SEQ_LEN: usize = 100_000_000;
+
+/// Refuses a string an operation would build beyond the limit `*` has always
+/// had (`None`: the length overflowed). String concatenation, `replace` and
+/// `join` can double a string per instruction, so a loop of a few dozen
+/// instructions would otherwise exhaust memory long before fuel runs out.
+pub(crate) fn check_string_len(len: Option<usize>) -> Result<(), Error> {
+    match len {
+        Some(len) if len <= MAX_REPEATED_STRING_LEN => Ok(()),
+        _ => Err(Error::new(
+            ErrorKind::InvalidOperation,
+            "string is too large",
+        )),
+    }
+}
 
 /// Iterator wrapper that provides exact size hints for iterators with known length.
 pub(crate) struct LenIterWrap<I: Send + Sync>(pub(crate) usize, pub(crate) I);
@@ -311,7 +328,10 @@ pub fn add(lhs: &Value, rhs: &Value) -> Result<Value, Error> {
             .ok_or_else(|| failed_op("+", lhs, rhs))
             .map(int_as_value),
         Some(CoerceResult::F64(a, b)) => Ok((a + b).into()),
-        Some(CoerceResult::Str(a, b)) => Ok(Value::from([a, b].concat())),
+        Some(CoerceResult::Str(a, b)) => {
+            ok!(check_string_len(a.len().checked_add(b.len())));
+            Ok(Value::from([a, b].concat()))
+        }
         _ => Err(impossible_op("+", lhs, rhs)),
     }
 }
@@ -371,6 +391,12 @@ fn repeat_iterable(n: &Value, seq: &DynObject) -> Result<Value, Error> {
             "cannot repeat unsized iterables",
         )
     }));
+    if !matches!(len.checked_mul(n), Some(total) if total <= MAX_REPEATED_SEQ_LEN) {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            "repeated sequence is too large",
+        ));
+    }
 
     // This is not optimal.  We only query the enumerator for the length once
     // but we support repeated iteration.  We could both lie about our length
@@ -460,8 +486,15 @@ pub fn neg(val: &Value) -> Result<Value, Error> {
 }
 
 /// Attempts a string concatenation.
-pub fn string_concat(left: Value, right: &Value) -> Value {
-    Value::from(format!("{left}{right}"))
+pub fn string_concat(left: Value, right: &Value) -> Result<Value, Error> {
+    // The lengths of strings are known without formatting; other values
+    // format to short text unless they hold strings, which the result's
+    // check below catches one doubling late at worst.
+    let known = |v: &Value| v.as_str().map_or(0, str::len);
+    ok!(check_string_len(known(&left).checked_add(known(right))));
+    let rv = format!("{left}{right}");
+    ok!(check_string_len(Some(rv.len())));
+    Ok(Value::from(rv))
 }
 
 /// Implements a containment operation on values.
@@ -708,12 +741,33 @@ mod tests {
     #[test]
     fn test_concat() {
         assert_eq!(
-            string_concat(Value::from("foo"), &Value::from(42)),
+            string_concat(Value::from("foo"), &Value::from(42)).unwrap(),
             Value::from("foo42")
         );
         assert_eq!(
-            string_concat(Value::from(23), &Value::from(42)),
+            string_concat(Value::from(23), &Value::from(42)).unwrap(),
             Value::from("2342")
+        );
+    }
+
+    #[test]
+    fn test_growing_strings_are_bounded() {
+        let big = Value::from("x".repeat(MAX_REPEATED_STRING_LEN / 2 + 1));
+        for err in [
+            string_concat(big.clone(), &big).unwrap_err(),
+            add(&big, &big).unwrap_err(),
+        ] {
+            assert_eq!(err.to_string(), "invalid operation: string is too large");
+        }
+        let err = mul(&Value::from(vec![1, 2]), &Value::from(MAX_REPEATED_SEQ_LEN)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid operation: repeated sequence is too large"
+        );
+        let err = mul(&Value::from(vec![1]), &Value::from(usize::MAX)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid operation: repeated sequence is too large"
         );
     }
 

@@ -468,7 +468,7 @@ impl<'env> Vm<'env> {
                     b = stack.pop();
                     ctx_ok!(undefined_behavior.assert_value_not_undefined(&b));
                     ctx_ok!(undefined_behavior.assert_value_not_undefined(&a));
-                    stack.push(ops::string_concat(b, &a));
+                    stack.push(ctx_ok!(ops::string_concat(b, &a)));
                 }
                 Instruction::In => {
                     a = stack.pop();
