@@ -42,7 +42,8 @@ pub struct GitRecord {
     /// directory); null when there is no uncommitted change to tracked files.
     pub diff_hash: Option<String>,
     /// Untracked files (not ignored), by path from the top level: listed,
-    /// not saved.
+    /// not saved. Files in envgen's run folders are never listed
+    /// (`runs::out_dir`).
     #[serde(default)]
     pub untracked: Vec<String>,
 }
@@ -116,6 +117,7 @@ fn git_state(dir: &Path) -> Option<(GitRecord, Option<Vec<u8>>)> {
             .collect()
     })
     .unwrap_or_default();
+    let untracked = crate::runs::out_dir::without_envgen_files(&toplevel, untracked);
     let record = GitRecord {
         toplevel,
         commit,

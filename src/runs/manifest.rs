@@ -377,7 +377,7 @@ pub fn keep_attempt(dir: &Path) -> Result<()> {
 }
 
 fn create_out(out: &Path) -> Result<()> {
-    std::fs::create_dir_all(out).map_err(|e| cannot_create(out, &e))
+    crate::runs::out_dir::create(out).map_err(|e| cannot_create(out, &e))
 }
 
 /// A run directory (or `--out`) that cannot be made: a full disk or a

@@ -96,7 +96,8 @@ fn a_pytorch_script_runs_with_its_code_and_environment_recorded() {
     let python = python();
     let tmp = tempfile::tempdir().unwrap();
     let repo = repo_with_changes(tmp.path());
-    let out_dir = tmp.path().join("runs");
+    // runs/ inside the repository, where a researcher's runs land.
+    let out_dir = repo.join("runs");
     let py = python.to_str().unwrap();
     let started = Instant::now();
     let out = run_command(&repo, &out_dir, &[py, "train.py"]);
@@ -170,6 +171,56 @@ fn a_pytorch_script_runs_with_its_code_and_environment_recorded() {
         "no loss scalar in {}",
         events.display()
     );
+
+    // runs/ is git's to ignore and tagged for backup tools; the next run
+    // does not count the previous one's files as untracked work, even with
+    // the .gitignore deleted (issue #39).
+    let ignore = std::fs::read_to_string(out_dir.join(".gitignore")).unwrap();
+    assert!(ignore.lines().any(|l| l == "*"), "{ignore}");
+    let tag = std::fs::read_to_string(out_dir.join("CACHEDIR.TAG")).unwrap();
+    assert!(tag.starts_with("Signature: 8a477f597d28d172789f06886806bc55\n"));
+    assert_eq!(
+        git(&repo, &["status", "--porcelain"]),
+        "M train.py\n?? notes.txt"
+    );
+    std::fs::remove_file(out_dir.join(".gitignore")).unwrap();
+    let dry = envgen()
+        .args(["run", "--dry-run", "--json", "--out"])
+        .arg(&out_dir)
+        .args(["--", py, "train.py"])
+        .current_dir(&repo)
+        .output()
+        .unwrap();
+    assert!(dry.status.success(), "{}", text(&dry));
+    assert_eq!(
+        json_of(&dry)["git"]["untracked"],
+        serde_json::json!(["notes.txt"])
+    );
+    // Its small files packed for git: no weights, no links.
+    let packed = tmp.path().join("results");
+    let pack = envgen()
+        .args(["runs", "pack", "--runs-dir"])
+        .arg(&out_dir)
+        .arg(dir.file_name().unwrap())
+        .arg("--to")
+        .arg(&packed)
+        .output()
+        .unwrap();
+    assert!(pack.status.success(), "{}", text(&pack));
+    let packed_run = packed.join(dir.file_name().unwrap());
+    for name in [
+        "manifest.json",
+        "config.toml",
+        "summary.json",
+        "stdout.log",
+        "diff.patch",
+    ] {
+        assert!(
+            packed_run.join(name).is_file(),
+            "{name} not packed: {}",
+            text(&pack)
+        );
+    }
 
     let listed = envgen()
         .args(["runs", "list", "--json", "--out"])

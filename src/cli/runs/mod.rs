@@ -1,4 +1,4 @@
-//! `envgen runs list | show | compare | report | export | cancel`
+//! `envgen runs list | show | compare | report | export | pack | cancel | watch`
 
 use std::path::{Path, PathBuf};
 
@@ -72,6 +72,22 @@ pub enum Command {
         #[command(flatten)]
         runs_dir: RunsDir,
     },
+    /// Copy runs' small files (manifest, config, summary, metrics, logs,
+    /// TensorBoard events) into DIR/<run_id>/ to commit to git: never
+    /// checkpoints, weights or links (the runs folder is git-ignored).
+    Pack {
+        /// Run ids, unique prefixes or run directories.
+        #[arg(required = true)]
+        runs: Vec<PathBuf>,
+        #[command(flatten)]
+        runs_dir: RunsDir,
+        /// The folder to pack into (made if missing).
+        #[arg(long, value_name = "DIR")]
+        to: PathBuf,
+        /// Files larger than this are left out (and listed), in MiB.
+        #[arg(long, value_name = "MIB", default_value_t = 10)]
+        max_file_size: u64,
+    },
     /// Stop a run (native: SIGINT; Docker: the container; Slurm: scancel) or
     /// end a lost one; it is marked interrupted (resumable) or failed.
     Cancel {
@@ -110,7 +126,39 @@ pub fn execute(cmd: Command) -> Result<i32> {
             runs,
             runs_dir,
         } => export(&resolve_all(&runs, &runs_dir)?, &tensorboard),
+        Command::Pack {
+            runs,
+            runs_dir,
+            to,
+            max_file_size,
+        } => pack(&resolve_all(&runs, &runs_dir)?, &to, max_file_size),
     }
+}
+
+fn pack(runs: &[PathBuf], to: &Path, max_file_mib: u64) -> Result<i32> {
+    for run in runs {
+        let packed = runs::pack::pack(run, to, max_file_mib.saturating_mul(1 << 20))?;
+        crate::output::outln!(
+            "{} -> {}: {} files, {}",
+            run.display(),
+            packed.dest.display(),
+            packed.files,
+            mib(packed.bytes)
+        );
+        for skipped in &packed.skipped {
+            crate::output::outln!(
+                "  left out {} ({}, {})",
+                skipped.path.display(),
+                skipped.why,
+                mib(skipped.bytes)
+            );
+        }
+    }
+    Ok(0)
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
 fn resolve_all(names: &[PathBuf], runs_dir: &RunsDir) -> Result<Vec<PathBuf>> {
