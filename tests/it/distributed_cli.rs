@@ -198,7 +198,7 @@ fn finish_within(mut child: Child, limit: Duration) -> Output {
 /// The run directory a starting run makes under `out`, once it exists.
 fn wait_for_run_dir(out: &Path) -> PathBuf {
     let start = Instant::now();
-    while !out.exists() || std::fs::read_dir(out).unwrap().next().is_none() {
+    while crate::common::run_dirs(out).is_empty() {
         assert!(
             start.elapsed() < Duration::from_secs(60),
             "no run directory in {}",
@@ -210,10 +210,7 @@ fn wait_for_run_dir(out: &Path) -> PathBuf {
 }
 
 fn only_run_dir(out: &Path) -> PathBuf {
-    let dirs: Vec<PathBuf> = std::fs::read_dir(out)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let dirs = crate::common::run_dirs(out);
     assert_eq!(dirs.len(), 1, "{dirs:?}");
     dirs[0].clone()
 }

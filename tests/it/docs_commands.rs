@@ -257,12 +257,7 @@ fn every_documented_envgen_command_is_valid() {
         .output()
         .unwrap();
     assert!(made.status.success(), "{}", text(&made));
-    let run_dir: PathBuf = std::fs::read_dir(tmp.path().join("runs"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let run_dir: PathBuf = crate::common::run_dirs(&tmp.path().join("runs"))[0].clone();
 
     // DATA_DIR (llm.c shards): a dry run checks that it exists; the
     // shards themselves are read by the run.
@@ -375,7 +370,7 @@ fn every_documented_envgen_command_is_valid() {
         failures.join("\n\n")
     );
     assert_eq!(
-        tmp.path().join("runs").read_dir().unwrap().count(),
+        crate::common::run_dirs(&tmp.path().join("runs")).len(),
         1,
         "a --dry-run made a run directory"
     );
@@ -404,19 +399,14 @@ fn command_run(tmp: &Path) -> PathBuf {
 /// The one run directory in `out`, made by the `envgen` command `args`
 /// builds (given `out`) the first time it is asked for.
 fn made_once(out: &Path, args: impl FnOnce(&mut std::process::Command, &Path)) -> PathBuf {
-    if let Some(done) = std::fs::read_dir(out).ok().and_then(|mut d| d.next()) {
-        return done.unwrap().path();
+    if let Some(done) = crate::common::run_dirs(out).into_iter().next() {
+        return done;
     }
     let mut cmd = envgen();
     args(&mut cmd, out);
     let made = cmd.current_dir(out.parent().unwrap()).output().unwrap();
     assert!(made.status.success(), "{}", text(&made));
-    std::fs::read_dir(out)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path()
+    crate::common::run_dirs(out)[0].clone()
 }
 
 #[test]

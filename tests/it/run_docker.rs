@@ -488,12 +488,7 @@ fn a_container_that_does_not_start_fails_the_run() {
         &["--where", "docker", "--image", &image, "--gpus", "all"],
     );
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
-    let dir = std::fs::read_dir(tmp.path())
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let dir = crate::common::run_dirs(tmp.path())[0].clone();
     let summary = read(&dir, "summary.json");
     assert_eq!(summary["status"], "failed", "{summary}");
     let why = summary["metrics"]["reason"].as_str().unwrap();
@@ -509,7 +504,7 @@ fn detach_is_for_slurm_only() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("--detach is for Slurm"));
     assert_eq!(
-        std::fs::read_dir(tmp.path()).unwrap().count(),
+        crate::common::run_dirs(tmp.path()).len(),
         0,
         "no run directory"
     );

@@ -467,9 +467,7 @@ fn a_refused_slurm_flag_or_sweep_value_leaves_no_run_directory() {
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{flag} {value}: {stderr}");
-        let made: Vec<_> = std::fs::read_dir(&out_dir)
-            .map(|d| d.flatten().map(|e| e.path()).collect())
-            .unwrap_or_default();
+        let made = crate::common::run_dirs(&out_dir);
         assert!(made.is_empty(), "{flag} {value}: {made:?}");
     }
 }

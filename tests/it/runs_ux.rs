@@ -80,9 +80,9 @@ fn runs_are_named_by_listed_id_filtered_and_compared_by_science_key() {
     assert!(!String::from_utf8_lossy(&first.stderr).contains("panicked"));
     let second = short_run(&runs, &["--set", "train.steps=4"]);
     assert_ok(&second, "second run");
-    let ids: Vec<String> = std::fs::read_dir(&runs)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+    let ids: Vec<String> = crate::common::run_dirs(&runs)
+        .iter()
+        .map(|d| d.file_name().unwrap().to_string_lossy().into_owned())
         .collect();
     assert_eq!(ids.len(), 2, "{ids:?}");
 

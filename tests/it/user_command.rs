@@ -290,10 +290,9 @@ fn ctrl_c_is_forwarded_and_the_run_is_interrupted() {
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     let dir = loop {
-        let started = std::fs::read_dir(&out_dir)
-            .ok()
-            .and_then(|mut d| d.next())
-            .map(|e| e.unwrap().path())
+        let started = crate::common::run_dirs(&out_dir)
+            .into_iter()
+            .next()
             .filter(|d| {
                 std::fs::read_to_string(d.join("stdout.log")).is_ok_and(|s| s.contains("started"))
             });

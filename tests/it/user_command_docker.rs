@@ -144,10 +144,9 @@ fn ctrl_c_stops_the_container_and_the_command_sees_sigint() {
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let dir = loop {
-        let started = std::fs::read_dir(&out_dir)
-            .ok()
-            .and_then(|mut d| d.next())
-            .map(|e| e.unwrap().path())
+        let started = crate::common::run_dirs(&out_dir)
+            .into_iter()
+            .next()
             .filter(|d| {
                 std::fs::read_to_string(d.join("stdout.log")).is_ok_and(|s| s.contains("started"))
             });

@@ -100,10 +100,7 @@ fn run_with(
 
 /// The one run directory under `out`.
 fn only_run(out: &Path) -> PathBuf {
-    let runs: Vec<PathBuf> = std::fs::read_dir(out)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let runs = crate::common::run_dirs(out);
     assert_eq!(runs.len(), 1, "{runs:?}");
     runs[0].clone()
 }

@@ -75,6 +75,20 @@ pub fn run_dir_of(doc: &Value) -> PathBuf {
     PathBuf::from(doc["run_dir"].as_str().expect("run_dir"))
 }
 
+/// The run directories in an `--out` folder (its subdirectories, sorted):
+/// the folder also holds envgen's `.gitignore` and `CACHEDIR.TAG`.
+pub fn run_dirs(out: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(out)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
 pub fn read_json(path: &Path) -> Value {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
