@@ -133,6 +133,29 @@ fn ambiguous_and_unknown_gpu_names_are_usage_errors() {
     assert_eq!(crate::error::exit_code_of(&err), 2);
 }
 
+/// A typo gets a did-you-mean of a few close GPUs (issue #44: `A31`
+/// listed all ~230 ids), and a name close to nothing gets no list at all.
+#[test]
+fn a_mistyped_gpu_gets_a_few_close_names() {
+    let text = crate::error::render(&kb().resolve_gpu("A31").unwrap_err());
+    let fix = text.split("fix:").nth(1).unwrap_or_default();
+    assert!(fix.contains("did you mean a30"), "{text}");
+    let offered = fix
+        .split('?')
+        .next()
+        .unwrap_or_default()
+        .matches(',')
+        .count()
+        + 1;
+    assert!(offered <= crate::suggest::MAX_SUGGESTIONS, "{text}");
+    assert!(
+        !text.contains("h100") && !text.contains("rtx-4090"),
+        "{text}"
+    );
+    let text = crate::error::render(&kb().resolve_gpu("Radeon 7900").unwrap_err());
+    assert!(!text.contains("did you mean") && text.len() < 400, "{text}");
+}
+
 /// What a typed `--assume-gpu` name must resolve to.
 enum Want {
     /// One answer: its id, compute capability and class.
