@@ -80,12 +80,12 @@ fn with_measurement(
     };
     // A file `envgen run` could not read back is refused, not edited further.
     toml::from_str::<ProfilesFile>(text).map_err(|e| unreadable(&e))?;
-    let mut doc: DocumentMut = if text.trim().is_empty() {
-        USER_FILE_HEADER.parse()
-    } else {
-        text.parse()
-    }
-    .map_err(|e| unreadable(&e))?;
+    let mut doc: DocumentMut = text.parse().map_err(|e| unreadable(&e))?;
+    let new_file = text.trim().is_empty();
+    // Where new tables go in the text: a new profile after everything, a
+    // new entry at the end of its profile's section (toml_edit prints
+    // tables by position, then in the order they were added).
+    let end_of_file = last_position(doc.as_table()) + 1;
     let profiles = doc
         .entry("profile")
         .or_insert_with(|| Item::ArrayOfTables(ArrayOfTables::new()))
@@ -96,16 +96,60 @@ fn with_measurement(
     let index = match found {
         Some(i) => i,
         None => {
-            profiles.push(table_of(template)?);
+            let mut profile = table_of(template)?;
+            place_at(&mut profile, end_of_file);
+            if new_file {
+                profile
+                    .decor_mut()
+                    .set_prefix(format!("{USER_FILE_HEADER}\n"));
+            }
+            profiles.push(profile);
             profiles.len() - 1
         }
     };
     let profile = profiles.get_mut(index).expect("found or just pushed");
-    let micro_batch = sub_table(profile, "micro_batch", false).map_err(|e| unreadable(&e))?;
+    let section_end = last_position(profile);
+    let micro_batch =
+        sub_table(profile, "micro_batch", false, section_end).map_err(|e| unreadable(&e))?;
     set_keeping_comment(micro_batch, key, measurement.micro_batch as i64);
-    let measured = sub_table(profile, "measured", true).map_err(|e| unreadable(&e))?;
-    measured.insert(key, Item::Table(table_of(measurement)?));
+    let measured = sub_table(profile, "measured", true, section_end).map_err(|e| unreadable(&e))?;
+    let mut entry = table_of(measurement)?;
+    place_at(&mut entry, section_end);
+    measured.insert(key, Item::Table(entry));
     Ok(doc.to_string())
+}
+
+/// The largest position of `table` and the tables under it.
+fn last_position(table: &Table) -> usize {
+    let mut last = table.position().unwrap_or(0);
+    for (_, item) in table.iter() {
+        match item {
+            Item::Table(t) => last = last.max(last_position(t)),
+            Item::ArrayOfTables(array) => {
+                for t in array.iter() {
+                    last = last.max(last_position(t));
+                }
+            }
+            _ => {}
+        }
+    }
+    last
+}
+
+/// Give `table` and every table under it the position `at`.
+fn place_at(table: &mut Table, at: usize) {
+    table.set_position(at);
+    for (_, item) in table.iter_mut() {
+        match item {
+            Item::Table(t) => place_at(t, at),
+            Item::ArrayOfTables(array) => {
+                for t in array.iter_mut() {
+                    place_at(t, at);
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// `value` as a TOML table, through the same serde mapping `toml` reads.
@@ -122,12 +166,14 @@ fn sub_table<'a>(
     profile: &'a mut Table,
     name: &str,
     implicit: bool,
+    at: usize,
 ) -> std::result::Result<&'a mut dyn toml_edit::TableLike, String> {
     profile
         .entry(name)
         .or_insert_with(|| {
             let mut table = Table::new();
             table.set_implicit(implicit);
+            table.set_position(at);
             Item::Table(table)
         })
         .as_table_like_mut()

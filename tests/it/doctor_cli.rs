@@ -151,7 +151,7 @@ fn json_is_one_document_on_stdout() {
         bin.path(),
         Some("a30-535"),
         None,
-        &["--json", "--image", "example.invalid/not-in-catalog:1"],
+        &["--json", "--image", "nvcr.io/nvidia/pytorch:25.01-py3"],
     );
     let stdout = String::from_utf8_lossy(&output.stdout);
     let mut documents =
