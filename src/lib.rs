@@ -15,4 +15,5 @@ pub mod output;
 pub mod probe;
 pub mod profiles;
 pub mod runs;
+pub mod suggest;
 pub mod warmup;

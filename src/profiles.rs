@@ -7,12 +7,14 @@
 //! estimates shipped with envgen.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, UserError};
 use crate::host::Gpu;
+
+mod user_file;
+pub use user_file::{record_measurement, user_file};
 
 const PROFILES_TOML: &str = include_str!("../env/profiles.toml");
 
@@ -120,25 +122,6 @@ struct ProfilesFile {
     profile: Vec<HardwareProfile>,
 }
 
-/// The user's profile file: `$ENVGEN_CONFIG_DIR/profiles.toml`, else
-/// `$XDG_CONFIG_HOME/envgen/profiles.toml`, else
-/// `~/.config/envgen/profiles.toml` (`None` without any of these).
-pub fn user_file() -> Option<PathBuf> {
-    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
-    let dir = var("ENVGEN_CONFIG_DIR")
-        .map(PathBuf::from)
-        .or_else(|| var("XDG_CONFIG_HOME").map(|d| PathBuf::from(d).join("envgen")))
-        .or_else(|| var("HOME").map(|h| PathBuf::from(h).join(".config").join("envgen")))?;
-    Some(dir.join("profiles.toml"))
-}
-
-const USER_FILE_HEADER: &str = "\
-# envgen hardware profiles of this user, read before the ones built into
-# envgen (env/profiles.toml in its sources). `envgen tune` writes them:
-# each micro_batch entry was measured on this machine, see `measured`.
-# Edit freely; the format is env/profiles.toml's.
-";
-
 /// The hardware knobs chosen for one run, with the reasons for any fallback.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HardwareChoice {
@@ -194,56 +177,6 @@ impl Profiles {
         };
         profiles.extend(Self::embedded().profiles.iter().cloned());
         Ok(Profiles { profiles })
-    }
-
-    /// Record a measurement in the user profile file at `path`: in the
-    /// profile called `template.name` (created from `template` when the
-    /// file has none), set the micro-batch of `key` ("experiment/preset")
-    /// and keep the measurement next to it. Other profiles and keys stay.
-    pub fn record_measurement(
-        path: &Path,
-        template: &HardwareProfile,
-        key: &str,
-        measurement: Measurement,
-    ) -> Result<()> {
-        let mut file: ProfilesFile = match std::fs::read_to_string(path) {
-            Ok(text) => toml::from_str(&text).map_err(|e| {
-                UserError::usage(format!("{}: {e}", path.display()))
-                    .with_fix("fix or delete the file, then run envgen tune again")
-            })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => ProfilesFile::default(),
-            Err(e) => {
-                return Err(
-                    UserError::environment(format!("cannot read {}: {e}", path.display())).into(),
-                )
-            }
-        };
-        let profile = match file
-            .profile
-            .iter_mut()
-            .position(|p| p.name == template.name)
-        {
-            Some(i) => &mut file.profile[i],
-            None => {
-                file.profile.push(template.clone());
-                file.profile.last_mut().expect("just pushed")
-            }
-        };
-        profile
-            .micro_batch
-            .insert(key.to_string(), measurement.micro_batch);
-        profile.measured.insert(key.to_string(), measurement);
-        let text = format!(
-            "{USER_FILE_HEADER}\n{}",
-            toml::to_string_pretty(&file).map_err(|e| anyhow::anyhow!("{e}"))?
-        );
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                UserError::environment(format!("cannot create {}: {e}", dir.display()))
-            })?;
-        }
-        envgen_experiments::fsutil::write_atomic(path, text.as_bytes())?;
-        Ok(())
     }
 
     pub fn names(&self) -> Vec<&str> {

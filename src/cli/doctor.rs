@@ -54,14 +54,29 @@ struct Report<'a> {
     cuda_backend: Option<crate::probe::cuda_backend::CudaBackendVerdict>,
 }
 
-/// The image facts for `reference` (see [`crate::image::image_facts`]), else
-/// a bare entry the verdict engine reports as `unknown-image`.
-fn image_facts(kb: &KnowledgeBase, reference: &str) -> ImageFacts {
-    crate::image::image_facts(kb, reference).unwrap_or_else(|| ImageFacts {
-        reference: reference.to_string(),
-        origin: "unknown".to_string(),
-        ..ImageFacts::default()
-    })
+/// The image facts for `reference` (see [`crate::image::image_facts`]). An
+/// image envgen knows nothing about (not in the catalog, not a profile, not
+/// in the local Docker daemon) is a usage error, exit 2, with the closest
+/// known references: most often a typo such as `nvcr.io/nvidia/pytorch:25.06`
+/// for `…:25.06-py3`, which a warning and exit 0 let scripts miss (issue #44).
+fn image_facts(kb: &KnowledgeBase, reference: &str) -> Result<ImageFacts> {
+    if let Some(facts) = crate::image::image_facts(kb, reference) {
+        return Ok(facts);
+    }
+    let mut known: Vec<String> = kb.images().iter().map(|i| i.reference.clone()).collect();
+    if let Ok(containers) = crate::image::Containers::locate(None) {
+        known.extend(containers.names());
+    }
+    let hint = crate::suggest::did_you_mean(reference, known.iter().map(String::as_str))
+        .map(|d| format!("{d} "))
+        .unwrap_or_default();
+    Err(UserError::usage(format!(
+        "--image {reference}: envgen knows nothing about this image (not in its catalog, not an envgen profile, not in the local Docker daemon)"
+    ))
+    .with_fix(format!(
+        "{hint}`envgen doctor --all` lists the catalog's images and `envgen image list` the profiles; pull or build the image first to check one of your own"
+    ))
+    .into())
 }
 
 impl Args {
@@ -116,6 +131,12 @@ pub fn execute(args: Args) -> Result<i32> {
     if let Some(spec) = &args.pytorch {
         kb.wheel(spec)?;
     }
+    // Before the host is probed: a mistyped image is refused at once.
+    let images = args
+        .images
+        .iter()
+        .map(|r| image_facts(kb, r))
+        .collect::<Result<Vec<_>>>()?;
     let installed = args.python.as_deref().map(installed_pytorch).transpose()?;
     let assumed = !args.assume_gpus.is_empty() || args.assume_driver.is_some();
     let host = if assumed {
@@ -133,7 +154,7 @@ pub fn execute(args: Args) -> Result<i32> {
     let catalog_request = CheckRequest::only_images(kb.images().to_vec());
     let (verdicts, catalog) = if args.asks_something() {
         let request = CheckRequest {
-            images: args.images.iter().map(|r| image_facts(kb, r)).collect(),
+            images,
             pytorch: args.pytorch.clone(),
             installed_pytorch: installed,
             // `--precision bf16 --precision bf16` asks one question.

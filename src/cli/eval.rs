@@ -13,10 +13,13 @@ use crate::error::{Result, UserError};
 pub struct Args {
     /// The experiment (only `gpt2` has evaluations).
     pub experiment: String,
-    /// A run directory, or a Hugging Face GPT-2 directory (config.json +
+    /// A run (its id or any unique part of it under --runs-dir, or its
+    /// directory), or a Hugging Face GPT-2 directory (config.json +
     /// model.safetensors).
     #[arg(long)]
     pub checkpoint: PathBuf,
+    #[command(flatten)]
+    pub runs_dir: super::runs::RunsDir,
     /// HellaSwag's hellaswag_val.jsonl (see docs/experiments/gpt2.md).
     #[arg(long)]
     pub hellaswag: Option<PathBuf>,
@@ -50,8 +53,13 @@ pub fn execute(args: Args) -> Result<i32> {
         .with_fix("e.g. envgen eval gpt2 --checkpoint RUN_DIR --hellaswag hellaswag_val.jsonl")
         .into());
     }
+    let path = if envgen_experiments::gpt2::hf::is_pretrained_dir(&args.checkpoint) {
+        args.checkpoint.clone()
+    } else {
+        crate::runs::store::resolve(&args.checkpoint, &args.runs_dir.dir)?
+    };
     let device = Default::default();
-    let checkpoint = eval::load::<Cpu>(&args.checkpoint, &device)?;
+    let checkpoint = eval::load::<Cpu>(&path, &device)?;
     let request = EvalRequest {
         val: args.val,
         val_windows: args.val_windows,
@@ -59,10 +67,7 @@ pub fn execute(args: Args) -> Result<i32> {
         hellaswag_items: args.hellaswag_items,
     };
     let mut metrics = eval::evaluate(&checkpoint, &request, &device)?;
-    metrics.insert(
-        "checkpoint".into(),
-        args.checkpoint.display().to_string().into(),
-    );
+    metrics.insert("checkpoint".into(), path.display().to_string().into());
     if args.json {
         crate::output::outln!("{}", serde_json::to_string_pretty(&metrics)?);
     } else {

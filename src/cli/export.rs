@@ -17,7 +17,10 @@ use crate::error::Result;
 pub enum Command {
     /// Write a GPT-2 run's final weights as a Hugging Face model directory.
     Hf {
+        /// The run's id (or any unique part of it) under --runs-dir, or its directory.
         run: PathBuf,
+        #[command(flatten)]
+        runs_dir: super::runs::RunsDir,
         /// Where to write (default RUN_DIR/hf).
         #[arg(long)]
         out: Option<PathBuf>,
@@ -26,7 +29,8 @@ pub enum Command {
 
 pub fn execute(cmd: Command) -> Result<i32> {
     match cmd {
-        Command::Hf { run, out } => {
+        Command::Hf { run, runs_dir, out } => {
+            let run = crate::runs::store::resolve(&run, &runs_dir.dir)?;
             let device = Default::default();
             let config = eval::run_config(&run)?;
             let model = hf::load(config.model.init::<Cpu>(&device), &eval::run_weights(&run)?)?;

@@ -3,13 +3,15 @@
 //! dry-run planner), and what came back printed. Where and how a run goes
 //! is `launch`'s; this file only parses and prints.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use envgen_experiments::backend::BackendChoice;
-use envgen_experiments::registry::{self, Experiment};
+use envgen_experiments::engine::Status;
+use envgen_experiments::registry::Experiment;
 use serde_json::{json, Value};
 
 use crate::error::Result;
+use crate::launch::auto::Place;
 use crate::launch::request::{Container, LaunchFlags, RunFlags, Where};
 use crate::launch::{self, Launched, RunOutcome, RunRequest};
 use crate::profiles::Precision;
@@ -269,6 +271,15 @@ pub fn execute(args: Args) -> Result<i32> {
     match launch::run(&request)? {
         Launched::Ended(outcomes) => {
             print_outcomes(request.experiment, &outcomes, as_json)?;
+            for outcome in &outcomes {
+                if outcome.summary.status == Status::Interrupted {
+                    eprintln!(
+                        "envgen: {} was interrupted; continue it with: {}",
+                        outcome.run_dir.display(),
+                        resume_command(&request, &outcome.run_dir)
+                    );
+                }
+            }
             Ok(launch::exit_code(&outcomes))
         }
         Launched::RankEnded(outcomes) => Ok(launch::exit_code(&outcomes)),
@@ -313,6 +324,33 @@ fn print_outcomes(
     Ok(())
 }
 
+/// The command that continues `run_dir` after an interruption: `envgen
+/// run --resume ID` (the experiment and config are the run's own), with
+/// `--out` when the run is not under `runs`, and the place, backend and
+/// launch flags it was started with when they were not the defaults.
+fn resume_command(request: &RunRequest, run_dir: &Path) -> String {
+    let quote =
+        |word: &str| shlex::try_quote(word).map_or_else(|_| word.into(), |q| q.into_owned());
+    let id = run_dir.file_name().map_or_else(
+        || run_dir.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let mut words = vec!["envgen run --resume".to_string(), quote(&id)];
+    let parent = run_dir.parent().unwrap_or(Path::new(""));
+    if parent != Path::new("runs") {
+        words.extend(["--out".into(), quote(&parent.display().to_string())]);
+    }
+    if request.decision.place != Place::Native {
+        words.extend(["--where".into(), request.decision.place.name().into()]);
+    }
+    if request.flags.backend != BackendChoice::Auto && !request.is_command() {
+        words.extend(["--backend".into(), request.backend_name().into()]);
+    }
+    let launch = launch::plan::launch_args_of(&request.flags.launch);
+    words.extend(launch.iter().map(|w| quote(w)));
+    words.join(" ")
+}
+
 /// A count that must be 1 or more (`--micro-batch 0` would be replaced
 /// silently further down).
 pub fn at_least_one(text: &str) -> std::result::Result<usize, String> {
@@ -325,7 +363,7 @@ pub fn at_least_one(text: &str) -> std::result::Result<usize, String> {
 
 /// The experiment called `name` (usage error listing the known ones otherwise).
 pub fn find_experiment(name: &str) -> Result<&'static dyn Experiment> {
-    registry::find(name)
+    launch::command::find_bundled(name)
 }
 
 fn print_command_plan(doc: &Value) {

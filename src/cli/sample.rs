@@ -16,9 +16,12 @@ use crate::error::{Result, UserError};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// A trained GPT-2 run directory.
+    /// A trained GPT-2 run: its id (or any unique part of it) under
+    /// --runs-dir, or its directory.
     #[arg(required_unless_present = "model", conflicts_with = "model")]
     pub run: Option<PathBuf>,
+    #[command(flatten)]
+    pub runs_dir: super::runs::RunsDir,
     /// A Hugging Face model directory, as hf:DIR (config.json,
     /// model.safetensors or its shards, tokenizer.json).
     #[arg(long)]
@@ -93,7 +96,10 @@ pub fn execute(args: Args) -> Result<i32> {
             let dir = pretrained::dir_of(spec, "--model")?;
             sample_pretrained(&dir, &args)
         }
-        (None, Some(run)) => sample_run(run, &args),
+        (None, Some(run)) => {
+            let dir = crate::runs::store::resolve(run, &args.runs_dir.dir)?;
+            sample_run(&dir, &args)
+        }
         // clap requires one of them; kept as an error rather than a panic.
         (None, None) => Err(UserError::usage("give RUN_DIR or --model hf:DIR")
             .with_fix("e.g. envgen sample --model hf:./SmolLM2-360M-Instruct --prompt 'Hi'")

@@ -176,7 +176,7 @@ pub fn execute(args: Args) -> Result<i32> {
             .with_fix("set one of them, or use --measure-only")
         })?;
         let template = tuned_profile(gpu, resolved.name(), choice.precision, &device);
-        Profiles::record_measurement(&path, &template, &key, measurement.clone())?;
+        profiles::record_measurement(&path, &template, &key, measurement.clone())?;
         Some((path, template.name))
     };
     if args.json {

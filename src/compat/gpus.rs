@@ -352,36 +352,35 @@ impl KnowledgeBase {
         if let Some(spec) = self.lookup_gpu(query) {
             return Ok(spec);
         }
+        // A did-you-mean of the few closest names, not every GPU envgen
+        // knows (that was ~230 ids for one typo; issue #44).
         let key = gpu_key(query);
         let mut close: Vec<&str> = Vec::new();
-        if key.len() >= 2 {
-            for (name, target) in &self.gpu_names {
-                if !(name.contains(&key) || (name.len() >= 3 && key.contains(name.as_str()))) {
-                    continue;
-                }
-                let ids: Vec<&str> = match target {
-                    GpuName::Row(i) => vec![self.gpus[*i].id.as_str()],
-                    GpuName::Family(i) => vec![self.family_specs[*i].id.as_str()],
-                    GpuName::Ambiguous(m) => m.iter().map(|i| self.gpus[*i].id.as_str()).collect(),
-                };
-                for id in ids {
-                    if !close.contains(&id) {
-                        close.push(id);
-                    }
+        let mut names: Vec<&str> = self.gpu_names.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        for name in crate::suggest::closest(&key, names) {
+            let ids: Vec<&str> = match &self.gpu_names[name] {
+                GpuName::Row(i) => vec![self.gpus[*i].id.as_str()],
+                GpuName::Family(i) => vec![self.family_specs[*i].id.as_str()],
+                GpuName::Ambiguous(m) => m.iter().map(|i| self.gpus[*i].id.as_str()).collect(),
+            };
+            for id in ids {
+                if !close.contains(&id) {
+                    close.push(id);
                 }
             }
         }
-        close.sort_unstable();
+        close.truncate(crate::suggest::MAX_SUGGESTIONS);
         let choices = if close.is_empty() {
-            let all: Vec<&str> = self.gpus.iter().map(|s| s.id.as_str()).collect();
-            all.join(", ")
+            "no GPU envgen knows is close to it: name one of env/gpus.toml by its id or full name"
+                .to_string()
         } else {
-            close.join(", ")
+            format!("did you mean {}?", close.join(", "))
         };
         Err(
             UserError::usage(format!("--assume-gpu `{query}` is not a GPU envgen knows"))
                 .with_fix(format!(
-                    "use one of: {choices}; or an SM such as sm_120 / 12.0 (add new GPUs to env/gpus.toml)"
+                    "{choices} Or give an SM such as sm_120 / 12.0 (add new GPUs to env/gpus.toml)"
                 ))
                 .into(),
         )

@@ -141,7 +141,25 @@ pub fn find_experiment(flags: &RunFlags) -> Result<&'static dyn Experiment> {
             .with_fix("envgen run EXPERIMENT (see `envgen experiments list`), or envgen run [flags] -- CMD ARGS… for your own code")
             .into());
     }
-    registry::find(&flags.experiment)
+    find_bundled(&flags.experiment)
+}
+
+/// The bundled experiment called `name`; a usage error with a did-you-mean
+/// (`envgen run gtp2` → gpt2) and the list otherwise.
+pub fn find_bundled(name: &str) -> Result<&'static dyn Experiment> {
+    if let Ok(found) = registry::find(name) {
+        return Ok(found);
+    }
+    let names: Vec<&str> = registry::all().iter().map(|e| e.name()).collect();
+    let hint = crate::suggest::did_you_mean(name, names.iter().copied())
+        .map(|d| format!("{d} "))
+        .unwrap_or_default();
+    Err(UserError::usage(format!("unknown experiment `{name}`"))
+        .with_fix(format!(
+            "{hint}the experiments are {} (`envgen experiments list`); your own command goes after `--`",
+            names.join(", ")
+        ))
+        .into())
 }
 
 /// The experiment called `name`, `command` included (for readers of run

@@ -120,6 +120,7 @@ pub struct RunRequest {
 impl RunRequest {
     /// Check the flags together; `auto` is decided (and said on stderr).
     pub fn new(mut flags: RunFlags) -> Result<RunRequest> {
+        resolve_resume(&mut flags)?;
         let experiment = command::find_experiment(&flags)?;
         let decision = if flags.launched {
             // Inside the Slurm job or the container: train into the prepared directory.
@@ -209,6 +210,22 @@ impl RunRequest {
     pub fn slurm_runtime(&self) -> Result<Runtime> {
         slurm_runtime(&self.flags.launch)
     }
+}
+
+/// `--resume RUN`: the run by id (or any unique part of it) under `--out`,
+/// or its directory; the experiment, when not given, is the run's own
+/// (`envgen run --resume 1126-2`). A launched envgen gets the prepared
+/// directory's path and the experiment from its launcher.
+fn resolve_resume(flags: &mut RunFlags) -> Result<()> {
+    let Some(name) = flags.resume.as_ref().filter(|_| !flags.launched) else {
+        return Ok(());
+    };
+    let dir = crate::runs::store::resolve(name, &flags.out)?;
+    if flags.experiment.is_empty() && flags.command.is_empty() {
+        flags.experiment = crate::runs::manifest::read(&dir)?.experiment;
+    }
+    flags.resume = Some(dir);
+    Ok(())
 }
 
 /// `--backend` as a word (`auto`, `cpu`, `cuda`).

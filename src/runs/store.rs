@@ -93,9 +93,11 @@ impl RunDir {
 }
 
 /// The run directory a user named: a path to one (or to its
-/// `manifest.json`), else a run id as `runs list` prints it, or a prefix of
-/// exactly one, under `runs_dir`. A name that matches nothing or several
-/// runs is a usage error naming the candidates.
+/// `manifest.json`), else a run id as `runs list` prints it under
+/// `runs_dir` — the whole id, else the one id that starts with the name,
+/// else the one id that contains it (`runs show 1126-2`). A name that
+/// matches nothing or several runs is a usage error naming the candidates.
+/// Every command that names a run comes here.
 pub fn resolve(name: &Path, runs_dir: &Path) -> Result<PathBuf> {
     let as_path = if name.file_name().is_some_and(|n| n == "manifest.json") {
         name.parent().unwrap_or(Path::new(".")).to_path_buf()
@@ -112,50 +114,79 @@ pub fn resolve(name: &Path, runs_dir: &Path) -> Result<PathBuf> {
         _ => return Err(not_a_run_dir(&as_path)),
     };
     let candidates = run_dirs(runs_dir);
-    if let Some(exact) = candidates
+    let ids: Vec<&str> = candidates
         .iter()
-        .find(|d| d.file_name().is_some_and(|n| n == id))
-    {
-        return Ok(exact.clone());
-    }
-    let matches: Vec<&PathBuf> = candidates
-        .iter()
-        .filter(|d| {
-            d.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(id))
-        })
+        .map(|d| d.file_name().and_then(|n| n.to_str()).unwrap_or(""))
         .collect();
-    match matches.as_slice() {
-        [one] => Ok((*one).clone()),
-        [] if as_path.exists() => Err(not_a_run_dir(&as_path)),
-        [] => Err(UserError::usage(format!(
-            "no run `{id}`: not a run directory, and no run id under {} starts with it",
-            runs_dir.display()
-        ))
-        .with_fix(format!(
-            "`envgen runs list --runs-dir {}` prints the ids; or pass the run directory's path (or set ENVGEN_RUNS_DIR)",
-            runs_dir.display()
-        ))
-        .into()),
-        several => {
-            let names: Vec<String> = several
-                .iter()
-                .take(5)
-                .filter_map(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
-                .collect();
-            let more = several.len().saturating_sub(names.len());
+    match match_run_id(id, &ids) {
+        IdMatch::One(i) => Ok(candidates[i].clone()),
+        IdMatch::None if as_path.exists() => Err(not_a_run_dir(&as_path)),
+        IdMatch::None => {
+            let hint = crate::suggest::did_you_mean(id, ids.iter().copied())
+                .map(|d| format!("{d} "))
+                .unwrap_or_default();
             Err(UserError::usage(format!(
-                "`{id}` names {} runs under {}: {}{}",
-                several.len(),
+                "no run `{id}`: not a run directory, and no run id under {} starts with or contains it",
+                runs_dir.display()
+            ))
+            .with_fix(format!(
+                "{hint}`envgen runs list --runs-dir {}` prints the ids; or pass the run directory's path (or set ENVGEN_RUNS_DIR)",
+                runs_dir.display()
+            ))
+            .into())
+        }
+        IdMatch::Several { how, matches } => {
+            let names: Vec<&str> = matches.iter().take(5).map(|&i| ids[i]).collect();
+            let more = matches.len().saturating_sub(names.len());
+            Err(UserError::usage(format!(
+                "`{id}` names {} runs under {} (their ids {how} it): {}{}",
+                matches.len(),
                 runs_dir.display(),
                 names.join(", "),
-                if more > 0 { format!(" and {more} more") } else { String::new() }
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
             ))
             .with_fix("give more of the run id, up to one run")
             .into())
         }
     }
+}
+
+/// Which of `ids` a typed name picks.
+#[derive(Debug, PartialEq)]
+enum IdMatch {
+    One(usize),
+    None,
+    /// `how`: "start with" or "contain".
+    Several {
+        how: &'static str,
+        matches: Vec<usize>,
+    },
+}
+
+/// The whole id first, then a unique prefix, then a unique substring. A
+/// prefix shared by several ids is ambiguous even when one of them also
+/// contains the name elsewhere: the earlier rule decides.
+fn match_run_id(typed: &str, ids: &[&str]) -> IdMatch {
+    if let Some(i) = ids.iter().position(|id| *id == typed) {
+        return IdMatch::One(i);
+    }
+    let rules: [(&'static str, fn(&str, &str) -> bool); 2] = [
+        ("start with", |id, typed| id.starts_with(typed)),
+        ("contain", |id, typed| id.contains(typed)),
+    ];
+    for (how, rule) in rules {
+        let matches: Vec<usize> = (0..ids.len()).filter(|&i| rule(ids[i], typed)).collect();
+        match matches.as_slice() {
+            [] => continue,
+            [one] => return IdMatch::One(*one),
+            _ => return IdMatch::Several { how, matches },
+        }
+    }
+    IdMatch::None
 }
 
 /// The run directories directly under `runs_dir` (those with a
@@ -207,6 +238,7 @@ mod tests {
     #[test]
     fn a_run_is_named_by_path_id_or_unique_prefix() {
         let root = make_runs(&[
+            "hrm-sudoku-20261127-1-cccc",
             "gpt2-tiny-20261126-1-aaaa",
             "gpt2-tiny-20261126-2-bbbb",
             "rft-tiny-1",
@@ -224,6 +256,34 @@ mod tests {
             resolve(Path::new("gpt2-tiny-20261126-2"), &runs).unwrap(),
             runs.join("gpt2-tiny-20261126-2-bbbb")
         );
+        // Any unique part of an id: the date and counter, the random tail.
+        assert_eq!(
+            resolve(Path::new("1126-2"), &runs).unwrap(),
+            runs.join("gpt2-tiny-20261126-2-bbbb")
+        );
+        assert_eq!(
+            resolve(Path::new("cccc"), &runs).unwrap(),
+            runs.join("hrm-sudoku-20261127-1-cccc")
+        );
+    }
+
+    #[test]
+    fn a_whole_id_wins_over_a_prefix_and_a_prefix_over_a_substring() {
+        let ids = ["gpt2", "gpt2-b", "x-gpt2-c", "rft-tiny"];
+        assert_eq!(match_run_id("gpt2", &ids), IdMatch::One(0));
+        // `rft` starts one id; no other rule is asked.
+        assert_eq!(match_run_id("rft", &ids), IdMatch::One(3));
+        // `gpt2-` starts one id and is inside another: the prefix decides.
+        assert_eq!(match_run_id("gpt2-", &ids), IdMatch::One(1));
+        assert_eq!(match_run_id("-c", &ids), IdMatch::One(2));
+        assert_eq!(
+            match_run_id("tiny", &["a-tiny-1", "b-tiny-2"]),
+            IdMatch::Several {
+                how: "contain",
+                matches: vec![0, 1]
+            }
+        );
+        assert_eq!(match_run_id("zzz", &ids), IdMatch::None);
     }
 
     #[test]
@@ -237,7 +297,9 @@ mod tests {
         };
         let several = message("gpt2");
         assert!(
-            several.contains("names 2 runs") && several.contains("gpt2-a, gpt2-b"),
+            several.contains("names 2 runs")
+                && several.contains("gpt2-a, gpt2-b")
+                && several.contains("start with"),
             "{several}"
         );
         let none = message("hrm");
@@ -245,6 +307,16 @@ mod tests {
             none.contains("no run `hrm`") && none.contains("--runs-dir"),
             "{none}"
         );
+        // A substring shared by several ids is ambiguous too.
+        let root2 = make_runs(&["gpt2-x-1126", "hrm-y-1126"]);
+        let err = resolve(Path::new("1126"), &root2.path().join("runs")).unwrap_err();
+        let text = crate::error::render(&err);
+        assert!(
+            text.contains("names 2 runs") && text.contains("contain it"),
+            "{text}"
+        );
+        // A typo of a whole id is pointed at it.
+        assert!(message("gpt2-c").contains("did you mean gpt2-a, gpt2-b?"));
         // A directory without a manifest is not a run, even by prefix.
         assert!(message("gpt2-notes").contains("no run `gpt2-notes`"));
         // Paths are not looked up as ids.

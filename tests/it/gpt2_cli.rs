@@ -319,6 +319,33 @@ fn sigint_checkpoints_and_exits_130() {
     let dir = run_dir_of(&doc);
     let latest = std::fs::read_to_string(dir.join("checkpoints/latest")).unwrap();
     assert_eq!(latest.trim(), format!("step-{done:08}"));
+
+    // It says how to continue (issue #44): `envgen run --resume ID`, no
+    // experiment, the run by its id; that very command resumes it.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let id = dir.file_name().unwrap().to_str().unwrap();
+    let said = stderr
+        .lines()
+        .find_map(|l| {
+            l.split_once("continue it with: ")
+                .map(|(_, c)| c.to_string())
+        })
+        .unwrap_or_else(|| panic!("no resume command in:\n{stderr}"));
+    assert_eq!(
+        said,
+        format!(
+            "envgen run --resume {id} --out {} --backend cpu",
+            tmp.path().display()
+        )
+    );
+    let words: Vec<&str> = said.split_whitespace().skip(1).collect();
+    let resumed = envgen()
+        .args(&words)
+        .args(["--json", "--stop-after", &(done + 1).to_string()])
+        .output()
+        .unwrap();
+    assert_eq!(resumed.status.code(), Some(130), "{resumed:?}");
+    assert_eq!(json_of(&resumed)["summary"]["steps_done"], done + 1);
 }
 
 #[test]

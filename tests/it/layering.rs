@@ -12,6 +12,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("logging", 0),
     ("output", 0),
     ("host", 0),
+    ("suggest", 0),
     ("compat", 1),
     ("profiles", 1),
     ("probe", 2),

@@ -149,6 +149,53 @@ fn runs_are_named_by_listed_id_filtered_and_compared_by_science_key() {
     let by_prefix = in_dir(&elsewhere, &runs, &["runs", "show", prefix, "--json"]);
     assert_ok(&by_prefix, "runs show PREFIX");
     assert_eq!(json_of(&by_prefix)["run_id"], listed_id);
+    // Any unique part of an id (issue #44): the config hash at its end.
+    let tail = &listed_id[listed_id.len() - 8..];
+    let by_part = in_dir(&elsewhere, &runs, &["runs", "show", tail, "--json"]);
+    assert_ok(&by_part, "runs show PART");
+    assert_eq!(json_of(&by_part)["run_id"], listed_id);
+    // … and so are `sample` and `export hf` (they took paths only).
+    let sampled = in_dir(
+        &elsewhere,
+        &runs,
+        &["sample", tail, "--prompt", "ab", "--tokens", "2", "--json"],
+    );
+    assert_ok(&sampled, "sample PART");
+    assert_eq!(json_of(&sampled)["prompt"], "ab");
+    let hf = tmp.path().join("hf");
+    let exported = in_dir(
+        &elsewhere,
+        &runs,
+        &["export", "hf", tail, "--out", hf.to_str().unwrap()],
+    );
+    assert_ok(&exported, "export hf PART");
+    assert!(hf.join("model.safetensors").is_file());
+    let evaluated = in_dir(
+        &elsewhere,
+        &runs,
+        &[
+            "eval",
+            "gpt2",
+            "--checkpoint",
+            "no-such-run",
+            "--val",
+            "x.bin",
+        ],
+    );
+    assert_eq!(evaluated.status.code(), Some(2), "{}", text(&evaluated));
+    assert!(
+        text(&evaluated).contains("no run `no-such-run`"),
+        "{}",
+        text(&evaluated)
+    );
+    // A mistyped experiment is pointed at the right one.
+    let typo = in_dir(&elsewhere, &runs, &["run", "gtp2", "--dry-run"]);
+    assert_eq!(typo.status.code(), Some(2), "{}", text(&typo));
+    assert!(
+        text(&typo).contains("did you mean gpt2?"),
+        "{}",
+        text(&typo)
+    );
     let ambiguous = in_dir(&elsewhere, &runs, &["runs", "show", "gpt2-tiny"]);
     assert_eq!(ambiguous.status.code(), Some(2), "{}", text(&ambiguous));
     assert!(

@@ -133,6 +133,29 @@ fn ambiguous_and_unknown_gpu_names_are_usage_errors() {
     assert_eq!(crate::error::exit_code_of(&err), 2);
 }
 
+/// A typo gets a did-you-mean of a few close GPUs (issue #44: `A31`
+/// listed all ~230 ids), and a name close to nothing gets no list at all.
+#[test]
+fn a_mistyped_gpu_gets_a_few_close_names() {
+    let text = crate::error::render(&kb().resolve_gpu("A31").unwrap_err());
+    let fix = text.split("fix:").nth(1).unwrap_or_default();
+    assert!(fix.contains("did you mean a30"), "{text}");
+    let offered = fix
+        .split('?')
+        .next()
+        .unwrap_or_default()
+        .matches(',')
+        .count()
+        + 1;
+    assert!(offered <= crate::suggest::MAX_SUGGESTIONS, "{text}");
+    assert!(
+        !text.contains("h100") && !text.contains("rtx-4090"),
+        "{text}"
+    );
+    let text = crate::error::render(&kb().resolve_gpu("Radeon 7900").unwrap_err());
+    assert!(!text.contains("did you mean") && text.len() < 400, "{text}");
+}
+
 /// What a typed `--assume-gpu` name must resolve to.
 enum Want {
     /// One answer: its id, compute capability and class.
@@ -411,25 +434,30 @@ fn assumed_host_derives_the_driver_cuda() {
     assert_eq!(host.gpus[1].catalog_id.as_deref(), Some("a30"));
 }
 
-/// An unknown name lists the known GPUs whose names are close, once each.
+/// An unknown name suggests the known GPUs whose names are close, once each.
 #[test]
 fn an_unknown_gpu_name_suggests_the_close_ones() {
-    let err = kb().resolve_gpu("H10").unwrap_err();
-    let text = crate::error::render(&err);
-    let fix = text
-        .split("use one of: ")
-        .nth(1)
-        .expect("a list of choices");
-    let choices: Vec<&str> = fix.split(';').next().unwrap().split(", ").collect();
-    assert!(choices.contains(&"h100"), "{text}");
-    assert!(!choices.contains(&"a30"), "{text}");
-    // A typed name that contains a known one suggests it.
-    let err = kb().resolve_gpu("A30X").unwrap_err();
-    let text = crate::error::render(&err);
-    assert!(text.contains("use one of: a30"), "{text}");
+    let choices_of = |query: &str| {
+        let text = crate::error::render(&kb().resolve_gpu(query).unwrap_err());
+        let list = text
+            .split("did you mean ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no suggestion: {text}"));
+        let list = list.split('?').next().unwrap().to_string();
+        (
+            list.split(", ").map(str::to_string).collect::<Vec<_>>(),
+            text,
+        )
+    };
+    let (choices, text) = choices_of("H10");
+    assert!(choices.contains(&"h100".to_string()), "{text}");
+    assert!(!choices.contains(&"a30".to_string()), "{text}");
     let mut unique = choices.clone();
     unique.dedup();
     assert_eq!(unique, choices, "{text}");
+    // A typed name that contains a known one suggests it.
+    let (choices, text) = choices_of("A30X");
+    assert_eq!(choices.first().map(String::as_str), Some("a30"), "{text}");
 }
 
 #[test]
