@@ -100,7 +100,7 @@ pub fn execute(args: Args) -> Result<i32> {
     let manifest = run.manifest.clone();
     require_image(&manifest)?;
     let argv = run_argv(&args, &manifest, &run.path)?;
-    eprintln!(
+    crate::output::notice!(
         "envgen: rerun of {}: envgen {}",
         run.path.display(),
         argv.join(" ")

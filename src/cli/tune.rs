@@ -131,7 +131,7 @@ pub fn execute(args: Args) -> Result<i32> {
             },
         };
         if !args.json {
-            eprintln!("envgen: tune: {}", describe(&record));
+            crate::output::notice!("envgen: tune: {}", describe(&record));
         }
         trials.push(record);
         if matches!(outcome, Outcome::OutOfMemory) {
