@@ -17,6 +17,7 @@ use crate::error::Result;
 pub enum Command {
     /// Write a GPT-2 run's final weights as a Hugging Face model directory.
     Hf {
+        /// The finished GPT-2 run directory.
         run: PathBuf,
         /// Where to write (default RUN_DIR/hf).
         #[arg(long)]

@@ -118,3 +118,6 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
         Command::Man(args) => completions::man(args),
     }
 }
+
+#[cfg(test)]
+mod conventions_tests;

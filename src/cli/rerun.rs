@@ -27,6 +27,7 @@ pub struct Args {
     /// Do not follow a Slurm job (or a container) after starting it.
     #[arg(long)]
     pub detach: bool,
+    /// Print the result as JSON on stdout.
     #[arg(long)]
     pub json: bool,
 }

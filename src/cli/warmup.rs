@@ -14,6 +14,7 @@ use crate::warmup::{self, Length, WarmupRequest};
 pub struct Args {
     /// gpt2, hrm-sudoku, rft or quantize.
     pub experiment: String,
+    /// The preset whose kernels to compile (default: the experiment's default preset).
     #[arg(long)]
     pub preset: Option<String>,
     /// Compile for this GPU model without it (repeatable): a name from
