@@ -30,7 +30,7 @@ pub struct Cli {
     pub verbose: u8,
     /// No progress bars or informational lines on stderr; errors,
     /// warnings and the output asked for still print.
-    #[arg(short, long, global = true, env = "ENVGEN_QUIET")]
+    #[arg(short, long, global = true, env = "ENVGEN_QUIET", value_parser = clap::builder::BoolishValueParser::new())]
     pub quiet: bool,
     #[command(subcommand)]
     pub command: Command,

@@ -156,6 +156,8 @@ const SUBCOMMANDS: &[&str] = &[
     "sudoku",
     "sample",
     "warmup",
+    "completions",
+    "man",
 ];
 
 fn documented_commands() -> Vec<DocCommand> {
