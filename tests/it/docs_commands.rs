@@ -156,8 +156,6 @@ const SUBCOMMANDS: &[&str] = &[
     "sudoku",
     "sample",
     "warmup",
-    "completions",
-    "man",
 ];
 
 fn documented_commands() -> Vec<DocCommand> {
