@@ -71,4 +71,16 @@ fn run_help_groups_its_flags_under_headings() {
     let docker = help.find("\nDocker:\n").unwrap();
     let partition = help.find("--partition").unwrap();
     assert!(slurm < partition && partition < docker, "{help}");
+    // A new run flag lands under a heading too, not back in a flat list.
+    let unheaded: Vec<&str> = run
+        .get_arguments()
+        .filter(|a| !a.is_positional() && !a.is_hide_set() && !a.is_global_set())
+        .filter(|a| !matches!(a.get_id().as_str(), "help" | "version"))
+        .filter(|a| a.get_help_heading().is_none())
+        .map(|a| a.get_id().as_str())
+        .collect();
+    assert!(
+        unheaded.is_empty(),
+        "run flags without a heading: {unheaded:?}"
+    );
 }
