@@ -46,7 +46,7 @@ pub fn completions(args: CompletionsArgs) -> Result<i32> {
 
 /// Print one man page, or write them all with `--dir`.
 pub fn man(args: ManArgs) -> Result<i32> {
-    let mut root = super::Cli::command();
+    let mut root = super::command_with_versions(super::version::short());
     // Subcommands' pages are named envgen-run, envgen-runs-list…, as git's
     // are; `build` also propagates global flags (-v, -q) into every page.
     root.build();

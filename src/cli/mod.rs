@@ -91,12 +91,17 @@ pub fn parse() -> Cli {
     } else {
         version::long("(not probed)")
     };
-    // clap keeps version texts as &'static str; these live until exit anyway.
-    let command = Cli::command()
-        .version(&*Box::leak(version::short().into_boxed_str()))
-        .long_version(&*Box::leak(long.into_boxed_str()));
-    let matches = command.get_matches();
+    let matches = command_with_versions(long).get_matches();
     Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit())
+}
+
+/// [`Cli`]'s clap command with the version texts of [`version`] (the man
+/// pages carry the short one too).
+pub fn command_with_versions(long: String) -> clap::Command {
+    // clap keeps version texts as &'static str; these live until exit anyway.
+    Cli::command()
+        .version(&*Box::leak(version::short().into_boxed_str()))
+        .long_version(&*Box::leak(long.into_boxed_str()))
 }
 
 /// Run the parsed command; `Ok` carries the exit code (0, or 1 for a failed check).
