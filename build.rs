@@ -1,6 +1,8 @@
 //! Records the git revision envgen is built from (with a `-dirty` suffix when
 //! the tree has uncommitted changes) for run manifests and image labels.
 //! Builds outside a git checkout (e.g. `nix build`, a crate tarball) record none.
+//! `envgen --version` also shows the target triple and the build date
+//! (the commit's, or `SOURCE_DATE_EPOCH`), set here.
 //!
 //! Also compiles envgen's stand-in CUDA driver (src/warmup/libcuda_standin.c)
 //! into a shared library that the binary carries for `envgen warmup --target`
@@ -79,11 +81,46 @@ fn embed_autotune_records() {
     std::fs::write(out, code).expect("write OUT_DIR");
 }
 
+/// The date `envgen --version` gives as the build's: `SOURCE_DATE_EPOCH`
+/// when set (the reproducible-builds convention), else the commit's date.
+/// Not the wall clock: two builds of one commit must be the same bytes
+/// (tests/it/fresh_clone.rs), so the date comes from the source.
+fn build_date() -> Option<String> {
+    println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
+    if let Ok(epoch) = std::env::var("SOURCE_DATE_EPOCH") {
+        let seconds: i64 = epoch.trim().parse().ok()?;
+        return Some(civil_date(seconds.div_euclid(86_400)));
+    }
+    git(&["log", "-1", "--format=%cs"]).filter(|date| !date.is_empty())
+}
+
+/// Days since 1970-01-01 → "YYYY-MM-DD" (Howard Hinnant's civil_from_days).
+fn civil_date(days: i64) -> String {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
 fn main() {
     build_standin();
     embed_autotune_records();
     println!("cargo:rerun-if-changed=.git/HEAD");
     println!("cargo:rerun-if-changed=.git/index");
+    // For `envgen --version`: the target triple and the build's date.
+    println!(
+        "cargo:rustc-env=ENVGEN_TARGET={}",
+        std::env::var("TARGET").expect("cargo sets TARGET")
+    );
+    if let Some(date) = build_date() {
+        println!("cargo:rustc-env=ENVGEN_BUILD_DATE={date}");
+    }
     println!("cargo:rerun-if-env-changed=ENVGEN_GIT_REVISION");
     if let Ok(given) = std::env::var("ENVGEN_GIT_REVISION") {
         println!("cargo:rustc-env=ENVGEN_GIT_REVISION={given}");

@@ -25,6 +25,52 @@ pub fn render(err: &anyhow::Error) -> String {
     out
 }
 
+/// Print `error: …` (the [`render`]ing of `err`) on stderr, its labels
+/// (`error:`, `fix:`, `caused by:`) coloured when stderr is a terminal
+/// and colour is wanted: anstream drops the colour for a pipe, a file,
+/// `NO_COLOR`, `TERM=dumb`, and keeps it for `CLICOLOR_FORCE`.
+pub fn eprint_error(err: &anyhow::Error) {
+    use std::io::Write as _;
+    let text = with_styled_labels(&format!("error: {}", render(err)));
+    // Best effort: a closed stderr must not turn an error into a panic.
+    let _ = writeln!(anstream::stderr(), "{text}");
+}
+
+/// `text` with ANSI styles around the labels at the start of its lines:
+/// `error:` bold red, `fix:` bold green, `caused by:` bold (clap's colours
+/// for its own `error:` and tips). The text itself is left as it is.
+pub fn with_styled_labels(text: &str) -> String {
+    let bold = anstyle::Style::new().bold();
+    let labels = [
+        (
+            "error:",
+            bold.fg_color(Some(anstyle::AnsiColor::Red.into())),
+        ),
+        (
+            "fix:",
+            bold.fg_color(Some(anstyle::AnsiColor::Green.into())),
+        ),
+        ("caused by:", bold),
+    ];
+    let mut out = String::with_capacity(text.len() + 32);
+    for (i, line) in text.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let rest = line.trim_start();
+        let indent = &line[..line.len() - rest.len()];
+        match labels.iter().find(|(label, _)| rest.starts_with(label)) {
+            Some((label, style)) => {
+                out.push_str(indent);
+                out.push_str(&format!("{style}{label}{style:#}"));
+                out.push_str(&rest[label.len()..]);
+            }
+            None => out.push_str(line),
+        }
+    }
+    out
+}
+
 /// The error for a subcommand whose feature has not landed yet: exit 2,
 /// naming the issue that delivers it.
 pub fn not_yet(command: &str, feature: &str) -> anyhow::Error {
@@ -33,4 +79,33 @@ pub fn not_yet(command: &str, feature: &str) -> anyhow::Error {
     ))
     .with_fix("see the open issues; until then use the commands listed in README.md")
     .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_labels_are_styled_and_the_text_kept() {
+        let text =
+            "error: no such preset \"tiny\"\n  caused by: reading x\n  fix: use --preset small";
+        let styled = with_styled_labels(text);
+        assert!(
+            styled.contains("\u{1b}[1m\u{1b}[31merror:\u{1b}[0m no such preset"),
+            "{styled:?}"
+        );
+        assert!(
+            styled.contains("  \u{1b}[1m\u{1b}[32mfix:\u{1b}[0m use --preset small"),
+            "{styled:?}"
+        );
+        assert!(
+            styled.contains("  \u{1b}[1mcaused by:\u{1b}[0m reading x"),
+            "{styled:?}"
+        );
+        // Without the escapes it is the text that was given.
+        let mut plain = Vec::new();
+        let mut stripped = anstream::StripStream::new(&mut plain);
+        std::io::Write::write_all(&mut stripped, styled.as_bytes()).unwrap();
+        assert_eq!(String::from_utf8(plain).unwrap(), text);
+    }
 }

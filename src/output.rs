@@ -70,6 +70,12 @@ pub fn escape_control(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+// `-q/--quiet`'s one switch lives in the experiments crate (its progress
+// bars and kernel-cache lines obey it too); the CLI's informational lines
+// print through `crate::output::notice!`.
+pub(crate) use envgen_experiments::notice;
+pub use envgen_experiments::notice::{quiet, set_quiet};
+
 // Re-exported so that callers name them by path, `crate::output::outln!`,
 // like any other item of a module (and the layering check sees the module).
 pub(crate) use out;

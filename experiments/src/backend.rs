@@ -142,7 +142,7 @@ fn smoke_test(stack: &CudaStack) -> Result<(), UserError> {
         }
     }
 
-    eprintln!("envgen: CUDA backend: {}", stack.describe());
+    crate::notice!("envgen: CUDA backend: {}", stack.describe());
     // Burn reports CUDA failures by panicking, often on a worker thread:
     // keep the first panic message to say what failed.
     let first_panic: Arc<Mutex<Option<String>>> = Arc::default();

@@ -206,7 +206,7 @@ pub fn configure(stack: &CudaStack) {
         return;
     }
     if let Some(from) = seed(&dir) {
-        eprintln!(
+        crate::notice!(
             "envgen: kernel cache {} seeded from {}",
             dir.display(),
             from.display()
@@ -214,7 +214,9 @@ pub fn configure(stack: &CudaStack) {
     }
     let recorded = install_autotune_records(&dir, RECORDS.get().copied().unwrap_or(&[]));
     if recorded > 0 {
-        eprintln!("envgen: kernel cache: {recorded} autotune records of this GPU model installed");
+        crate::notice!(
+            "envgen: kernel cache: {recorded} autotune records of this GPU model installed"
+        );
     }
     let _ = USED.set(dir.clone());
     let mut config = CubeClRuntimeConfig::default().override_from_env();
@@ -268,7 +270,7 @@ pub struct Usage {
 pub fn step_done() {
     let Some(usage) = usage() else { return };
     if FIRST_STEP_S.set(usage.since_start_s).is_ok() {
-        eprintln!(
+        crate::notice!(
             "envgen: first training step {:.1} s after the CUDA backend started; {}",
             usage.since_start_s,
             usage.describe()

@@ -16,6 +16,7 @@ pub mod kernel_cache;
 pub mod llama;
 pub mod lora;
 pub mod memory;
+pub mod notice;
 pub mod pretrained;
 pub mod quant;
 pub mod registry;

@@ -33,6 +33,7 @@ pub struct Args {
     /// Windows of block_size tokens for the validation loss.
     #[arg(long = "val-windows", default_value_t = 20)]
     pub val_windows: usize,
+    /// Print the result as JSON on stdout.
     #[arg(long)]
     pub json: bool,
 }

@@ -11,17 +11,21 @@ use crate::launch::plan::resolve_config;
 pub enum Command {
     /// List the bundled experiments and their presets.
     List {
+        /// Print the result as JSON on stdout.
         #[arg(long)]
         json: bool,
     },
     /// Show an experiment's resolved science config, its hash and parameter count.
     Describe {
+        /// The experiment, e.g. gpt2 (`envgen experiments list`).
         experiment: String,
+        /// The preset to describe (default: the experiment's default preset).
         #[arg(long)]
         preset: Option<String>,
         /// Override one config key (as `envgen run --set`); repeatable.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
+        /// Print the result as JSON on stdout.
         #[arg(long)]
         json: bool,
     },

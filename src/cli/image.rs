@@ -23,6 +23,7 @@ pub struct Common {
 pub enum Command {
     /// List the image profiles in containers/.
     List {
+        /// Print the result as JSON on stdout.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -30,7 +31,9 @@ pub enum Command {
     },
     /// Render a profile's Dockerfile, Apptainer definition and charliecloud recipe.
     Render {
+        /// The image profile, e.g. cpu (`envgen image list`).
         profile: String,
+        /// Write the files into DIR (default: print the Dockerfile on stdout).
         #[arg(short = 'o', long = "out", value_name = "DIR")]
         out: Option<PathBuf>,
         /// Render on another base than the profile's.
@@ -41,10 +44,12 @@ pub enum Command {
     },
     /// Build a profile through the Docker Engine API.
     Build {
+        /// The image profile, e.g. cpu (`envgen image list`).
         profile: String,
         /// Build on another base than the profile's (it must be locked with the same --base).
         #[arg(long, value_name = "REF")]
         base: Option<String>,
+        /// The image tag (default: envgen/PROFILE:VERSION).
         #[arg(long, value_name = "TAG")]
         tag: Option<String>,
         /// The envgen binary to put in (default: this executable).
@@ -67,7 +72,9 @@ pub enum Command {
     },
     /// Resolve bases to digests and write containers/envgen.lock.
     Lock {
+        /// The profile to lock (default: every profile).
         profile: Option<String>,
+        /// Lock the profile on another base than its own (as `image build --base`).
         #[arg(long, value_name = "REF", requires = "profile")]
         base: Option<String>,
         /// Write nothing: re-resolve each locked base at its registry and report
@@ -79,7 +86,9 @@ pub enum Command {
     },
     /// Recompute the lock and name every drifted entry (exit 1 on drift).
     Verify {
+        /// The profile to verify (default: every profile).
         profile: Option<String>,
+        /// Print the result as JSON on stdout.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -87,9 +96,12 @@ pub enum Command {
     },
     /// Export a built profile for HPC.
     Export {
+        /// The built profile to export, e.g. cpu.
         profile: String,
+        /// The file (or, for charliecloud, the directory) to write.
         #[arg(short = 'o', long = "out", value_name = "FILE")]
         out: PathBuf,
+        /// What to write: a `docker save` archive, a charliecloud image, or an Apptainer definition.
         #[arg(long, value_enum, default_value = "docker-archive")]
         format: ExportFormat,
         /// The image to export (default: the profile's default tag).

@@ -2,10 +2,11 @@
 //! `execute` that returns the exit code. Parsing is clap's; bad flags and
 //! values exit 2 with clap's message naming the value.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::error::Result;
 
+pub mod completions;
 pub mod doctor;
 pub mod eval;
 pub mod experiments;
@@ -17,6 +18,7 @@ pub mod runs;
 pub mod sample;
 pub mod sudoku;
 pub mod tune;
+pub mod version;
 pub mod warmup;
 
 /// Reproducible deep-learning research environments on any NVIDIA machine.
@@ -26,6 +28,10 @@ pub struct Cli {
     /// More log output on stderr (-v info, -vv debug; or ENVGEN_LOG=filter).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// No progress bars or informational lines on stderr; errors,
+    /// warnings and the output asked for still print.
+    #[arg(short, long, global = true, env = "ENVGEN_QUIET", value_parser = clap::builder::BoolishValueParser::new())]
+    pub quiet: bool,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -70,6 +76,32 @@ pub enum Command {
     /// Compile an experiment's CUDA kernels into the kernel cache, so that
     /// its runs on this GPU start in seconds.
     Warmup(warmup::Args),
+    /// Print the shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(completions::CompletionsArgs),
+    /// Print envgen's man page (or a subcommand's), or write them all with --dir.
+    Man(completions::ManArgs),
+}
+
+/// Parse the process's arguments as [`Cli`], with the version texts of
+/// [`version`]: `-V` one line, `--version` the long form, which probes
+/// this machine's CUDA only when it is asked for (it loads libraries).
+pub fn parse() -> Cli {
+    let long = if std::env::args_os().any(|arg| arg == "--version") {
+        version::long(&version::cuda_here())
+    } else {
+        version::long("(not probed)")
+    };
+    let matches = command_with_versions(long).get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit())
+}
+
+/// [`Cli`]'s clap command with the version texts of [`version`] (the man
+/// pages carry the short one too).
+pub fn command_with_versions(long: String) -> clap::Command {
+    // clap keeps version texts as &'static str; these live until exit anyway.
+    Cli::command()
+        .version(&*Box::leak(version::short().into_boxed_str()))
+        .long_version(&*Box::leak(long.into_boxed_str()))
 }
 
 /// Run the parsed command; `Ok` carries the exit code (0, or 1 for a failed check).
@@ -87,5 +119,10 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
         Command::Export(cmd) => export::execute(cmd),
         Command::Sudoku(cmd) => sudoku::execute(cmd),
         Command::Warmup(args) => warmup::execute(args),
+        Command::Completions(args) => completions::completions(args),
+        Command::Man(args) => completions::man(args),
     }
 }
+
+#[cfg(test)]
+mod conventions_tests;

@@ -27,6 +27,7 @@ pub struct Args {
     /// Do not follow a Slurm job (or a container) after starting it.
     #[arg(long)]
     pub detach: bool,
+    /// Print the result as JSON on stdout.
     #[arg(long)]
     pub json: bool,
 }
@@ -100,7 +101,7 @@ pub fn execute(args: Args) -> Result<i32> {
     let manifest = run.manifest.clone();
     require_image(&manifest)?;
     let argv = run_argv(&args, &manifest, &run.path)?;
-    eprintln!(
+    crate::output::notice!(
         "envgen: rerun of {}: envgen {}",
         run.path.display(),
         argv.join(" ")

@@ -28,70 +28,83 @@ pub struct Args {
         conflicts_with_all = ["experiment", "preset", "config", "overrides", "sweep", "resume", "from_run"]
     )]
     pub command: Vec<String>,
+    /// The experiment's science config by name (`envgen experiments
+    /// describe EXP` lists them; default: the experiment's default preset).
+    #[arg(long, conflicts_with = "config", help_heading = "Science")]
+    pub preset: Option<String>,
+    /// A science config file (TOML) instead of a preset.
+    #[arg(long, value_name = "FILE", help_heading = "Science")]
+    pub config: Option<PathBuf>,
+    /// Override one config key, e.g. --set optim.lr=3e-4; repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE", help_heading = "Science")]
+    pub overrides: Vec<String>,
+    /// Continue an interrupted run from its last checkpoint (from step 0
+    /// when it has none yet); with --where slurm|docker, launch it again.
+    #[arg(long, value_name = "RUN_DIR", conflicts_with_all = ["preset", "config", "overrides", "sweep"], help_heading = "Science")]
+    pub resume: Option<PathBuf>,
+    /// One run per value of a config key, as a Slurm job array, e.g.
+    /// --sweep train.seed=1,2,3 (needs --where slurm).
+    #[arg(long, value_name = "KEY=V1,V2,…", help_heading = "Science")]
+    pub sweep: Option<String>,
     /// Your command as N processes under torchrun (PyTorch's launcher:
     /// RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT set for each), e.g.
     /// `--nproc-per-node 4 -- python train.py`.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, help_heading = "Your command", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub nproc_per_node: Option<u32>,
     /// Your command's TensorBoard directory (relative to where it runs):
     /// the scalars it logged there become the run's metrics when it ends.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, help_heading = "Your command", value_name = "DIR")]
     pub tensorboard_dir: Option<PathBuf>,
-    #[arg(long, conflicts_with = "config")]
-    pub preset: Option<String>,
-    /// A science config file (TOML) instead of a preset.
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Override one config key, e.g. --set optim.lr=3e-4; repeatable.
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    pub overrides: Vec<String>,
-    #[arg(long = "where", value_enum, default_value = "native")]
-    pub location: Where,
-    #[arg(long, value_enum, default_value = "auto")]
+    /// What the tensors run on: `auto` is CUDA when compiled in and the
+    /// GPU is usable, else the CPU (Burn's flex backend).
+    #[arg(long, value_enum, default_value = "auto", help_heading = "Hardware")]
     pub backend: Backend,
     /// Rows per forward/backward pass (a hardware knob: gradient accumulation
     /// keeps the global batch, hence the science, unchanged).
-    #[arg(long, value_name = "N", value_parser = at_least_one)]
+    #[arg(long, help_heading = "Hardware", value_name = "N", value_parser = at_least_one)]
     pub micro_batch: Option<usize>,
     /// Rows (completions) per generation call of an experiment that
     /// samples (rft): a hardware knob like --micro-batch, recorded in the
     /// manifest's profile; the samples do not depend on it (default: the
     /// hardware profile's, then the preset's `[hardware] gen_batch`, else 64).
-    #[arg(long, value_name = "N", value_parser = at_least_one)]
+    #[arg(long, help_heading = "Hardware", value_name = "N", value_parser = at_least_one)]
     pub gen_batch: Option<usize>,
     /// CPU threads for tensor work (a hardware knob, recorded in the
     /// manifest; default: every core this process may use).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    #[arg(long, help_heading = "Hardware", value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
     /// What the arithmetic runs in (a hardware knob, recorded in the
     /// manifest; default: the hardware profile's). bf16/fp16: mixed
     /// precision with f32 master weights; fp16 adds loss scaling.
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, help_heading = "Hardware")]
     pub precision: Option<PrecisionArg>,
     /// Hardware profile from env/profiles.toml (default: chosen from the host's GPU).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", help_heading = "Hardware")]
     pub profile: Option<String>,
+    /// Where the run trains: on this machine, in a Docker container, as a
+    /// Slurm job, or `auto` (Slurm if the cluster answers, else Docker if
+    /// its daemon answers, else native).
+    #[arg(
+        long = "where",
+        value_enum,
+        default_value = "native",
+        help_heading = "Where"
+    )]
+    pub location: Where,
+    /// Slurm: submit the job (or array) and return without following it.
+    #[arg(long, help_heading = "Slurm")]
+    pub detach: bool,
+    #[command(flatten)]
+    pub launch: LaunchArgs,
     /// Parent directory of run directories.
     #[arg(
         long,
         value_name = "DIR",
         env = "ENVGEN_RUNS_DIR",
-        default_value = "runs"
+        default_value = "runs",
+        help_heading = "Output"
     )]
     pub out: PathBuf,
-    /// Continue an interrupted run from its last checkpoint (from step 0
-    /// when it has none yet); with --where slurm|docker, launch it again.
-    #[arg(long, value_name = "RUN_DIR", conflicts_with_all = ["preset", "config", "overrides", "sweep"])]
-    pub resume: Option<PathBuf>,
-    /// One run per value of a config key, as a Slurm job array, e.g.
-    /// --sweep train.seed=1,2,3 (needs --where slurm).
-    #[arg(long, value_name = "KEY=V1,V2,…")]
-    pub sweep: Option<String>,
-    /// Slurm: submit the job (or array) and return without following it.
-    #[arg(long)]
-    pub detach: bool,
-    #[command(flatten)]
-    pub launch: LaunchArgs,
     /// Test hook: stop (checkpoint, status interrupted, exit 130) after N steps.
     #[arg(long, value_name = "N", hide = true)]
     pub stop_after: Option<u64>,
@@ -105,9 +118,11 @@ pub struct Args {
     /// Check every flag, the config, the hardware profile and the data
     /// files as the run would, print the plan and exit: no run directory,
     /// no image, no data, no GPU.
-    #[arg(long, conflicts_with = "launched")]
+    #[arg(long, conflicts_with = "launched", help_heading = "Output")]
     pub dry_run: bool,
-    #[arg(long)]
+    /// Print the outcome (or with --dry-run the plan) as one JSON document
+    /// on stdout, and no progress bar.
+    #[arg(long, help_heading = "Output")]
     pub json: bool,
 }
 
@@ -116,46 +131,58 @@ pub struct Args {
 /// launches the same way.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct LaunchArgs {
-    /// Docker: the image to run (default: the profile image for the backend,
-    /// built on demand). Slurm: with --container, the charliecloud image
-    /// directory, the Apptainer SIF, or the pyxis image reference.
-    #[arg(long, value_name = "REF|PATH", env = "ENVGEN_RUN_IMAGE")]
-    pub image: Option<String>,
     /// Slurm: run envgen natively on the node (default) or in a container.
-    #[arg(long, value_enum, default_value = "none")]
+    #[arg(long, value_enum, default_value = "none", help_heading = "Slurm")]
     pub container: Container,
-    #[arg(long, value_name = "NAME")]
+    /// Slurm partition to submit to (sbatch --partition; default: the cluster's).
+    #[arg(long, value_name = "NAME", help_heading = "Slurm")]
     pub partition: Option<String>,
-    #[arg(long, value_name = "NAME")]
+    /// Slurm account to charge (sbatch --account; default: yours).
+    #[arg(long, value_name = "NAME", help_heading = "Slurm")]
     pub account: Option<String>,
     /// Slurm time limit, e.g. 01:00:00.
-    #[arg(long, value_name = "LIMIT")]
+    #[arg(long, value_name = "LIMIT", help_heading = "Slurm")]
     pub time: Option<String>,
     /// Slurm: nodes to train on (data-parallel across them).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), help_heading = "Slurm")]
     pub nodes: Option<u32>,
     /// Slurm: GPUs per node; with a GPU backend, one rank per GPU.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = "Slurm")]
     pub gpus_per_node: Option<u32>,
+    /// Slurm: CPUs per task (0 is refused, not silently made 1).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), help_heading = "Slurm")]
+    pub cpus_per_task: Option<u32>,
+    /// Slurm memory per node, e.g. 32G.
+    #[arg(long, value_name = "SIZE", help_heading = "Slurm")]
+    pub mem: Option<String>,
     /// Data-parallel ranks (processes) in all: natively on this machine, or
     /// as Slurm tasks spread over --nodes. The global batch is split over
     /// them; the science stays the same.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), help_heading = "Hardware")]
     pub ranks: Option<u32>,
     /// Native: the GPU of each rank, e.g. --ranks 2 --devices 0,1.
-    #[arg(long, value_name = "ID,…", value_delimiter = ',')]
+    #[arg(
+        long,
+        value_name = "ID,…",
+        value_delimiter = ',',
+        help_heading = "Hardware"
+    )]
     pub devices: Vec<String>,
-    /// Slurm: CPUs per task (0 is refused, not silently made 1).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub cpus_per_task: Option<u32>,
-    /// Slurm memory per node, e.g. 32G.
-    #[arg(long, value_name = "SIZE")]
-    pub mem: Option<String>,
+    /// Docker: the image to run (default: the profile image for the backend,
+    /// built on demand). Slurm: with --container, the charliecloud image
+    /// directory, the Apptainer SIF, or the pyxis image reference.
+    #[arg(
+        long,
+        value_name = "REF|PATH",
+        env = "ENVGEN_RUN_IMAGE",
+        help_heading = "Docker"
+    )]
+    pub image: Option<String>,
     /// Docker: GPUs for the container: all, a count, or device IDs (0,2 or UUIDs).
-    #[arg(long, value_name = "all|N|ID,…")]
+    #[arg(long, value_name = "all|N|ID,…", help_heading = "Docker")]
     pub gpus: Option<String>,
     /// Docker: request GPUs as CDI devices (nvidia.com/gpu=…).
-    #[arg(long)]
+    #[arg(long, help_heading = "Docker")]
     pub cdi: bool,
 }
 

@@ -26,8 +26,10 @@ pub struct Args {
     /// model.safetensors or its shards, tokenizer.json).
     #[arg(long)]
     pub model: Option<String>,
+    /// The text to continue (default: empty, an unconditional sample).
     #[arg(long, default_value = "")]
     pub prompt: String,
+    /// Tokens to generate.
     #[arg(long, default_value_t = 200)]
     pub tokens: usize,
     /// 0 = greedy.
@@ -52,6 +54,7 @@ pub struct Args {
     /// A system turn before the user's (--chat only).
     #[arg(long, requires = "chat")]
     pub system: Option<String>,
+    /// Seed of the sampling: the same seed, the same text.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Continue the prompt N times in one batch, as RFT's sampling does

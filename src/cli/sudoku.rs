@@ -34,21 +34,27 @@ pub enum Command {
     /// uniqueness and rate them. Exit 1 when a puzzle has no solution or
     /// several; exit 2 on malformed input.
     Solve {
+        /// Puzzles as 81 characters (digits, `.` or `0` for a blank).
         puzzles: Vec<String>,
         /// Read puzzles from a Sudoku-Extreme CSV (column q) or one a line.
         #[arg(long)]
         file: Option<PathBuf>,
+        /// Print the result as JSON on stdout.
         #[arg(long)]
         json: bool,
     },
     /// Generate unique-solution puzzles as a Sudoku-Extreme CSV.
     Generate {
+        /// Puzzles to generate.
         #[arg(long)]
         count: usize,
+        /// How hard the puzzles are (fewer clues, more search).
         #[arg(long, value_enum, default_value = "easy")]
         difficulty: Level,
+        /// Seed of the generator: the same seed, the same puzzles.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// The CSV to write.
         #[arg(long)]
         out: PathBuf,
         /// Worker threads (0 = all cores); the output does not depend on it.
@@ -69,38 +75,49 @@ pub enum Command {
         /// Augmentations per train puzzle (the original is kept too).
         #[arg(long, default_value_t = 1000)]
         aug: usize,
+        /// The dataset directory to write.
         #[arg(long)]
         out: PathBuf,
+        /// Seed of the generator: the same seed, the same puzzles.
         #[arg(long, default_value_t = 0)]
         seed: u64,
         /// Difficulty of generated puzzles (without --train/--test).
         #[arg(long, value_enum, default_value = "extreme")]
         generate_difficulty: Level,
+        /// Train puzzles to generate (without --train/--test).
         #[arg(long, default_value_t = 1000)]
         train_count: usize,
+        /// Test puzzles to generate (without --train/--test).
         #[arg(long, default_value_t = 200)]
         test_count: usize,
         /// Solution cells given back to each generated puzzle (easier set).
         #[arg(long, default_value_t = 0)]
         extra_clues: usize,
+        /// Worker threads (0 = all cores); the output does not depend on it.
         #[arg(long, default_value_t = 0)]
         threads: usize,
+        /// Print the result as JSON on stdout.
         #[arg(long)]
         json: bool,
     },
     /// Measure generation speed and single-thread solve speed.
     Bench {
+        /// Puzzles to generate and solve.
         #[arg(long, default_value_t = 200)]
         count: usize,
+        /// How hard the puzzles are (fewer clues, more search).
         #[arg(long, value_enum, default_value = "extreme")]
         difficulty: Level,
+        /// Seed of the generator: the same seed, the same puzzles.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// Worker threads (0 = all cores); the output does not depend on it.
         #[arg(long, default_value_t = 0)]
         threads: usize,
         /// Timed solves per puzzle (the best counts).
         #[arg(long, default_value_t = 5)]
         repetitions: usize,
+        /// Print the result as JSON on stdout.
         #[arg(long)]
         json: bool,
     },

@@ -30,11 +30,13 @@ use crate::runs::gpu_sampler::GpuSampler;
 pub struct Args {
     /// gpt2, hrm-sudoku, … (`envgen experiments list`).
     pub experiment: String,
+    /// The preset to tune (default: the experiment's default preset).
     #[arg(long)]
     pub preset: Option<String>,
     /// Override one config key (as `envgen run --set`).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
+    /// What the trials run on: `auto` is CUDA when compiled in and usable, else the CPU.
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: Backend,
     /// Precision to measure at (default: the hardware profile's).
@@ -57,6 +59,7 @@ pub struct Args {
     /// tuner would, print the plan and exit: no trial runs, nothing written.
     #[arg(long)]
     pub dry_run: bool,
+    /// Print the result as JSON on stdout.
     #[arg(long)]
     pub json: bool,
 }
@@ -131,7 +134,7 @@ pub fn execute(args: Args) -> Result<i32> {
             },
         };
         if !args.json {
-            eprintln!("envgen: tune: {}", describe(&record));
+            crate::output::notice!("envgen: tune: {}", describe(&record));
         }
         trials.push(record);
         if matches!(outcome, Outcome::OutOfMemory) {

@@ -14,6 +14,7 @@ use crate::warmup::{self, Length, WarmupRequest};
 pub struct Args {
     /// gpt2, hrm-sudoku, rft or quantize.
     pub experiment: String,
+    /// The preset whose kernels to compile (default: the experiment's default preset).
     #[arg(long)]
     pub preset: Option<String>,
     /// Compile for this GPU model without it (repeatable): a name from
@@ -60,7 +61,7 @@ pub fn execute(args: Args) -> Result<i32> {
     let req = request(&args)?;
     if req.targets.is_empty() {
         let (Length::Steps(steps) | Length::StopAfter(steps)) = req.length;
-        eprintln!(
+        crate::output::notice!(
             "envgen warmup: {steps} steps of {}{} on this machine's GPU (the first run compiles every kernel)",
             req.experiment,
             preset_text(&req)
@@ -68,7 +69,7 @@ pub fn execute(args: Args) -> Result<i32> {
         return warmup::warm_local(&req);
     }
     let names: Vec<&str> = req.targets.iter().map(|d| d.name.as_str()).collect();
-    eprintln!(
+    crate::output::notice!(
         "envgen warmup: {}{} for {} on envgen's stand-in driver (kernels compiled, not run), {} at a time",
         req.experiment,
         preset_text(&req),
@@ -95,7 +96,7 @@ pub fn execute(args: Args) -> Result<i32> {
                 warmed.push(w);
             }
             Err(e) => {
-                eprintln!("error: {}", crate::error::render(&e));
+                crate::error::eprint_error(&e);
                 code = code.max(crate::error::exit_code_of(&e));
             }
         }

@@ -9,7 +9,7 @@ use super::daemon;
 use crate::error::Result;
 
 fn progress(json: bool) -> indicatif::ProgressBar {
-    if json || !std::io::stderr().is_terminal() {
+    if json || crate::output::quiet() || !std::io::stderr().is_terminal() {
         return indicatif::ProgressBar::hidden();
     }
     let bar =

@@ -184,7 +184,7 @@ fn import_tensorboard(dir: &Path, metrics: &Path) {
             "envgen: warning: no TensorBoard scalars under {} (--tensorboard-dir)",
             dir.display()
         ),
-        Ok(rows) => eprintln!(
+        Ok(rows) => crate::output::notice!(
             "envgen: {rows} step(s) of TensorBoard scalars from {} added to {}",
             dir.display(),
             metrics.display()

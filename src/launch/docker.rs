@@ -79,7 +79,7 @@ impl Launcher for Docker {
             .map(|c| c.git.map_or(c.workdir, |g| g.toplevel));
         self.image = reference;
         self.runtime = Some(runtime);
-        eprintln!("envgen: run directory {}", runs[0].display());
+        crate::output::notice!("envgen: run directory {}", runs[0].display());
         Ok(runs)
     }
 
@@ -239,7 +239,7 @@ impl Docker {
                 container: spec.name.clone(),
             });
         })?;
-        eprintln!(
+        crate::output::notice!(
             "envgen: docker: running {} as {} in container {}",
             self.image,
             spec.user.as_deref().unwrap_or("?"),
@@ -312,7 +312,7 @@ async fn clear_leftover(daemon: &Daemon, name: &str, dir: &Path) -> Result<()> {
         ))
         .into()),
         Some(c) => {
-            eprintln!(
+            crate::output::notice!(
                 "envgen: docker: removing the {} container {name} an earlier attempt left",
                 c.status
             );
@@ -339,7 +339,9 @@ fn image_for(
         Some(reference) => reference.clone(),
         None => {
             let containers = crate::image::Containers::locate(None)?;
-            eprintln!("envgen: docker: using the {profile} profile image (built now if missing)");
+            crate::output::notice!(
+                "envgen: docker: using the {profile} profile image (built now if missing)"
+            );
             runtime.block_on(crate::image::build::ensure_built(
                 &containers,
                 profile,

@@ -102,7 +102,7 @@ impl Launcher for Native {
             }
         };
         if self.leader {
-            eprintln!("envgen: run directory {}", run_dir.display());
+            crate::output::notice!("envgen: run directory {}", run_dir.display());
         }
         self.backend = Some(resolved);
         self.prepared = Some(prepared);
@@ -173,9 +173,10 @@ impl Launcher for Native {
         if !self.leader {
             // The run's files are rank 0's; this rank says only how it ended.
             let rank = self.world.as_ref().map_or(0, |w| w.rank);
-            eprintln!(
+            crate::output::notice!(
                 "envgen: rank {rank}: {:?} after {} steps",
-                summary.status, summary.steps_done
+                summary.status,
+                summary.steps_done
             );
             return Ok(vec![RunOutcome { run_dir, summary }]);
         }

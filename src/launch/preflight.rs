@@ -31,7 +31,7 @@ pub const SWITCH_ENV: &str = "ENVGEN_PREFLIGHT";
 /// record goes to `record_file` (the run's [`FILE`], or a node's own).
 pub fn check(argv: &[String], workdir: &Path, record_file: &Path) -> Result<()> {
     if std::env::var(SWITCH_ENV).is_ok_and(|v| v == "off") {
-        eprintln!("envgen: preflight: skipped ({SWITCH_ENV}=off)");
+        crate::output::notice!("envgen: preflight: skipped ({SWITCH_ENV}=off)");
         return Ok(());
     }
     let path = std::env::var_os("PATH");
@@ -52,7 +52,7 @@ pub fn check(argv: &[String], workdir: &Path, record_file: &Path) -> Result<()> 
     if let Ok(text) = serde_json::to_vec_pretty(&record) {
         let _ = envgen_experiments::fsutil::write_atomic(record_file, &text);
     }
-    eprintln!("envgen: preflight: {}", outcome.line);
+    crate::output::notice!("envgen: preflight: {}", outcome.line);
     let mut warned: Vec<&str> = Vec::new();
     for reason in outcome.verdicts.iter().flat_map(|v| &v.reasons) {
         if reason.status == VerdictStatus::Warn && !warned.contains(&reason.message.as_str()) {

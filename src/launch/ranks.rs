@@ -69,7 +69,7 @@ impl Launcher for Ranks {
                 create_run(req, &setup, &[], NewDir::Fresh(&req.flags.out), None)?.0
             }
         };
-        eprintln!(
+        crate::output::notice!(
             "envgen: run directory {} ({size} ranks on this machine)",
             run_dir.display()
         );

@@ -249,7 +249,7 @@ fn decide_where(place: Where) -> Decision {
         Where::Slurm => given(Place::Slurm),
         Where::Auto => {
             let decision = auto::decide();
-            eprintln!(
+            crate::output::notice!(
                 "envgen: --where auto: {} ({})",
                 decision.place.name(),
                 decision.reason

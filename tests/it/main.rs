@@ -11,6 +11,7 @@
 
 mod common;
 
+mod cli_conventions;
 mod cuda_standin;
 mod distributed_cli;
 mod docs_commands;

@@ -411,10 +411,10 @@ pub fn inner_device_of<B: AutodiffBackend>(
         .unwrap_or_default()
 }
 
-/// A progress bar on stderr (hidden when disabled or stderr is not a
-/// terminal); its prefix, when set, names the stage.
+/// A progress bar on stderr (hidden when disabled, under `--quiet`, or
+/// when stderr is not a terminal); its prefix, when set, names the stage.
 pub fn progress_bar(enabled: bool, total: u64, done: u64) -> indicatif::ProgressBar {
-    if !enabled || !std::io::stderr().is_terminal() {
+    if !enabled || crate::notice::quiet() || !std::io::stderr().is_terminal() {
         return indicatif::ProgressBar::hidden();
     }
     let bar = indicatif::ProgressBar::with_draw_target(

@@ -41,6 +41,7 @@ pub struct Args {
     /// age (30m, 12h, 7d).
     #[arg(long, value_name = "WHEN")]
     since: Option<String>,
+    /// Print the result as JSON on stdout.
     #[arg(long)]
     json: bool,
 }

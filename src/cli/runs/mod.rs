@@ -37,6 +37,7 @@ pub enum Command {
         run: PathBuf,
         #[command(flatten)]
         runs_dir: RunsDir,
+        /// Print the result as JSON on stdout.
         #[arg(long)]
         json: bool,
     },
@@ -48,6 +49,7 @@ pub enum Command {
         runs: Vec<PathBuf>,
         #[command(flatten)]
         runs_dir: RunsDir,
+        /// Print the result as JSON on stdout.
         #[arg(long)]
         json: bool,
     },
@@ -58,12 +60,14 @@ pub enum Command {
         runs: Vec<PathBuf>,
         #[command(flatten)]
         runs_dir: RunsDir,
+        /// The report's folder (default: ./report).
         #[arg(short = 'o', long = "out", value_name = "DIR")]
         out: Option<PathBuf>,
     },
     /// Write runs' metrics and config as TensorBoard event files, one
     /// folder DIR/<run_id>/ per run (a run's own are in its tb/).
     Export {
+        /// The folder to write the event files into.
         #[arg(long, value_name = "DIR")]
         tensorboard: PathBuf,
         /// Run ids, unique prefixes or run directories.

@@ -372,7 +372,7 @@ pub fn follow(job_id: &str, runs: &[PathBuf], stop: &AtomicBool) -> Result<Vec<R
                 .iter()
                 .map(|(id, s)| format!("{id} {s}"))
                 .collect();
-            eprintln!("envgen: slurm job {}", words.join(", "));
+            crate::output::notice!("envgen: slurm job {}", words.join(", "));
             last_states = state.tasks.clone();
         }
         tail.pump();
