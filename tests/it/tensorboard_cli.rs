@@ -1,9 +1,13 @@
-//! TensorBoard event files (issue #24): a real tiny gpt2 run writes `tb/`,
+//! TensorBoard event files (issue #24): a real tiny gpt2 run writes its
+//! event file into its run directory (issue #44: TensorBoard names the run
+//! by that folder),
 //! and TensorBoard's own reader (the `tensorboard` package from PyPI, its
 //! `EventAccumulator`) finds every metric of metrics.jsonl under its tag,
 //! at its step, with its value as float32, and the run's config as text;
 //! a resumed run shows each step once; `envgen runs export --tensorboard`
-//! writes the same events for a run without `tb/`. GPU sample lines come
+//! writes the same events for a run without them, and the HParams
+//! dashboard's data (config keys, final metrics) that TensorBoard's own
+//! hparams plugin reads back. GPU sample lines come
 //! from the stand-in NVML (tests/it/nvml_standin.rs). Needs
 //! `ENVGEN_TEST_PYTHON` (scripts/services/pyref.sh provides it in CI).
 
@@ -113,7 +117,7 @@ fn expected(dir: &Path) -> BTreeMap<String, Vec<(u64, f32)>> {
 }
 
 /// `envgen ARGS…`, with the stand-in NVML (GPU sampler lines in
-/// metrics.jsonl, so in tb/) or without any NVML (no sampler: what tb/
+/// metrics.jsonl, so in the event file) or without any NVML (no sampler: what it
 /// holds is the trainer's doing alone).
 fn envgen_run(args: &[&str], nvml: bool) -> Output {
     let mut cmd = envgen();
@@ -155,31 +159,35 @@ fn tensorboard_reads_a_gpt2_runs_metrics_and_config_and_a_resume_repeats_no_step
     args.extend(["--out", tmp.path().to_str().unwrap(), "--stop-after", "3"]);
     let first = envgen_run(&args, false);
     let dir = stopped_after(&first, 3);
-    // A line past the checkpoint (as a hard kill leaves one), in tb/ too:
+    // A line past the checkpoint (as a hard kill leaves one), in the events too:
     // the resume must drop it from both.
     let metrics = dir.join("metrics.jsonl");
     let mut lines = std::fs::read_to_string(&metrics).unwrap();
     lines.push_str("{\"step\":4,\"loss\":99.0}\n");
     std::fs::write(&metrics, &lines).unwrap();
-    envgen_experiments::engine::tensorboard::export(&dir, &dir.join("tb")).unwrap();
-    let stale = tensorboard_read(&dir.join("tb"));
+    envgen_experiments::engine::tensorboard::export(&dir, &dir).unwrap();
+    let stale = tensorboard_read(&dir);
     assert_eq!(
         stale["scalars"]["train/loss"][3],
         serde_json::json!([4, 99.0])
     );
 
-    // Without NVML: no sampler rewrites tb/ at the end, so what the
-    // resumed trainer made of tb/ is what TensorBoard reads.
+    // Without NVML: no sampler rewrites the events at the end, so what the
+    // resumed trainer made of them is what TensorBoard reads.
     let resume = ["run", "gpt2", "--backend", "cpu", "--json", "--resume"];
     let mut resume = resume.to_vec();
     resume.push(dir.to_str().unwrap());
     let resumed = envgen_run(&resume, false);
     assert!(resumed.status.success(), "{}", text(&resumed));
     assert_eq!(json_of(&resumed)["summary"]["status"], "completed");
-    let files: Vec<_> = std::fs::read_dir(dir.join("tb")).unwrap().collect();
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().contains("tfevents"))
+        .collect();
     assert_eq!(files.len(), 1, "one event file: {files:?}");
 
-    let read = tensorboard_read(&dir.join("tb"));
+    let read = tensorboard_read(&dir);
     let want = expected(&dir);
     assert_eq!(scalars(&read), want, "TensorBoard read: {read}");
     let steps: Vec<u64> = want["train/loss"].iter().map(|p| p.0).collect();
@@ -190,8 +198,10 @@ fn tensorboard_reads_a_gpt2_runs_metrics_and_config_and_a_resume_repeats_no_step
     assert_eq!(shown[0], 0, "{read}");
     assert_eq!(shown[1], format!("```toml\n{config}\n```"));
 
-    // An older run (no tb/): export gives TensorBoard the same scalars.
-    std::fs::remove_dir_all(dir.join("tb")).unwrap();
+    // An older run (no event file): export gives TensorBoard the same scalars.
+    for file in &files {
+        std::fs::remove_file(dir.join(file)).unwrap();
+    }
     let out = tmp.path().join("exported");
     let export = run(&[
         "runs",
@@ -221,13 +231,13 @@ fn tensorboard_reads_an_hrm_sudoku_runs_metrics() {
     let started = std::time::Instant::now();
     // hrm_cli's short run (16 steps of 64 puzzles, eval every 8), with
     // the stand-in NVML: GPU samples, the last one after the trainer's log
-    // closed (the sampler brings tb/ up to date).
+    // closed (the sampler brings the event file up to date).
     let mut args = crate::hrm_cli::SHORT.to_vec();
     args.extend(["--out", tmp.path().to_str().unwrap()]);
     let out = envgen_run(&args, true);
     assert!(out.status.success(), "{}", text(&out));
     let dir = PathBuf::from(json_of(&out)["run_dir"].as_str().unwrap());
-    let read = tensorboard_read(&dir.join("tb"));
+    let read = tensorboard_read(&dir);
     let want = expected(&dir);
     assert_eq!(scalars(&read), want, "TensorBoard read: {read}");
     assert!(want["eval/cell_accuracy"].len() >= 2, "{want:?}");
