@@ -37,6 +37,43 @@ print(json.dumps({
 }))
 "#;
 
+/// What TensorBoard's HParams dashboard shows for a log folder, computed by
+/// the hparams plugin's own backend (as its ListSessionGroups request
+/// does): the runs as TensorBoard names them, the experiment's hparams
+/// (name: type) and metric tags, and each session's hparams and metrics.
+const HPARAMS: &str = r#"
+import json, sys
+from google.protobuf import json_format
+from tensorboard import context
+from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+from tensorboard.plugins import base_plugin
+from tensorboard.plugins.hparams import api_pb2, backend_context, list_session_groups
+logdir = sys.argv[1]
+mux = plugin_event_multiplexer.EventMultiplexer()
+mux.AddRunsFromDirectory(logdir)
+mux.Reload()
+ctx = base_plugin.TBContext(logdir=logdir, multiplexer=mux,
+    data_provider=data_provider.MultiplexerDataProvider(mux, logdir))
+hp = backend_context.Context(ctx)
+req = context.RequestContext()
+experiment = hp.experiment_from_metadata(req, "", True, hp.hparams_metadata(req, ""),
+    hp.hparams_from_data_provider(req, "", 1000))
+request = api_pb2.ListSessionGroupsRequest(start_index=0, slice_size=100,
+    allowed_statuses=api_pb2.Status.values(),
+    col_params=[api_pb2.ColParams(hparam=h.name) for h in experiment.hparam_infos]
+        + [api_pb2.ColParams(metric=m.name) for m in experiment.metric_infos])
+groups = list_session_groups.Handler(req, hp, "", request).run()
+print(json.dumps({
+    "runs": sorted(mux.Runs()),
+    "hparams": {h.name: api_pb2.DataType.Name(h.type) for h in experiment.hparam_infos},
+    "metrics": sorted(m.name.tag for m in experiment.metric_infos),
+    "sessions": {g.name: {
+        "hparams": {k: json_format.MessageToDict(v) for k, v in g.hparams.items()},
+        "metrics": {m.name.tag: m.value for s in g.sessions for m in s.metric_values}}
+        for g in groups.session_groups},
+}))
+"#;
+
 fn python() -> PathBuf {
     match std::env::var_os("ENVGEN_TEST_PYTHON") {
         Some(p) if !p.is_empty() => PathBuf::from(p),
@@ -46,6 +83,50 @@ fn python() -> PathBuf {
              venv), or set ENVGEN_TEST_PYTHON to a python with tensorboard"
         ),
     }
+}
+
+/// What TensorBoard's HParams dashboard makes of the folder `logdir`.
+fn hparams_read(logdir: &Path) -> Value {
+    let out = Command::new(python())
+        .args(["-c", HPARAMS, logdir.to_str().unwrap()])
+        .output()
+        .expect("run ENVGEN_TEST_PYTHON");
+    assert!(
+        out.status.success(),
+        "hparams reader failed: {}",
+        text(&out)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The run's config.toml keys as the dashboard should show them: dotted
+/// names, numbers as numbers, strings as strings, arrays as their TOML.
+fn config_hparams(dir: &Path) -> serde_json::Map<String, Value> {
+    fn walk(prefix: &str, table: &toml::Table, out: &mut serde_json::Map<String, Value>) {
+        for (key, v) in table {
+            let name = if prefix.is_empty() {
+                key.clone()
+            } else {
+                format!("{prefix}.{key}")
+            };
+            let value = match v {
+                toml::Value::Table(t) => {
+                    walk(&name, t, out);
+                    continue;
+                }
+                toml::Value::Integer(i) => serde_json::json!(*i as f64),
+                toml::Value::Float(f) => serde_json::json!(f),
+                toml::Value::Boolean(b) => serde_json::json!(b),
+                toml::Value::String(s) => serde_json::json!(s),
+                other => serde_json::json!(other.to_string()),
+            };
+            out.insert(name, value);
+        }
+    }
+    let text = std::fs::read_to_string(dir.join("config.toml")).unwrap();
+    let mut out = serde_json::Map::new();
+    walk("", &text.parse().unwrap(), &mut out);
+    out
 }
 
 /// What TensorBoard reads from the event files in `dir`.
@@ -198,6 +279,28 @@ fn tensorboard_reads_a_gpt2_runs_metrics_and_config_and_a_resume_repeats_no_step
     assert_eq!(shown[0], 0, "{read}");
     assert_eq!(shown[1], format!("```toml\n{config}\n```"));
 
+    // `--logdir` above the run: TensorBoard names it by its id (not
+    // `RUN_ID/tb`), and the HParams dashboard shows its config keys with
+    // the last value of each scalar as a metric (issue #44).
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    let run_id = manifest["run_id"].as_str().unwrap().to_string();
+    let dashboard = hparams_read(tmp.path());
+    assert_eq!(
+        dashboard["runs"],
+        serde_json::json!([run_id]),
+        "{dashboard}"
+    );
+    let session = &dashboard["sessions"][&run_id];
+    assert_eq!(
+        session["hparams"],
+        Value::Object(config_hparams(&dir)),
+        "{dashboard}"
+    );
+    let last = |tag: &str| f64::from(want[tag].last().unwrap().1);
+    assert_eq!(session["metrics"]["train/loss"], last("train/loss"));
+    assert_eq!(session["metrics"]["eval/val_loss"], last("eval/val_loss"));
+
     // An older run (no event file): export gives TensorBoard the same scalars.
     for file in &files {
         std::fs::remove_file(dir.join(file)).unwrap();
@@ -211,15 +314,35 @@ fn tensorboard_reads_a_gpt2_runs_metrics_and_config_and_a_resume_repeats_no_step
         dir.to_str().unwrap(),
     ]);
     assert!(export.status.success(), "{}", text(&export));
-    let manifest: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
-    let run_id = manifest["run_id"].as_str().unwrap().to_string();
     let exported = tensorboard_read(&out.join(&run_id));
     assert_eq!(scalars(&exported), want);
     assert_eq!(exported["text"], read["text"]);
     assert!(String::from_utf8_lossy(&export.stdout).contains(&run_id));
+    // The export's own experiment: the config keys, and as metrics the
+    // tags of the numbers summary.json ends with.
+    let dashboard = hparams_read(&out);
+    assert_eq!(
+        dashboard["runs"],
+        serde_json::json!([".", run_id]),
+        "{dashboard}"
+    );
+    // gpt2's summary.json ends with final_val_loss, final_train_loss and
+    // tokens_per_s (and more, which are no scalar: no metric).
+    let finals = ["eval/val_loss", "throughput/tokens_per_s", "train/loss"];
+    assert_eq!(
+        dashboard["metrics"],
+        serde_json::json!(finals),
+        "{dashboard}"
+    );
+    let types = dashboard["hparams"].as_object().unwrap();
+    assert_eq!(types["train.steps"], "DATA_TYPE_FLOAT64", "{dashboard}");
+    let keys: Vec<&String> = types.keys().collect();
+    assert_eq!(keys, config_hparams(&dir).keys().collect::<Vec<_>>());
+    let session = &dashboard["sessions"][&run_id];
+    assert_eq!(session["hparams"], Value::Object(config_hparams(&dir)));
+    assert_eq!(session["metrics"]["eval/val_loss"], last("eval/val_loss"));
     eprintln!(
-        "tensorboard_cli: run, resume, three reads and an export in {:.1} s",
+        "tensorboard_cli: run, resume, three reads, two HParams reads and an export in {:.1} s",
         started.elapsed().as_secs_f64()
     );
 }

@@ -355,7 +355,8 @@ pub fn write_experiment(dir: &Path, run_dirs: &[&Path]) -> anyhow::Result<PathBu
 }
 
 /// The scalar tags of a run whose key is one of its summary's final
-/// `metrics` (`eval/val_loss` for `val_loss`); no summary, no metrics.
+/// `metrics` (`eval/val_loss` for `val_loss`, or gpt2's `final_val_loss`;
+/// `train/loss` for `final_train_loss`); no summary, no metrics.
 fn final_metric_tags(run_dir: &Path) -> anyhow::Result<Vec<String>> {
     let Ok(summary) = std::fs::read_to_string(run_dir.join("summary.json")) else {
         return Ok(Vec::new());
@@ -374,7 +375,11 @@ fn final_metric_tags(run_dir: &Path) -> anyhow::Result<Vec<String>> {
             .map_or(vec![], |s| s.1)
         {
             let key = tag.split_once('/').map_or(tag.as_str(), |(_, key)| key);
-            if !tag.starts_with("gpu/") && finals.get(key).is_some_and(Value::is_number) {
+            let in_summary = |name: &str| finals.get(name).is_some_and(Value::is_number);
+            let named = in_summary(key)
+                || in_summary(&format!("final_{key}"))
+                || (tag == "train/loss" && in_summary("final_train_loss"));
+            if !tag.starts_with("gpu/") && named {
                 tags.insert(tag);
             }
         }
