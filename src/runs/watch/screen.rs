@@ -109,7 +109,7 @@ impl Screen {
     /// The lines not printed yet: the run, a new stage, the latest step (at
     /// most one per look, so at most one per `--interval`), a new
     /// evaluation, a changed status (the final one always).
-    fn append(&mut self, view: &View, last: bool) -> String {
+    pub(super) fn append(&mut self, view: &View, last: bool) -> String {
         let mut text = String::new();
         if !self.header {
             self.header = true;
@@ -117,7 +117,9 @@ impl Screen {
         }
         if view.stage.is_some() && view.stage != self.printed_stage {
             self.printed_stage = view.stage.clone();
-            text += &format!("stage   {}\n", view.stage.as_deref().unwrap_or(""));
+            // A multi-stage run's line says where the whole run is then.
+            text += &crate::output::escape_control(&view.stage_line().unwrap_or_default());
+            text += "\n";
         }
         let step = Some((view.stage.clone(), view.step));
         if view.step.is_some() && step != self.printed_step {

@@ -226,6 +226,12 @@ fn an_rft_run_shows_its_stage_round_and_a_whole_run_eta() {
         "{}",
         view.step_line()
     );
+    // Appended lines (a pipe) say so too, once per stage.
+    let appended = Screen::new(&opts()).append(&view, false);
+    assert!(
+        appended.contains("\nstage   datagen · round 1/3 · run 800/1100 steps (73%)\n"),
+        "{appended}"
+    );
     let object = screen::json_of(&view);
     assert_eq!(object["stage"], "datagen");
     assert_eq!(object["round"], 1);
