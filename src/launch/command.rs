@@ -133,7 +133,7 @@ pub fn find_experiment(flags: &RunFlags) -> Result<&'static dyn Experiment> {
             "envgen run {}: --tensorboard-dir is for your own command's event files",
             flags.experiment
         ))
-        .with_fix("the bundled experiments write tb/ in their run directory by themselves; drop --tensorboard-dir")
+        .with_fix("the bundled experiments write TensorBoard event files into their run directory by themselves; drop --tensorboard-dir")
         .into());
     }
     if flags.experiment.is_empty() {

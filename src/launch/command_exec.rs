@@ -300,9 +300,9 @@ fn wait(
     unreachable!("the loop returns")
 }
 
-/// The run's `tb/`, following `metrics.jsonl` as for the experiments; only
-/// when the command logs into the run directory (a metrics file of the
-/// user's elsewhere gets no `tb/` beside it). None when it cannot be made:
+/// The run's TensorBoard event file, following `metrics.jsonl` as for the
+/// experiments; only when the command logs into the run directory (a
+/// metrics file of the user's elsewhere gets no event file beside it). None when it cannot be made:
 /// TensorBoard is a convenience, the run goes on.
 fn live_events(run_dir: &Path, metrics: &Path) -> Option<EventsFile> {
     if metrics != run_dir.join("metrics.jsonl") {

@@ -117,13 +117,11 @@ impl Drop for GpuSampler {
             let _ = thread.join();
         }
         // The last sample comes after the trainer's log (which mirrors every
-        // line into tb/ as it goes) has closed: bring tb/ up to date.
+        // line into the run's event file as it goes) has closed: bring the
+        // event file up to date.
         let run_dir = self.metrics.parent().unwrap_or(Path::new("."));
-        if let Err(e) = tensorboard::export(run_dir, &run_dir.join(tensorboard::TB_DIR)) {
-            tracing::warn!(
-                "updating {}: {e:#}",
-                run_dir.join(tensorboard::TB_DIR).display()
-            );
+        if let Err(e) = tensorboard::export(run_dir, run_dir) {
+            tracing::warn!("updating the event file in {}: {e:#}", run_dir.display());
         }
     }
 }

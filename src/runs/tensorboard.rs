@@ -1,8 +1,9 @@
 //! `envgen runs export --tensorboard DIR RUN…`: each run's metrics as
 //! TensorBoard event files under `DIR/<run_id>/`, written by the same
-//! converter as a run's live `tb/` (`envgen_experiments::engine::tensorboard`),
-//! so runs from before `tb/` existed, and several runs, open in one
-//! TensorBoard.
+//! converter as a run's live event file (`envgen_experiments::engine::tensorboard`),
+//! so runs from before the event files existed, and several runs, open in
+//! one TensorBoard; `DIR` itself gets the HParams experiment of the runs
+//! (their config keys, their final metrics).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -29,7 +30,7 @@ pub fn export(runs: &[RunDir], out: &Path) -> Result<Vec<PathBuf>> {
         let target = out.join(&id);
         if target.canonicalize().ok() == run.path.canonicalize().ok() && target.exists() {
             return Err(UserError::usage(format!(
-                "{} is the run directory itself (its events are in its tb/)",
+                "{} is the run directory itself (its events are in it already)",
                 target.display()
             ))
             .with_fix(
@@ -50,5 +51,7 @@ pub fn export(runs: &[RunDir], out: &Path) -> Result<Vec<PathBuf>> {
     for run in runs {
         files.push(tensorboard::export(&run.path, &out.join(run.run_id()))?);
     }
+    let run_dirs: Vec<&Path> = runs.iter().map(|r| r.path.as_path()).collect();
+    files.push(tensorboard::write_experiment(out, &run_dirs)?);
     Ok(files)
 }

@@ -267,7 +267,8 @@ mod tests {
         let mut events = EventsFile::open(&metrics).unwrap();
         events.catch_up(&metrics).unwrap();
         drop(events);
-        let tb = dir.path().join("tb");
+        // The event file lies in the run directory itself (issue #44).
+        let tb = dir.path().to_path_buf();
         let found = scalars(&tb);
         let loss: Vec<(u64, f64)> = found
             .iter()

@@ -9,6 +9,8 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use serde_json::Value;
+
 use crate::common::docker_base::require_docker_host;
 use crate::common::docker_run::{container_name, import_image, remove_container};
 use crate::common::run::{
@@ -144,6 +146,13 @@ fn watch_follows_a_live_run_in_a_terminal_and_exits_0_when_it_completes() {
     );
     assert!(step.contains(" tokens/s"), "{shown}");
     assert!(shown.contains("eval    val_loss "), "{shown}");
+    // The loss and throughput of the last steps as sparklines (issue #44).
+    let spark = |prefix: &str| {
+        rows.iter()
+            .find(|r| r.starts_with(prefix))
+            .is_some_and(|r| r.chars().filter(|c| ('▁'..='█').contains(c)).count() >= 2)
+    };
+    assert!(spark("loss    ") && spark("speed   "), "{shown}");
     let status = rows.last().unwrap();
     assert!(
         status.starts_with(&format!("status  completed: {steps} steps in ")),
@@ -187,6 +196,30 @@ fn watch_of_a_run_that_ended_prints_its_final_state_at_once() {
     assert!(out.contains("eval    val_loss "), "{out}");
     let last = out.lines().last().unwrap_or_default();
     assert!(last.starts_with("status  completed: 6 steps in "), "{out}");
+
+    // `--json`: one object, the run as it ended (issue #44).
+    let json = envgen()
+        .args(["runs", "watch", "--json", dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(json.status.code(), Some(0), "{}", text(&json));
+    let lines: Vec<Value> = String::from_utf8_lossy(&json.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let run_id = read_json(&dir.join("manifest.json"))["run_id"].clone();
+    assert_eq!(lines[0]["run_id"], run_id);
+    assert_eq!(lines[0]["status"], "completed");
+    assert_eq!(
+        (lines[0]["step"].clone(), lines[0]["total"].clone()),
+        (6.into(), 6.into())
+    );
+    assert!(
+        lines[0]["loss"].is_f64() && lines[0]["throughput"].is_f64(),
+        "{lines:?}"
+    );
+    assert_eq!(lines[0]["eta_s"], Value::Null, "an ended run has no ETA");
 
     // A closed stdout (`runs watch RUN | head -1` once head is gone) is no panic and no error.
     let mut closed = envgen()

@@ -1,9 +1,13 @@
-//! TensorBoard event files (issue #24): a real tiny gpt2 run writes `tb/`,
+//! TensorBoard event files (issue #24): a real tiny gpt2 run writes its
+//! event file into its run directory (issue #44: TensorBoard names the run
+//! by that folder),
 //! and TensorBoard's own reader (the `tensorboard` package from PyPI, its
 //! `EventAccumulator`) finds every metric of metrics.jsonl under its tag,
 //! at its step, with its value as float32, and the run's config as text;
 //! a resumed run shows each step once; `envgen runs export --tensorboard`
-//! writes the same events for a run without `tb/`. GPU sample lines come
+//! writes the same events for a run without them, and the HParams
+//! dashboard's data (config keys, final metrics) that TensorBoard's own
+//! hparams plugin reads back. GPU sample lines come
 //! from the stand-in NVML (tests/it/nvml_standin.rs). Needs
 //! `ENVGEN_TEST_PYTHON` (scripts/services/pyref.sh provides it in CI).
 
@@ -33,6 +37,43 @@ print(json.dumps({
 }))
 "#;
 
+/// What TensorBoard's HParams dashboard shows for a log folder, computed by
+/// the hparams plugin's own backend (as its ListSessionGroups request
+/// does): the runs as TensorBoard names them, the experiment's hparams
+/// (name: type) and metric tags, and each session's hparams and metrics.
+const HPARAMS: &str = r#"
+import json, sys
+from google.protobuf import json_format
+from tensorboard import context
+from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+from tensorboard.plugins import base_plugin
+from tensorboard.plugins.hparams import api_pb2, backend_context, list_session_groups
+logdir = sys.argv[1]
+mux = plugin_event_multiplexer.EventMultiplexer()
+mux.AddRunsFromDirectory(logdir)
+mux.Reload()
+ctx = base_plugin.TBContext(logdir=logdir, multiplexer=mux,
+    data_provider=data_provider.MultiplexerDataProvider(mux, logdir))
+hp = backend_context.Context(ctx)
+req = context.RequestContext()
+experiment = hp.experiment_from_metadata(req, "", True, hp.hparams_metadata(req, ""),
+    hp.hparams_from_data_provider(req, "", 1000))
+request = api_pb2.ListSessionGroupsRequest(start_index=0, slice_size=100,
+    allowed_statuses=api_pb2.Status.values(),
+    col_params=[api_pb2.ColParams(hparam=h.name) for h in experiment.hparam_infos]
+        + [api_pb2.ColParams(metric=m.name) for m in experiment.metric_infos])
+groups = list_session_groups.Handler(req, hp, "", request).run()
+print(json.dumps({
+    "runs": sorted(mux.Runs()),
+    "hparams": {h.name: api_pb2.DataType.Name(h.type) for h in experiment.hparam_infos},
+    "metrics": sorted(m.name.tag for m in experiment.metric_infos),
+    "sessions": {g.name: {
+        "hparams": {k: json_format.MessageToDict(v) for k, v in g.hparams.items()},
+        "metrics": {m.name.tag: m.value for s in g.sessions for m in s.metric_values}}
+        for g in groups.session_groups},
+}))
+"#;
+
 fn python() -> PathBuf {
     match std::env::var_os("ENVGEN_TEST_PYTHON") {
         Some(p) if !p.is_empty() => PathBuf::from(p),
@@ -42,6 +83,50 @@ fn python() -> PathBuf {
              venv), or set ENVGEN_TEST_PYTHON to a python with tensorboard"
         ),
     }
+}
+
+/// What TensorBoard's HParams dashboard makes of the folder `logdir`.
+fn hparams_read(logdir: &Path) -> Value {
+    let out = Command::new(python())
+        .args(["-c", HPARAMS, logdir.to_str().unwrap()])
+        .output()
+        .expect("run ENVGEN_TEST_PYTHON");
+    assert!(
+        out.status.success(),
+        "hparams reader failed: {}",
+        text(&out)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The run's config.toml keys as the dashboard should show them: dotted
+/// names, numbers as numbers, strings as strings, arrays as their TOML.
+fn config_hparams(dir: &Path) -> serde_json::Map<String, Value> {
+    fn walk(prefix: &str, table: &toml::Table, out: &mut serde_json::Map<String, Value>) {
+        for (key, v) in table {
+            let name = if prefix.is_empty() {
+                key.clone()
+            } else {
+                format!("{prefix}.{key}")
+            };
+            let value = match v {
+                toml::Value::Table(t) => {
+                    walk(&name, t, out);
+                    continue;
+                }
+                toml::Value::Integer(i) => serde_json::json!(*i as f64),
+                toml::Value::Float(f) => serde_json::json!(f),
+                toml::Value::Boolean(b) => serde_json::json!(b),
+                toml::Value::String(s) => serde_json::json!(s),
+                other => serde_json::json!(other.to_string()),
+            };
+            out.insert(name, value);
+        }
+    }
+    let text = std::fs::read_to_string(dir.join("config.toml")).unwrap();
+    let mut out = serde_json::Map::new();
+    walk("", &text.parse().unwrap(), &mut out);
+    out
 }
 
 /// What TensorBoard reads from the event files in `dir`.
@@ -113,7 +198,7 @@ fn expected(dir: &Path) -> BTreeMap<String, Vec<(u64, f32)>> {
 }
 
 /// `envgen ARGS…`, with the stand-in NVML (GPU sampler lines in
-/// metrics.jsonl, so in tb/) or without any NVML (no sampler: what tb/
+/// metrics.jsonl, so in the event file) or without any NVML (no sampler: what it
 /// holds is the trainer's doing alone).
 fn envgen_run(args: &[&str], nvml: bool) -> Output {
     let mut cmd = envgen();
@@ -155,31 +240,35 @@ fn tensorboard_reads_a_gpt2_runs_metrics_and_config_and_a_resume_repeats_no_step
     args.extend(["--out", tmp.path().to_str().unwrap(), "--stop-after", "3"]);
     let first = envgen_run(&args, false);
     let dir = stopped_after(&first, 3);
-    // A line past the checkpoint (as a hard kill leaves one), in tb/ too:
+    // A line past the checkpoint (as a hard kill leaves one), in the events too:
     // the resume must drop it from both.
     let metrics = dir.join("metrics.jsonl");
     let mut lines = std::fs::read_to_string(&metrics).unwrap();
     lines.push_str("{\"step\":4,\"loss\":99.0}\n");
     std::fs::write(&metrics, &lines).unwrap();
-    envgen_experiments::engine::tensorboard::export(&dir, &dir.join("tb")).unwrap();
-    let stale = tensorboard_read(&dir.join("tb"));
+    envgen_experiments::engine::tensorboard::export(&dir, &dir).unwrap();
+    let stale = tensorboard_read(&dir);
     assert_eq!(
         stale["scalars"]["train/loss"][3],
         serde_json::json!([4, 99.0])
     );
 
-    // Without NVML: no sampler rewrites tb/ at the end, so what the
-    // resumed trainer made of tb/ is what TensorBoard reads.
+    // Without NVML: no sampler rewrites the events at the end, so what the
+    // resumed trainer made of them is what TensorBoard reads.
     let resume = ["run", "gpt2", "--backend", "cpu", "--json", "--resume"];
     let mut resume = resume.to_vec();
     resume.push(dir.to_str().unwrap());
     let resumed = envgen_run(&resume, false);
     assert!(resumed.status.success(), "{}", text(&resumed));
     assert_eq!(json_of(&resumed)["summary"]["status"], "completed");
-    let files: Vec<_> = std::fs::read_dir(dir.join("tb")).unwrap().collect();
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().contains("tfevents"))
+        .collect();
     assert_eq!(files.len(), 1, "one event file: {files:?}");
 
-    let read = tensorboard_read(&dir.join("tb"));
+    let read = tensorboard_read(&dir);
     let want = expected(&dir);
     assert_eq!(scalars(&read), want, "TensorBoard read: {read}");
     let steps: Vec<u64> = want["train/loss"].iter().map(|p| p.0).collect();
@@ -190,8 +279,32 @@ fn tensorboard_reads_a_gpt2_runs_metrics_and_config_and_a_resume_repeats_no_step
     assert_eq!(shown[0], 0, "{read}");
     assert_eq!(shown[1], format!("```toml\n{config}\n```"));
 
-    // An older run (no tb/): export gives TensorBoard the same scalars.
-    std::fs::remove_dir_all(dir.join("tb")).unwrap();
+    // `--logdir` above the run: TensorBoard names it by its id (not
+    // `RUN_ID/tb`), and the HParams dashboard shows its config keys with
+    // the last value of each scalar as a metric (issue #44).
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    let run_id = manifest["run_id"].as_str().unwrap().to_string();
+    let dashboard = hparams_read(tmp.path());
+    assert_eq!(
+        dashboard["runs"],
+        serde_json::json!([run_id]),
+        "{dashboard}"
+    );
+    let session = &dashboard["sessions"][&run_id];
+    assert_eq!(
+        session["hparams"],
+        Value::Object(config_hparams(&dir)),
+        "{dashboard}"
+    );
+    let last = |tag: &str| f64::from(want[tag].last().unwrap().1);
+    assert_eq!(session["metrics"]["train/loss"], last("train/loss"));
+    assert_eq!(session["metrics"]["eval/val_loss"], last("eval/val_loss"));
+
+    // An older run (no event file): export gives TensorBoard the same scalars.
+    for file in &files {
+        std::fs::remove_file(dir.join(file)).unwrap();
+    }
     let out = tmp.path().join("exported");
     let export = run(&[
         "runs",
@@ -201,15 +314,35 @@ fn tensorboard_reads_a_gpt2_runs_metrics_and_config_and_a_resume_repeats_no_step
         dir.to_str().unwrap(),
     ]);
     assert!(export.status.success(), "{}", text(&export));
-    let manifest: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
-    let run_id = manifest["run_id"].as_str().unwrap().to_string();
     let exported = tensorboard_read(&out.join(&run_id));
     assert_eq!(scalars(&exported), want);
     assert_eq!(exported["text"], read["text"]);
     assert!(String::from_utf8_lossy(&export.stdout).contains(&run_id));
+    // The export's own experiment: the config keys, and as metrics the
+    // tags of the numbers summary.json ends with.
+    let dashboard = hparams_read(&out);
+    assert_eq!(
+        dashboard["runs"],
+        serde_json::json!([".", run_id]),
+        "{dashboard}"
+    );
+    // gpt2's summary.json ends with final_val_loss, final_train_loss and
+    // tokens_per_s (and more, which are no scalar: no metric).
+    let finals = ["eval/val_loss", "throughput/tokens_per_s", "train/loss"];
+    assert_eq!(
+        dashboard["metrics"],
+        serde_json::json!(finals),
+        "{dashboard}"
+    );
+    let types = dashboard["hparams"].as_object().unwrap();
+    assert_eq!(types["train.steps"], "DATA_TYPE_FLOAT64", "{dashboard}");
+    let keys: Vec<&String> = types.keys().collect();
+    assert_eq!(keys, config_hparams(&dir).keys().collect::<Vec<_>>());
+    let session = &dashboard["sessions"][&run_id];
+    assert_eq!(session["hparams"], Value::Object(config_hparams(&dir)));
+    assert_eq!(session["metrics"]["eval/val_loss"], last("eval/val_loss"));
     eprintln!(
-        "tensorboard_cli: run, resume, three reads and an export in {:.1} s",
+        "tensorboard_cli: run, resume, three reads, two HParams reads and an export in {:.1} s",
         started.elapsed().as_secs_f64()
     );
 }
@@ -221,13 +354,13 @@ fn tensorboard_reads_an_hrm_sudoku_runs_metrics() {
     let started = std::time::Instant::now();
     // hrm_cli's short run (16 steps of 64 puzzles, eval every 8), with
     // the stand-in NVML: GPU samples, the last one after the trainer's log
-    // closed (the sampler brings tb/ up to date).
+    // closed (the sampler brings the event file up to date).
     let mut args = crate::hrm_cli::SHORT.to_vec();
     args.extend(["--out", tmp.path().to_str().unwrap()]);
     let out = envgen_run(&args, true);
     assert!(out.status.success(), "{}", text(&out));
     let dir = PathBuf::from(json_of(&out)["run_dir"].as_str().unwrap());
-    let read = tensorboard_read(&dir.join("tb"));
+    let read = tensorboard_read(&dir);
     let want = expected(&dir);
     assert_eq!(scalars(&read), want, "TensorBoard read: {read}");
     assert!(want["eval/cell_accuracy"].len() >= 2, "{want:?}");

@@ -1,5 +1,5 @@
 //! The run directory: `config.toml`, `manifest.json`, `metrics.jsonl`,
-//! `tb/` (its TensorBoard mirror), `summary.json`, `checkpoints/` (see
+//! `events.out.tfevents.*.envgen` (its TensorBoard mirror), `summary.json`, `checkpoints/` (see
 //! docs/cli.md, "envgen experiments, run").
 //! `manifest.json` is envgen's (`runs::manifest`); the experiments write
 //! the rest.
@@ -93,7 +93,7 @@ enum Keep {
 }
 
 /// Appends one JSON object per line to `metrics.jsonl`, and its scalars
-/// to the run's TensorBoard event file (`tb/`, rebuilt from the kept lines
+/// to the run's TensorBoard event file (in the run directory, rebuilt from the kept lines
 /// when the log opens, so a resumed run shows no step twice).
 pub struct MetricsLog {
     file: std::fs::File,

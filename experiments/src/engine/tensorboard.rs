@@ -1,8 +1,13 @@
-//! TensorBoard event files for a run: `tb/events.out.tfevents.<secs>.<host>.envgen`
+//! TensorBoard event files for a run: `events.out.tfevents.<secs>.<host>.envgen`
 //! in the run directory mirrors `metrics.jsonl` line by line (tags and
-//! steps: docs/cli.md, "`envgen runs`"). One converter ([`Scalars`]) serves the live
-//! path (`MetricsLog` appends as it logs), the rebuild when a run (re)starts
-//! and `envgen runs export --tensorboard`.
+//! steps: docs/cli.md, "`envgen runs`"), with config.toml as text and as
+//! hyperparameters (`tensorboard_hparams.rs`). It lies in the run directory
+//! itself, not in a subfolder, because TensorBoard names a run by the folder
+//! of its event files relative to `--logdir`: `tensorboard --logdir runs/`
+//! lists each run by its id (issue #44; a `tb/` subfolder showed as
+//! `RUN_ID/tb`). One converter ([`Scalars`]) serves the live path
+//! (`MetricsLog` appends as it logs), the rebuild when a run (re)starts and
+//! `envgen runs export --tensorboard`.
 //!
 //! The file format is written here by hand: TFRecord framing (u64 length,
 //! masked CRC32C of the length, data, masked CRC32C of the data) around
@@ -30,8 +35,12 @@ use serde_json::Value;
 use super::rundir::{read_metrics_text, refuse_symlink};
 use crate::fsutil::write_atomic;
 
-/// The run directory's TensorBoard folder.
-pub const TB_DIR: &str = "tb";
+#[path = "tensorboard_hparams.rs"]
+pub mod hparams;
+
+/// Where runs from before issue #44 kept their event files: a resumed one
+/// has them removed (the run's own folder has the same events now).
+pub const LEGACY_TB_DIR: &str = "tb";
 /// How envgen's event files end, to tell them from other writers' files.
 const SUFFIX: &str = ".envgen";
 
@@ -302,6 +311,10 @@ pub fn write_dir(
     let mut bytes = file_version();
     if let Some(config) = config {
         bytes.extend(text_event(0, "config", &format!("```toml\n{config}\n```")));
+        let hparams = hparams::of_config(config);
+        if !hparams.is_empty() {
+            bytes.extend(hparams::session_start_event(&hparams));
+        }
     }
     let mut scalars = Scalars::default();
     let (events, covered) = events_of(metrics, &mut scalars);
@@ -313,13 +326,90 @@ pub fn write_dir(
     Ok((path, covered, scalars))
 }
 
+/// Write `dir`'s own event file (kept under its name, as [`write_dir`]
+/// does) holding only the HParams experiment of the runs exported into its
+/// subfolders: every config key of `run_dirs` and, as metrics, the scalar
+/// tags of the keys their summary.json's `metrics` has (each run's last
+/// value of the tag is its metric in the dashboard).
+pub fn write_experiment(dir: &Path, run_dirs: &[&Path]) -> anyhow::Result<PathBuf> {
+    refuse_symlink(dir, "TensorBoard folder", "folder")?;
+    crate::fsutil::create_dir_all(dir)?;
+    let mut all_hparams = std::collections::BTreeMap::new();
+    let mut metrics = std::collections::BTreeSet::new();
+    for run_dir in run_dirs {
+        for (name, v) in hparams::of_config(&config_of(run_dir).unwrap_or_default()) {
+            all_hparams.entry(name).or_insert(v);
+        }
+        metrics.extend(final_metric_tags(run_dir)?);
+    }
+    let metrics: Vec<String> = metrics.into_iter().collect();
+    let existing = our_files(dir);
+    let path = existing.first().cloned().unwrap_or_else(|| {
+        let secs = now() as u64;
+        dir.join(format!("events.out.tfevents.{secs}.{}{SUFFIX}", host()))
+    });
+    let mut bytes = file_version();
+    bytes.extend(hparams::experiment_event(&all_hparams, &metrics));
+    write_atomic(&path, &bytes)?;
+    Ok(path)
+}
+
+/// The scalar tags of a run whose key is one of its summary's final
+/// `metrics` (`eval/val_loss` for `val_loss`, or gpt2's `final_val_loss`;
+/// `train/loss` for `final_train_loss`); no summary, no metrics.
+fn final_metric_tags(run_dir: &Path) -> anyhow::Result<Vec<String>> {
+    let Ok(summary) = std::fs::read_to_string(run_dir.join("summary.json")) else {
+        return Ok(Vec::new());
+    };
+    let summary: Value = serde_json::from_str(&summary).unwrap_or_default();
+    let Some(finals) = summary.get("metrics").and_then(Value::as_object) else {
+        return Ok(Vec::new());
+    };
+    let text = read_metrics_text(&run_dir.join("metrics.jsonl"))?;
+    let mut scalars = Scalars::default();
+    let mut tags = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        let parsed = serde_json::from_str::<Value>(line).ok();
+        for (tag, _) in parsed
+            .and_then(|v| scalars.of_line(&v))
+            .map_or(vec![], |s| s.1)
+        {
+            let key = tag.split_once('/').map_or(tag.as_str(), |(_, key)| key);
+            let in_summary = |name: &str| finals.get(name).is_some_and(Value::is_number);
+            let named = in_summary(key)
+                || in_summary(&format!("final_{key}"))
+                || (tag == "train/loss" && in_summary("final_train_loss"));
+            if !tag.starts_with("gpu/") && named {
+                tags.insert(tag);
+            }
+        }
+    }
+    Ok(tags.into_iter().collect())
+}
+
+/// envgen's event files in the `tb/` of a run from before issue #44 (and
+/// the folder, when nothing else is left in it): TensorBoard would show
+/// the run twice, as `RUN_ID` and `RUN_ID/tb`.
+fn remove_legacy_tb(run_dir: &Path) -> anyhow::Result<()> {
+    let legacy = run_dir.join(LEGACY_TB_DIR);
+    if legacy.is_symlink() || !legacy.is_dir() {
+        return Ok(());
+    }
+    for stale in our_files(&legacy) {
+        std::fs::remove_file(&stale).with_context(|| format!("removing {}", stale.display()))?;
+    }
+    // Not empty (another writer's files): left as it is.
+    let _ = std::fs::remove_dir(&legacy);
+    Ok(())
+}
+
 /// `config.toml` of a run directory, if it has one.
 fn config_of(run_dir: &Path) -> Option<String> {
     std::fs::read_to_string(run_dir.join("config.toml")).ok()
 }
 
 /// Write the events of the run in `run_dir` (its metrics.jsonl and
-/// config.toml) into `out`: `tb/` of the run, or an export folder.
+/// config.toml) into `out`: the run directory itself, or an export folder.
 pub fn export(run_dir: &Path, out: &Path) -> anyhow::Result<PathBuf> {
     let metrics = read_metrics_text(&run_dir.join("metrics.jsonl"))?;
     Ok(write_dir(out, &metrics, config_of(run_dir).as_deref())?.0)
@@ -336,13 +426,13 @@ pub struct EventsFile {
 }
 
 impl EventsFile {
-    /// Rebuild `tb/` beside `metrics` (no step the kept lines lack, none
-    /// twice) and open it for appending.
+    /// Rebuild the event file beside `metrics` (no step the kept lines
+    /// lack, none twice) and open it for appending.
     pub fn open(metrics: &Path) -> anyhow::Result<Self> {
         let run_dir = metrics.parent().unwrap_or(Path::new("."));
         let text = read_metrics_text(metrics)?;
-        let (path, covered, scalars) =
-            write_dir(&run_dir.join(TB_DIR), &text, config_of(run_dir).as_deref())?;
+        let (path, covered, scalars) = write_dir(run_dir, &text, config_of(run_dir).as_deref())?;
+        remove_legacy_tb(run_dir)?;
         let file = std::fs::OpenOptions::new()
             .append(true)
             .custom_flags(libc::O_NOFOLLOW)

@@ -142,3 +142,46 @@ fn records(mut bytes: &[u8]) -> Vec<Vec<u8>> {
     }
     out
 }
+
+#[test]
+fn config_keys_become_typed_hparams_with_dotted_names() {
+    let config = "rounds = 3\nname = \"x\"\n[train]\nsteps = 300\nlr = 0.5\n\
+        [model]\ntied = true\nlayers = [1, 2]\n";
+    let got = hparams::of_config(config);
+    use hparams::HParam::*;
+    let want = [
+        ("model.layers", Text("[1, 2]".into())),
+        ("model.tied", Bool(true)),
+        ("name", Text("x".into())),
+        ("rounds", Number(3.0)),
+        ("train.lr", Number(0.5)),
+        ("train.steps", Number(300.0)),
+    ];
+    let got: Vec<(&str, hparams::HParam)> =
+        got.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    assert_eq!(got, want);
+    assert!(hparams::of_config("not = [toml").is_empty());
+    // The run's file: the version, the config as text, its hparams.
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _, _) = write_dir(dir.path(), "", Some(config)).unwrap();
+    let records = records(&std::fs::read(path).unwrap());
+    assert_eq!(records.len(), 3);
+    let tag = hparams::SESSION_START_TAG.as_bytes();
+    assert!(records[2].windows(tag.len()).any(|w| w == tag));
+}
+
+#[test]
+fn a_resume_of_a_run_from_before_issue_44_removes_its_tb_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let legacy = dir.path().join("tb");
+    std::fs::create_dir(&legacy).unwrap();
+    std::fs::write(legacy.join("events.out.tfevents.1.h.envgen"), b"").unwrap();
+    let metrics = dir.path().join("metrics.jsonl");
+    std::fs::write(&metrics, "{\"step\":1,\"loss\":1}\n").unwrap();
+    let live = EventsFile::open(&metrics).unwrap();
+    assert_eq!(live.path.parent(), Some(dir.path()));
+    assert!(
+        !legacy.exists(),
+        "TensorBoard would list RUN_ID/tb beside RUN_ID"
+    );
+}

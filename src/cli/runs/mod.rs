@@ -65,7 +65,7 @@ pub enum Command {
         out: Option<PathBuf>,
     },
     /// Write runs' metrics and config as TensorBoard event files, one
-    /// folder DIR/<run_id>/ per run (a run's own are in its tb/).
+    /// folder DIR/<run_id>/ per run (a run's own are in its directory).
     Export {
         /// The folder to write the event files into.
         #[arg(long, value_name = "DIR")]

@@ -10,7 +10,7 @@ use crate::error::{Result, UserError};
 use crate::launch::liveness::{self, Checker, Liveness};
 use crate::runs::manifest;
 use crate::runs::store::{self, RunDir};
-use crate::runs::watch::{self, Options, Probe};
+use crate::runs::watch::{self, Mode, Options, Probe};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -22,6 +22,10 @@ pub struct Args {
     /// Seconds between looks at the run's files.
     #[arg(long, value_name = "SECONDS", default_value_t = 0.5)]
     pub interval: f64,
+    /// One JSON object per line and update (run id, status, stage, step,
+    /// total, loss, throughput, eta_s) instead of the text view.
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub fn execute(args: Args) -> Result<i32> {
@@ -39,12 +43,16 @@ pub fn execute(args: Args) -> Result<i32> {
     };
     let run = RunDir::open(&dir)?;
     let stdout = std::io::stdout();
-    let terminal = stdout.is_terminal();
+    let mode = match (args.json, stdout.is_terminal()) {
+        (true, _) => Mode::Json,
+        (false, true) => Mode::Terminal,
+        (false, false) => Mode::Lines,
+    };
     let opts = Options {
         interval: Duration::from_secs_f64(args.interval),
         probe_every: Duration::from_secs_f64(args.interval.max(5.0)),
-        terminal,
-        width: terminal.then(terminal_width).flatten(),
+        mode,
+        width: (mode == Mode::Terminal).then(terminal_width).flatten(),
     };
     let mut checker = Checker::default();
     let mut probe = || match checker.check(&run.path, &run.manifest) {

@@ -6,6 +6,9 @@
 //! caller (`Probe`): that is the launch layer's business, and reading the
 //! directory is all this needs to work for native, Docker and Slurm runs.
 
+mod layout;
+mod progress;
+mod screen;
 mod tail;
 #[cfg(test)]
 mod tests;
@@ -18,6 +21,8 @@ use std::time::{Duration, Instant};
 use envgen_experiments::engine::rundir::{self, Status, Summary};
 use serde_json::Value;
 
+use progress::{Plan, RunProgress};
+use screen::Screen;
 pub use tail::Tail;
 pub use view::{State, View};
 
@@ -60,12 +65,22 @@ pub struct Options {
     /// How often the place is asked whether the run still trains (a Slurm
     /// or Docker question costs more than a file read).
     pub probe_every: Duration,
-    /// Redraw a block of lines in place (a terminal) instead of appending
-    /// a line per new step (a pipe, a log file).
-    pub terminal: bool,
+    /// How the view is written out.
+    pub mode: Mode,
     /// Columns of the terminal, when known: longer lines are cut so that
     /// none wraps (a wrapped line would break the redraw).
     pub width: Option<usize>,
+}
+
+/// How `watch` writes what it sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// A block of lines redrawn in place (stdout is a terminal).
+    Terminal,
+    /// A line per new step, stage or status (a pipe, a log file).
+    Lines,
+    /// One JSON object per line and update (`--json`; docs/cli.md).
+    Json,
 }
 
 /// One metrics file and the stage it belongs to.
@@ -93,6 +108,7 @@ pub fn watch(
     }];
     let mut view = View::new(&run.manifest.run_id, &run.manifest.environment.place);
     view.enter_stage(None, sources[0].total);
+    view.progress = Plan::of_config(&config).map(RunProgress::new);
     let mut screen = Screen::new(opts);
     let mut next_probe = Instant::now();
     // A first `lost` is asked again after `probe_every`: a run directory
@@ -182,9 +198,17 @@ fn read_sources(
                     view.stage = Some(match row.get("round").and_then(Value::as_u64) {
                         Some(round) => format!("{name} (round {round})"),
                         None => name.to_string(),
-                    })
+                    });
+                    if let Some(progress) = &mut view.progress {
+                        progress.take_run_row(name, row);
+                    }
                 }
-                (stage, _) => view.enter_stage(stage.clone(), source.total),
+                (stage, _) => {
+                    view.enter_stage(stage.clone(), source.total);
+                    if let (Some(progress), Some(stage)) = (&mut view.progress, stage) {
+                        progress.take_stage_row(stage, row);
+                    }
+                }
             }
             view.take(row);
         }
@@ -267,131 +291,4 @@ fn ended(summary: &Summary) -> State {
         }
     }
     State::Ended { status, detail }
-}
-
-/// The output: a block redrawn in place on a terminal, appended lines
-/// elsewhere. Each `show`/`finish` returns whether stdout is still open.
-struct Screen {
-    terminal: bool,
-    width: Option<usize>,
-    /// Terminal: the block last drawn (its height is how far to go up).
-    drawn: Vec<String>,
-    /// Appended lines: what was printed last, not to print it again.
-    printed_stage: Option<String>,
-    printed_step: Option<(Option<String>, Option<u64>)>,
-    printed_eval: Option<String>,
-    printed_state: Option<String>,
-    header: bool,
-}
-
-impl Screen {
-    fn new(opts: &Options) -> Screen {
-        Screen {
-            terminal: opts.terminal,
-            width: opts.width,
-            drawn: Vec::new(),
-            printed_stage: None,
-            printed_step: None,
-            printed_eval: None,
-            printed_state: None,
-            header: false,
-        }
-    }
-
-    /// Show the view as it is; false when stdout was closed.
-    fn show(&mut self, view: &View, out: &mut dyn Write) -> bool {
-        let text = if self.terminal {
-            self.redraw(view)
-        } else {
-            self.append(view, false)
-        };
-        if text.is_empty() {
-            return true;
-        }
-        out.write_all(text.as_bytes())
-            .and_then(|()| out.flush())
-            .is_ok()
-    }
-
-    /// Show the final view; a closed stdout is no error here either.
-    fn finish(&mut self, view: &View, out: &mut dyn Write, outcome: Outcome) -> Result<Outcome> {
-        let text = if self.terminal {
-            self.redraw(view)
-        } else {
-            self.append(view, true)
-        };
-        match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-            Ok(()) => Ok(outcome),
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(Outcome::StdoutClosed),
-            Err(e) => Err(anyhow::Error::new(e).context("writing to stdout")),
-        }
-    }
-
-    /// Cursor up over the last block, each line cleared and rewritten,
-    /// the rest of the screen cleared (the block may have got shorter).
-    fn redraw(&mut self, view: &View) -> String {
-        let lines: Vec<String> = view.lines().iter().map(|l| self.fit(l)).collect();
-        if lines == self.drawn {
-            return String::new();
-        }
-        let mut text = String::new();
-        if !self.drawn.is_empty() {
-            text += &format!("\x1b[{}A", self.drawn.len());
-        }
-        for line in &lines {
-            text += &format!("\r\x1b[2K{line}\n");
-        }
-        text += "\x1b[J";
-        self.drawn = lines;
-        text
-    }
-
-    fn fit(&self, line: &str) -> String {
-        match self.width {
-            Some(width) if width > 1 => line.chars().take(width - 1).collect(),
-            _ => line.to_string(),
-        }
-    }
-
-    /// The lines not printed yet: the run, a new stage, the latest step (at
-    /// most one per look, so at most one per `--interval`), a new
-    /// evaluation, a changed status (the final one always).
-    fn append(&mut self, view: &View, last: bool) -> String {
-        let mut text = String::new();
-        if !self.header {
-            self.header = true;
-            text += &format!("run     {} ({})\n", view.run_id, view.place);
-        }
-        if view.stage.is_some() && view.stage != self.printed_stage {
-            self.printed_stage = view.stage.clone();
-            text += &format!("stage   {}\n", view.stage.as_deref().unwrap_or(""));
-        }
-        let step = Some((view.stage.clone(), view.step));
-        if view.step.is_some() && step != self.printed_step {
-            self.printed_step = step;
-            let mut line = view.step_line();
-            for gpu in view.gpu_lines() {
-                line += &format!("  [{gpu}]");
-            }
-            text += &line;
-            text += "\n";
-        }
-        if let Some(line) = view
-            .eval_line()
-            .filter(|l| Some(l) != self.printed_eval.as_ref())
-        {
-            text += &line;
-            text += "\n";
-            self.printed_eval = Some(line);
-        }
-        // While running, only a status worth knowing: the place does not answer.
-        let state = view.state_line();
-        let worth = last || matches!(view.state, Some(State::Unknown(_)));
-        if worth && Some(&state) != self.printed_state.as_ref() {
-            text += &state;
-            text += "\n";
-            self.printed_state = Some(state);
-        }
-        text
-    }
 }

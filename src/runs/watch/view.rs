@@ -1,10 +1,14 @@
 //! What `runs watch` knows about a run from its metrics rows, and the lines
 //! it shows: step/total, loss, throughput, ETA, the last evaluation, the
-//! GPUs (from the sampler's rows) and the stage of a multi-stage run.
+//! GPUs (from the sampler's rows) and the stage of a multi-stage run; on a
+//! terminal, sparklines of the loss and the throughput.
 
 use std::collections::VecDeque;
 
 use serde_json::Value;
+
+use super::layout::{fit, sparkline, Part};
+use super::progress::{Eta, RunProgress};
 
 /// Keys of a metrics row that are an evaluation's result (gpt2, hrm-sudoku,
 /// rft), shown on the `eval` line in this order.
@@ -21,6 +25,13 @@ const EVAL_KEYS: &[&str] = &[
 /// Steps whose `step_ms` the ETA averages over: recent enough to follow a
 /// change of speed, enough to smooth one slow step out.
 const ETA_WINDOW: usize = 20;
+
+/// Points of loss and throughput kept for the sparklines: more than any
+/// terminal is wide.
+const HISTORY: usize = 512;
+
+/// Width of a sparkline when the terminal's is not known.
+const SPARK_WIDTH: usize = 40;
 
 /// One GPU as the sampler saw it last.
 #[derive(Debug, Clone, PartialEq)]
@@ -56,6 +67,11 @@ pub struct View {
     /// `(unit, per second)` from the row's `<unit>_per_s`.
     pub throughput: Option<(String, f64)>,
     step_ms: VecDeque<f64>,
+    /// The stage's losses and throughputs, oldest first (sparklines).
+    loss_history: VecDeque<f64>,
+    rate_history: VecDeque<f64>,
+    /// A multi-stage run's progress as a whole (rft); none for one stage.
+    pub progress: Option<RunProgress>,
     /// The last evaluation: `(key, value)` in `EVAL_KEYS` order, and its step.
     pub eval: Vec<(String, f64)>,
     pub eval_step: Option<u64>,
@@ -82,6 +98,8 @@ impl View {
             self.loss = None;
             self.throughput = None;
             self.step_ms.clear();
+            self.loss_history.clear();
+            self.rate_history.clear();
             self.total = total;
         } else if total.is_some() {
             self.total = total;
@@ -94,6 +112,8 @@ impl View {
         self.step = None;
         self.loss = None;
         self.step_ms.clear();
+        self.loss_history.clear();
+        self.rate_history.clear();
         self.eval.clear();
         self.eval_step = None;
     }
@@ -113,6 +133,7 @@ impl View {
         }
         if let Some(loss) = row.get("loss").and_then(Value::as_f64) {
             self.loss = Some(loss);
+            push(&mut self.loss_history, loss);
         }
         if let Some(ms) = row.get("step_ms").and_then(Value::as_f64) {
             self.step_ms.push_back(ms);
@@ -126,6 +147,10 @@ impl View {
                 .find_map(|(k, v)| Some((k.strip_suffix("_per_s")?, v.as_f64()?)))
             {
                 self.throughput = Some((key.to_string(), v));
+                // A training step's rate, not a sampling's (other units).
+                if step.is_some() {
+                    push(&mut self.rate_history, v);
+                }
             }
         }
         let eval: Vec<(String, f64)> = EVAL_KEYS
@@ -138,39 +163,94 @@ impl View {
         }
     }
 
-    /// Seconds left at the recent speed, when the total is known.
-    pub fn eta_s(&self) -> Option<f64> {
-        let (step, total) = (self.step?, self.total?);
-        if self.step_ms.is_empty() {
+    fn mean_step_ms(&self) -> Option<f64> {
+        (!self.step_ms.is_empty())
+            .then(|| self.step_ms.iter().sum::<f64>() / self.step_ms.len() as f64)
+    }
+
+    /// Time left at the recent speed: of the whole run for a multi-stage
+    /// one, else of its steps when their total is known; none once ended.
+    pub fn eta(&self) -> Option<Eta> {
+        if matches!(self.state, Some(State::Ended { .. } | State::Lost(_))) {
             return None;
         }
-        let mean_ms = self.step_ms.iter().sum::<f64>() / self.step_ms.len() as f64;
-        Some(total.saturating_sub(step) as f64 * mean_ms / 1e3)
+        if let Some(progress) = &self.progress {
+            return progress.eta(self.mean_step_ms());
+        }
+        let (step, total) = (self.step?, self.total?);
+        Some(Eta {
+            seconds: total.saturating_sub(step) as f64 * self.mean_step_ms()? / 1e3,
+            at_least: false,
+        })
+    }
+
+    /// The step line's parts, the ETA last (see `layout::fit`).
+    fn step_parts(&self) -> Vec<Part> {
+        let Some(step) = self.step else {
+            return vec![Part::new(
+                0,
+                "step    waiting for the first step in metrics.jsonl",
+            )];
+        };
+        let mut parts = vec![Part::new(
+            0,
+            match self.total {
+                Some(total) if total > 0 => format!(
+                    "step    {step}/{total} ({:.0}%)",
+                    (step as f64 / total as f64 * 100.0).min(100.0)
+                ),
+                _ => format!("step    {step}"),
+            },
+        )];
+        if let Some(loss) = self.loss {
+            parts.push(Part::new(1, format!("loss {loss:.4}")));
+        }
+        if let Some((unit, rate)) = &self.throughput {
+            parts.push(Part::new(2, format!("{} {unit}/s", human(*rate))));
+        }
+        if let Some(eta) = self.eta() {
+            let at_least = if eta.at_least { "≥" } else { "" };
+            parts.push(Part::new(
+                0,
+                format!("ETA {at_least}{}", duration(eta.seconds)),
+            ));
+        }
+        parts
     }
 
     /// `step 120/300 (40%)  loss 2.1034  15234 tokens/s  ETA 12s`
     pub fn step_line(&self) -> String {
-        let Some(step) = self.step else {
-            return "step    waiting for the first step in metrics.jsonl".into();
-        };
-        let mut line = match self.total {
-            Some(total) if total > 0 => format!(
-                "step    {step}/{total} ({:.0}%)",
-                (step as f64 / total as f64 * 100.0).min(100.0)
-            ),
-            _ => format!("step    {step}"),
-        };
-        if let Some(loss) = self.loss {
-            line += &format!("  loss {loss:.4}");
+        fit(self.step_parts(), None)
+    }
+
+    /// `loss    ▇▆▅▄▃▂▂▁` and `speed   ▁▂▃▅▆▇ tokens/s`: the stage's
+    /// recent points, as many as `width` columns hold (two points at least).
+    pub fn trend_lines(&self, width: Option<usize>) -> Vec<String> {
+        let room = |taken: usize| width.map_or(SPARK_WIDTH, |w| w.saturating_sub(taken));
+        let mut lines = Vec::new();
+        if self.loss_history.len() >= 2 {
+            let spark = sparkline(self.loss_history.iter().copied(), room(8));
+            lines.push(format!("loss    {spark}"));
         }
-        if let Some((unit, rate)) = &self.throughput {
-            line += &format!("  {} {unit}/s", human(*rate));
+        if let (true, Some((unit, _))) = (self.rate_history.len() >= 2, &self.throughput) {
+            let suffix = format!(" {unit}/s");
+            let spark = sparkline(
+                self.rate_history.iter().copied(),
+                room(8 + suffix.chars().count()),
+            );
+            lines.push(format!("speed   {spark}{suffix}"));
         }
-        let ended = matches!(self.state, Some(State::Ended { .. } | State::Lost(_)));
-        if let Some(eta) = self.eta_s().filter(|_| !ended) {
-            line += &format!("  ETA {}", duration(eta));
+        lines
+    }
+
+    /// `stage   round-1/finetune`; a multi-stage run's says where the whole
+    /// run is (`finetune · round 1/3 · run 900/2400 steps (38%)`).
+    pub fn stage_line(&self) -> Option<String> {
+        match (&self.progress, &self.stage) {
+            (Some(progress), _) => Some(format!("stage   {}", progress.label())),
+            (None, Some(stage)) => Some(format!("stage   {stage}")),
+            (None, None) => None,
         }
-        line
     }
 
     /// `eval    val_loss 1.9081  hellaswag_acc 0.2500  (step 300)`
@@ -212,23 +292,41 @@ impl View {
         }
     }
 
-    /// The whole block a terminal shows.
-    pub fn lines(&self) -> Vec<String> {
-        let mut lines = vec![format!("run     {} ({})", self.run_id, self.place)];
-        if let Some(stage) = &self.stage {
-            lines.push(format!("stage   {stage}"));
-        }
-        lines.push(self.step_line());
-        lines.extend(self.eval_line());
-        lines.extend(self.gpu_lines());
-        lines.push(self.state_line());
+    /// The whole block a terminal `width` columns wide shows (a line
+    /// there holds `width - 1` characters: none wraps, which would break
+    /// the redraw). The step line drops its least important parts first,
+    /// never its ETA; the others are cut at their end.
+    pub fn lines(&self, width: Option<usize>) -> Vec<String> {
         // A command's metric keys, stage names and reasons are its own:
         // control characters are escaped (one screen line each, no escape
-        // sequence reaches the terminal; issue #40).
-        lines
+        // sequence reaches the terminal; issue #40), before measuring.
+        let escape = |line: &str| crate::output::escape_control(line).into_owned();
+        let room = width.filter(|&w| w > 1).map(|w| w - 1);
+        let cut = |line: String| match room {
+            Some(room) => escape(&line).chars().take(room).collect(),
+            None => escape(&line),
+        };
+        let mut lines = vec![cut(format!("run     {} ({})", self.run_id, self.place))];
+        lines.extend(self.stage_line().map(cut));
+        let step = self
+            .step_parts()
             .into_iter()
-            .map(|line| crate::output::escape_control(&line).into_owned())
-            .collect()
+            .map(|p| Part::new(p.rank, escape(&p.text)))
+            .collect();
+        lines.push(fit(step, room));
+        lines.extend(self.trend_lines(room).into_iter().map(cut));
+        lines.extend(self.eval_line().map(cut));
+        lines.extend(self.gpu_lines().into_iter().map(cut));
+        lines.push(cut(self.state_line()));
+        lines
+    }
+}
+
+/// Append to a bounded history.
+fn push(history: &mut VecDeque<f64>, v: f64) {
+    history.push_back(v);
+    if history.len() > HISTORY {
+        history.pop_front();
     }
 }
 
@@ -275,7 +373,7 @@ mod tests {
         let mut view = View::new("run", "native");
         view.enter_stage(Some("stage\u{1b}[2J".into()), None);
         view.take(&serde_json::json!({"step": 1, "\u{1b}]0;x\u{7}_per_s": 2.0}));
-        let lines = view.lines();
+        let lines = view.lines(None);
         assert!(
             lines.iter().all(|l| !l.chars().any(char::is_control)),
             "{lines:?}"
