@@ -36,14 +36,20 @@ const X_KEYS: [(&str, &str); 4] = [
 /// experiment's own charts plot), in the order the runs first logged them.
 pub fn metric_charts(runs: &[(RunDir, Vec<Value>)], drawn: &[ChartSpec]) -> Vec<Chart> {
     let specs = all_specs();
+    // Per run, the keys its experiment's own charts draw.
+    let covered: Vec<BTreeSet<&str>> = runs
+        .iter()
+        .map(|(run, _)| {
+            drawn
+                .iter()
+                .filter(|s| s.rows == "metrics" && covers(s, run, &specs))
+                .flat_map(|s| s.series.iter().map(String::as_str))
+                .collect()
+        })
+        .collect();
     // (x, key) pairs in first-logged order.
     let mut wanted: Vec<(&str, &str, String)> = Vec::new();
-    for (run, rows) in runs {
-        let covered: BTreeSet<&str> = drawn
-            .iter()
-            .filter(|s| s.rows == "metrics" && covers(s, run, &specs))
-            .flat_map(|s| s.series.iter().map(String::as_str))
-            .collect();
+    for ((_, rows), covered) in runs.iter().zip(&covered) {
         for row in rows {
             let Some(map) = row.as_object() else { continue };
             let Some((x, x_label)) = X_KEYS.iter().find(|(x, _)| row[*x].is_number()) else {
@@ -64,7 +70,7 @@ pub fn metric_charts(runs: &[(RunDir, Vec<Value>)], drawn: &[ChartSpec]) -> Vec<
     wanted
         .into_iter()
         .filter_map(|(x, x_label, key)| {
-            let chart = metric_chart(runs, x, x_label, &key)?;
+            let chart = metric_chart(runs, &covered, x, x_label, &key)?;
             let mut id = chart.id.clone();
             while ids.contains(&id) {
                 id.push('_');
@@ -84,10 +90,12 @@ fn covers(spec: &ChartSpec, run: &RunDir, specs: &[ChartSpec]) -> bool {
     spec.experiment == run.manifest.experiment || (!own && spec.experiment == "default")
 }
 
-/// One metric's chart: a line per run and stage, against `x` (and, for
-/// steps, the tokens and training time too).
+/// One metric's chart: a line per run (less those whose own charts have
+/// `key`) and stage, against `base_x` (and, for steps, the tokens and
+/// training time too).
 fn metric_chart(
     runs: &[(RunDir, Vec<Value>)],
+    covered: &[BTreeSet<&str>],
     base_x: &str,
     x_label: &str,
     key: &str,
@@ -105,6 +113,10 @@ fn metric_chart(
     for (x, x_label) in xs {
         let mut lines = Vec::new();
         for (index, (_, rows)) in runs.iter().enumerate() {
+            // A run whose own chart has this key is drawn there only.
+            if covered[index].contains(key) {
+                continue;
+            }
             // The row's own x decides which chart it is in: a datagen
             // row (by round) is not in the chart by step.
             let placed = |r: &Value| {

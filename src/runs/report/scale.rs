@@ -48,6 +48,10 @@ pub fn axis(min: f64, max: f64, integer: bool) -> Axis {
     if min >= 0.0 && lo < 0.0 {
         lo = 0.0;
     }
+    // Two ticks say little (a lone step 0 would get 0 and 1): three at least.
+    while ((hi - lo) / step).round() < 2.0 {
+        hi += step;
+    }
     let count = ((hi - lo) / step).round() as usize;
     let ticks = (0..=count)
         .map(|i| clean(lo + i as f64 * step, step))

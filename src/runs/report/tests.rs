@@ -301,6 +301,8 @@ fn step_axes_get_integer_ticks_and_a_single_value_a_padded_round_range() {
     // One step: a range around it, whole ticks.
     let one = scale::axis(16.0, 16.0, true);
     assert_eq!((one.lo, one.hi), (15.0, 17.0));
+    // Step 0 alone: no axis below 0, still three ticks.
+    assert_eq!(scale::axis(0.0, 0.0, true).ticks, [0.0, 1.0, 2.0]);
     // One point (1.0) or a constant (4.0): padded by 10%, round labels.
     let point = scale::axis(1.0, 1.0, false);
     let labels: Vec<String> = point
@@ -429,7 +431,10 @@ fn every_numeric_metric_is_charted_in_its_section_rft_stages_too() {
         "command",
         json!({"status": "completed", "metrics": {}}),
         &(1..=5)
-            .map(|s| json!({"step": s, "train/loss": 3.0 / s as f64, "eval/acc": 0.1 * s as f64}))
+            .map(|s| {
+                json!({"step": s, "train/loss": 3.0 / s as f64, "eval/acc": 0.1 * s as f64,
+                          "loss": 1.0 / s as f64})
+            })
             .collect::<Vec<Value>>(),
     );
     // An rft run: generation per round at the top, training in its stages.
@@ -473,6 +478,9 @@ fn every_numeric_metric_is_charted_in_its_section_rft_stages_too() {
         "{loss}"
     );
     assert_eq!(loss.matches("class=\"smooth\"").count(), 2);
+    // The command's own `loss` is in its (default) loss chart, not here.
+    assert!(!loss.contains("ffffffff"), "{loss}");
+    assert!(read(&out.join("default-loss.svg")).contains("ffffffff"));
     assert!(at("metric-tokens-per-s-by-round") > throughput);
     let rate = read(&out.join("metric-tokens-per-s-by-round.svg"));
     assert!(rate.contains("tokens_per_s (datagen)"), "{rate}");
