@@ -8,7 +8,7 @@
 use std::fmt::Write;
 
 use super::charts::{Chart, Style, View};
-use super::scale::{self, axis, tick_label};
+use super::scale::{self, axis, tick_label, x_axis};
 use super::tables::escape_html;
 
 const WIDTH: f64 = 660.0;
@@ -42,7 +42,7 @@ pub fn view_svg(chart: &Chart, view: &View, labels: &[String], shown: bool) -> S
     let integral = |v: f64| v == v.trunc();
     let (x_min, x_max) = min_max(points().map(|p| p.0));
     let (y_min, y_max) = min_max(points().map(|p| p.1));
-    let x_axis = axis(x_min, x_max, points().all(|p| integral(p.0)));
+    let x_axis = x_axis(x_min, x_max, points().all(|p| integral(p.0)));
     let y_axis = axis(
         y_min,
         y_max,

@@ -44,7 +44,7 @@ pub fn write_report(runs: &[RunDir], out: &Path) -> Result<Vec<PathBuf>> {
     let labels = legend::legend_labels(runs);
 
     let comparison = compare(runs);
-    let environment = tables::environment(runs);
+    let environment = tables::environment(runs, &labels);
     let (same_config, comparison_tables) = tables::comparison(&comparison, runs);
     let items = tables::item_tables(runs);
     let mut all_tables = vec![environment];

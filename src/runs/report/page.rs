@@ -120,10 +120,10 @@ h3{font-size:14px;margin:0.5em 0 0.2em;text-transform:uppercase;color:#555}\
 .controls{font-size:13px;margin:0.4em 0;display:flex;gap:2em;align-items:center}\
 .grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(600px,1fr));gap:6px}\
 figure{margin:0}svg{max-width:100%;height:auto}\
-table{border-collapse:collapse;table-layout:fixed;width:100%;margin:0 0 1.5em;font-size:13px}\
+table{border-collapse:collapse;table-layout:auto;width:100%;margin:0 0 1.5em;font-size:13px}\
 caption{text-align:left;font-weight:bold;padding:4px 0}\
 td,th{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top;overflow-wrap:anywhere}\
-th{background:#f3f3f3}td{font-family:ui-monospace,monospace;font-size:12px}\
+th{background:#f3f3f3}td{font-family:ui-monospace,monospace;font-size:12px}.s{white-space:nowrap}\
 .missing{color:#a33}\
 @media print{.controls{display:none}.grid{display:block}\
 figure,table{break-inside:avoid;page-break-inside:avoid}h2,h3{break-after:avoid}}";

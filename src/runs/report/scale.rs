@@ -64,6 +64,28 @@ pub fn axis(min: f64, max: f64, integer: bool) -> Axis {
     }
 }
 
+/// The x axis: like [`axis`], but ending where the data ends (a run of
+/// 16 steps is not drawn to 20) when at least three ticks fall inside.
+pub fn x_axis(min: f64, max: f64, integer: bool) -> Axis {
+    let padded = axis(min, max, integer);
+    let inside: Vec<f64> = padded
+        .ticks
+        .iter()
+        .copied()
+        .filter(|t| *t >= min && *t <= max)
+        .collect();
+    if max > min && inside.len() >= 3 {
+        Axis {
+            lo: min,
+            hi: max,
+            ticks: inside,
+            step: padded.step,
+        }
+    } else {
+        padded
+    }
+}
+
 /// The round number (1, 2 or 5 times a power of ten) nearest above `raw`.
 fn nice(raw: f64) -> f64 {
     if !(raw > 0.0) || !raw.is_finite() {

@@ -10,6 +10,9 @@ use crate::runs::compare::Comparison;
 use crate::runs::manifest::ImageRecord;
 use crate::runs::store::RunDir;
 
+/// The longest cell kept on one line in report.html.
+const SHORT_CELL: usize = 24;
+
 /// A titled table of text cells.
 pub struct Table {
     pub title: String,
@@ -41,10 +44,19 @@ impl Table {
     }
 
     pub fn html(&self) -> String {
+        // Short cells (a status, a shortened hash, a label) stay on one
+        // line; long ones (a run id, an argv) wrap anywhere.
         let cells = |tag: &str, cells: &[String]| {
             cells
                 .iter()
-                .map(|c| format!("<{tag}>{}</{tag}>", escape_html(c)))
+                .map(|c| {
+                    let class = if c.chars().count() <= SHORT_CELL {
+                        " class=\"s\""
+                    } else {
+                        ""
+                    };
+                    format!("<{tag}{class}>{}</{tag}>", escape_html(c))
+                })
                 .collect::<String>()
         };
         let mut out = format!(
@@ -80,8 +92,9 @@ pub fn escape_html(text: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// The runs and where each ran: one row per run.
-pub fn environment(runs: &[RunDir]) -> Table {
+/// The runs and where each ran: one row per run, first its label in the
+/// charts' legends (`legends`).
+pub fn environment(runs: &[RunDir], legends: &[String]) -> Table {
     let mut table = Table::new(
         "Runs and where they ran",
         &[
@@ -98,7 +111,7 @@ pub fn environment(runs: &[RunDir]) -> Table {
             "git",
         ],
     );
-    for (run, label) in runs.iter().zip(run_labels(runs)) {
+    for (run, label) in runs.iter().zip(legends.iter().cloned()) {
         let m = &run.manifest;
         let env = &m.environment;
         let gpus: Vec<String> = env.host.gpus.iter().map(|g| g.name.clone()).collect();

@@ -178,7 +178,7 @@ fn gpt2_runs_get_their_charts_a_colour_per_run_legends_below_the_plot_and_gpu_pa
         "{names:?}"
     );
     let html = read(&out.join("report.html"));
-    assert!(html.contains("table-layout:fixed") && html.contains("overflow-wrap:anywhere"));
+    assert!(html.contains("overflow-wrap:anywhere"));
     // The x axis can be the tokens or the training time (from step_ms).
     assert!(html.contains("<option value=\"tokens\">") && html.contains("data-x=\"train_time_s\""));
     // Charts come before the tables.
@@ -237,9 +237,9 @@ fn a_chart_without_data_is_named_not_drawn_and_arrays_become_tables() {
     // Schemes as their own table, not as `schemes.int8.bytes` metric lines
     // (compare names array items by their scheme).
     assert!(html.contains("<caption>tiny cccccccc: schemes</caption>"));
-    assert!(!html.contains("<td>schemes."), "{html}");
+    assert!(!html.contains(">schemes."), "{html}");
     assert!(
-        html.contains("<td>parameters</td>"),
+        html.contains(">parameters</td>"),
         "top-level metrics stay: {html}"
     );
     let md = read(&out.join("report.md"));
@@ -295,6 +295,10 @@ fn step_axes_get_integer_ticks_and_a_single_value_a_padded_round_range() {
     assert!(steps.ticks.iter().all(|t| *t == t.trunc()), "{steps:?}");
     assert_eq!(steps.lo, 0.0);
     assert!(steps.hi >= 16.0);
+    // The x axis ends with the data when three ticks fit inside.
+    let tight = scale::x_axis(1.0, 16.0, true);
+    assert_eq!((tight.lo, tight.hi), (1.0, 16.0));
+    assert_eq!(tight.ticks, [5.0, 10.0, 15.0]);
     // Two rounds (1, 2): ticks 0 1 2 …, not 1.2 1.4.
     let rounds = scale::axis(1.0, 2.0, true);
     assert_eq!(rounds.step, 1.0, "{rounds:?}");
