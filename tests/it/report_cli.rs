@@ -48,8 +48,23 @@ const charts = shown.map(svg => {
           covering: texts.filter(t => boxes.some(b => overlap(t.getBBox(), b)))
                          .map(t => t.textContent.trim())};
 });
+// The controls, after the measuring: smoothing 0 must give the raw
+// points back; choosing tokens must show each chart's tokens view.
+const numbers = line => line.getAttribute('points').trim().split(/[\s,]+/).map(Number);
+const slider = document.getElementById('smoothing');
+slider.value = '0';
+slider.dispatchEvent(new Event('input'));
+const unsmoothed = [...document.querySelectorAll('g.series')].every(g => {
+  const raw = numbers(g.querySelector('.raw')), line = numbers(g.querySelector('.smooth'));
+  return raw.length === line.length && raw.every((v, i) => Math.abs(v - line[i]) < 0.051);
+});
+const choice = document.getElementById('x-axis');
+if (choice) { choice.value = 'tokens'; choice.dispatchEvent(new Event('change')); }
+const views = Object.fromEntries([...document.querySelectorAll('figure.chart')].map(f =>
+  [f.id, [...f.querySelectorAll('svg.view')].filter(v => v.style.display !== 'none').map(v => v.dataset.x)]));
 document.getElementById('envgen-probe').textContent = JSON.stringify(
-  {width: document.documentElement.scrollWidth, height: window.innerHeight, charts});
+  {width: document.documentElement.scrollWidth, height: window.innerHeight, charts,
+   unsmoothed, views});
 </script></body>"#;
 
 fn chromium() -> PathBuf {
@@ -450,6 +465,19 @@ fn compare_report(runs: &Path, reports: &Path, gpt2: &Path, gpt2_sets: &[&str], 
         throughput["smoothed"], 3,
         "throughput is smoothed: {throughput}"
     );
+    // The page's controls: smoothing 0 draws the raw values; the x axis
+    // by tokens shows gpt2's tokens view (rft's rounds keep theirs).
+    assert_eq!(
+        rendered.probe["unsmoothed"], true,
+        "the slider did not re-smooth"
+    );
+    let views = &rendered.probe["views"];
+    assert_eq!(
+        views["gpt2-throughput"],
+        serde_json::json!(["tokens"]),
+        "{views}"
+    );
+    assert_eq!(views["rft-kept"], serde_json::json!(["round"]), "{views}");
     let stages = chart("metric-loss")["legend"].to_string();
     assert!(
         stages.contains("pretrain") && stages.contains("finetune"),
