@@ -181,6 +181,8 @@ fn gpt2_runs_get_their_charts_a_colour_per_run_legends_below_the_plot_and_gpu_pa
     assert!(html.contains("overflow-wrap:anywhere"));
     // The x axis can be the tokens or the training time (from step_ms).
     assert!(html.contains("<option value=\"tokens\">") && html.contains("data-x=\"train_time_s\""));
+    // Printed, no chart is cut across pages.
+    assert!(html.contains("@media print{") && html.contains("figure,table{break-inside:avoid"));
     // Charts come before the tables.
     assert!(html.find("<svg").unwrap() < html.find("<table").unwrap());
     assert!(!html.contains("Not drawn"), "every gpt2 chart has data");
