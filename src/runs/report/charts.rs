@@ -145,108 +145,217 @@ fn applies_to(spec: &ChartSpec, run: &RunDir, specs: &[ChartSpec]) -> bool {
     spec.experiment == "*" || spec.experiment == applies_as(specs, &run.manifest.experiment)
 }
 
-/// One plotted series: one run's values of one field (of one GPU).
+/// One drawn line: one run's values of one field (of one GPU, one stage).
 #[derive(Debug, Clone)]
-pub struct Series {
-    pub label: String,
+pub struct Line {
+    /// The run's index in the report: its colour.
+    pub run: usize,
+    /// The line's dash pattern: which field, GPU or stage (0: solid).
+    pub dash: usize,
     /// (x, y, point name), sorted by x.
     pub points: Vec<(f64, f64, Option<String>)>,
 }
 
-/// Each run's legend label: its preset and the short hash that ends its id
-/// (`gpt2-tiny-20261126-053228-e98a06e7` → `tiny e98a06e7`). That hash is
-/// the config's, so runs of one config (a native run and its Docker twin)
-/// would share a label: those get the time from their id as well
-/// (`tiny e98a06e7 053228`), and a number when even that is shared.
-pub fn run_labels<'a>(runs: impl IntoIterator<Item = &'a RunDir>) -> Vec<String> {
-    let runs: Vec<&RunDir> = runs.into_iter().collect();
-    let parts = |run: &RunDir| -> (String, String, String) {
-        let id = &run.manifest.run_id;
-        let mut tail = id.rsplit('-');
-        let short: String = tail.next().unwrap_or(id).chars().take(8).collect();
-        let time = tail.next().unwrap_or_default().to_owned();
-        let head = run
-            .manifest
-            .preset
-            .clone()
-            .unwrap_or_else(|| run.manifest.experiment.clone());
-        (head, short, time)
-    };
-    let mut labels: Vec<String> = runs
-        .iter()
-        .map(|r| {
-            let (head, short, _) = parts(r);
-            format!("{head} {short}")
-        })
-        .collect();
-    let shared =
-        |labels: &[String], i: usize| labels.iter().filter(|l| **l == labels[i]).count() > 1;
-    let with_time: Vec<bool> = (0..labels.len()).map(|i| shared(&labels, i)).collect();
-    for (i, run) in runs.iter().enumerate() {
-        if with_time[i] {
-            labels[i] = format!("{} {}", labels[i], parts(run).2);
-        }
-    }
-    let still: Vec<bool> = (0..labels.len()).map(|i| shared(&labels, i)).collect();
-    for (i, label) in labels.iter_mut().enumerate() {
-        if still[i] {
-            *label = format!("{label} #{}", i + 1);
-        }
-    }
-    labels
+/// A chart against one x axis (step, tokens or training time).
+#[derive(Debug, Clone)]
+pub struct View {
+    pub x: String,
+    pub x_label: String,
+    pub lines: Vec<Line>,
 }
 
-/// The series of `spec` over `runs` (each run's rows given by `rows_of`);
-/// empty series are left out, so an empty result means "nothing to draw".
-pub fn series_for(spec: &ChartSpec, runs: &[(RunDir, Vec<Value>)]) -> Vec<Series> {
+/// One chart: its views (the first is shown; the page switches), the
+/// legend's run labels and the names of its dash patterns.
+#[derive(Debug, Clone)]
+pub struct Chart {
+    pub id: String,
+    pub title: String,
+    pub section: String,
+    pub y_label: String,
+    pub style: Style,
+    /// What each dash pattern means, when a chart has more than one
+    /// (`loss` solid, `val_loss` dashed; GPU 0, GPU 1; stages).
+    pub dashes: Vec<String>,
+    pub views: Vec<View>,
+}
+
+/// The x axes a chart over `step` offers besides it: the tokens and the
+/// training time up to each row, summed from each row's `step_ms` and
+/// `tokens_per_s` by [`with_progress`].
+pub const PROGRESS_AXES: [(&str, &str); 2] =
+    [("tokens", "tokens"), ("train_time_s", "training time (s)")];
+
+/// `rows` with the tokens and training time up to each row added (as
+/// [`PROGRESS_AXES`] name them) where the rows carry `step_ms` (and
+/// `tokens_per_s`) and not those fields themselves.
+pub fn with_progress(rows: &[Value]) -> Vec<Value> {
+    let (mut seconds, mut tokens) = (0.0, 0.0);
+    rows.iter()
+        .map(|row| {
+            let mut row = row.clone();
+            let (Some(ms), Some(map)) = (row["step_ms"].as_f64(), row.as_object_mut()) else {
+                return row;
+            };
+            seconds += ms / 1e3;
+            map.entry("train_time_s").or_insert(seconds.into());
+            if let Some(rate) = map.get("tokens_per_s").and_then(Value::as_f64) {
+                tokens += rate * ms / 1e3;
+                map.entry("tokens").or_insert(tokens.round().into());
+            }
+            row
+        })
+        .collect()
+}
+
+/// The chart of `spec` over `runs` (each run's rows with progress added);
+/// `None` when no run has a point of it.
+pub fn spec_chart(spec: &ChartSpec, runs: &[(RunDir, Vec<Value>)]) -> Option<Chart> {
     let specs = all_specs();
-    let labels = run_labels(runs.iter().map(|(run, _)| run));
-    let mut out = Vec::new();
-    for ((run, metrics), label) in runs.iter().zip(labels) {
-        if !applies_to(spec, run, &specs) {
-            continue;
-        }
-        let rows = rows_of(spec, run, metrics);
-        let mut groups: Vec<Option<String>> = vec![None];
-        if let Some(group) = &spec.group {
-            groups = rows.iter().map(|r| Some(scalar_text(&r[group]))).collect();
-            groups.sort();
-            groups.dedup();
-        }
-        for key in &spec.series {
-            for group in &groups {
-                let mut points: Vec<(f64, f64, Option<String>)> = rows
-                    .iter()
-                    .filter(|r| match (&spec.group, group) {
-                        (Some(g), Some(want)) => scalar_text(&r[g]) == *want,
-                        _ => true,
-                    })
-                    .filter_map(|r| {
-                        let (x, y) = (r[&spec.x].as_f64()?, r[key].as_f64()?);
-                        let name = spec.point_label.as_ref().map(|k| scalar_text(&r[k]));
-                        (x.is_finite() && y.is_finite()).then_some((x, y, name))
-                    })
-                    .collect();
-                if points.is_empty() {
-                    continue;
+    let mut xs = vec![(spec.x.clone(), spec.x_label.clone())];
+    if spec.x == "step" {
+        xs.extend(
+            PROGRESS_AXES
+                .iter()
+                .map(|(x, l)| (x.to_string(), l.to_string())),
+        );
+    }
+    let mut dashes: Vec<String> = Vec::new();
+    let mut views = Vec::new();
+    for (x, x_label) in xs {
+        let mut lines = Vec::new();
+        for (index, (run, metrics)) in runs.iter().enumerate() {
+            if !applies_to(spec, run, &specs) {
+                continue;
+            }
+            let rows = rows_of(spec, run, metrics);
+            let mut groups: Vec<Option<String>> = vec![None];
+            if let Some(group) = &spec.group {
+                groups = rows.iter().map(|r| Some(scalar_text(&r[group]))).collect();
+                groups.sort();
+                groups.dedup();
+            }
+            for key in &spec.series {
+                for group in &groups {
+                    let points =
+                        points_of(&rows, &x, key, spec.point_label.as_deref(), |r| {
+                            match (&spec.group, group) {
+                                (Some(g), Some(want)) => scalar_text(&r[g]) == *want,
+                                _ => true,
+                            }
+                        });
+                    if points.is_empty() {
+                        continue;
+                    }
+                    let name = match (&spec.group, group) {
+                        (Some(g), Some(value)) if spec.series.len() > 1 => {
+                            format!("{key} {g} {value}")
+                        }
+                        (Some(g), Some(value)) => format!("{g} {value}"),
+                        _ => key.clone(),
+                    };
+                    let dash = match dashes.iter().position(|d| *d == name) {
+                        Some(i) => i,
+                        None => {
+                            dashes.push(name);
+                            dashes.len() - 1
+                        }
+                    };
+                    lines.push(Line {
+                        run: index,
+                        dash,
+                        points,
+                    });
                 }
-                points.sort_by(|a, b| a.0.total_cmp(&b.0));
-                let mut name = label.clone();
-                if spec.series.len() > 1 {
-                    name = format!("{name} {key}");
-                }
-                if let (Some(g), Some(value)) = (&spec.group, group) {
-                    name = format!("{name} {g} {value}");
-                }
-                out.push(Series {
-                    label: name,
-                    points,
-                });
             }
         }
+        if !lines.is_empty() {
+            views.push(View { x, x_label, lines });
+        }
     }
-    out
+    if views.is_empty() {
+        return None;
+    }
+    if dashes.len() < 2 {
+        dashes.clear();
+    }
+    Some(Chart {
+        id: spec.file_stem(),
+        title: spec.heading(),
+        section: section_of(spec.series.first().map_or("", String::as_str)).to_string(),
+        y_label: y_label(spec, runs),
+        style: spec.style,
+        dashes,
+        views,
+    })
 }
+
+/// The finite (x, y) points of `key` against `x` in the rows `keep`
+/// accepts, named by `point_label`, sorted by x.
+pub fn points_of(
+    rows: &[Value],
+    x: &str,
+    key: &str,
+    point_label: Option<&str>,
+    keep: impl Fn(&Value) -> bool,
+) -> Vec<(f64, f64, Option<String>)> {
+    let mut points: Vec<(f64, f64, Option<String>)> = rows
+        .iter()
+        .filter(|r| keep(r))
+        .filter_map(|r| {
+            let (x, y) = (r[x].as_f64()?, r[key].as_f64()?);
+            let name = point_label.map(|k| scalar_text(&r[k]));
+            (x.is_finite() && y.is_finite()).then_some((x, y, name))
+        })
+        .collect();
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    points
+}
+
+/// The report section a metric belongs in, from its prefix (`train/`,
+/// `eval/`, `optim/`, `throughput/`, `gpu/`) or, unprefixed, its name:
+/// `val_loss` and accuracies are eval, `lr` and `grad_norm` optim, rates
+/// (`*_per_s`) and timings throughput, the rest (`loss`) train.
+pub fn section_of(key: &str) -> &'static str {
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (prefix.to_ascii_lowercase(), name.to_ascii_lowercase()),
+        None => (String::new(), key.to_ascii_lowercase()),
+    };
+    match prefix.as_str() {
+        "train" | "training" => return "train",
+        "eval" | "val" | "valid" | "validation" | "test" => return "eval",
+        "optim" | "optimizer" | "lr" => return "optim",
+        "throughput" | "perf" | "speed" | "time" => return "throughput",
+        "gpu" | "system" | "sys" => return "gpu",
+        _ => {}
+    }
+    let has = |words: &[&str]| words.iter().any(|w| name.contains(w));
+    if has(&["util", "memory", "gpu"]) {
+        "gpu"
+    } else if has(&["per_s", "per_sec", "throughput", "_ms", "seconds"]) {
+        "throughput"
+    } else if name == "lr"
+        || has(&[
+            "learning_rate",
+            "grad_norm",
+            "loss_scale",
+            "weight_decay",
+            "momentum",
+        ])
+    {
+        "optim"
+    } else if name.starts_with("val")
+        || name.starts_with("eval")
+        || name.starts_with("test")
+        || has(&["accuracy", "answer_rate", "perplexity"])
+    {
+        "eval"
+    } else {
+        "train"
+    }
+}
+
+/// The sections in the order the page shows them.
+pub const SECTIONS: [&str; 5] = ["train", "eval", "optim", "throughput", "gpu"];
 
 /// The y axis label: `y_label`, or the value(s) of `y_label_from` in the
 /// runs' summaries (quantize's metric is perplexity or accuracy by source).

@@ -1,11 +1,18 @@
 //! `envgen runs report`: a Markdown and an HTML report over one or more
-//! runs: the runs and where they ran, the comparison as tables, and each
-//! experiment's own charts (SVG, via plotters; chosen in env/reports.toml),
-//! GPU panels when the runs sampled GPUs. A chart no run has data for is
-//! not drawn: the report names the metric that was missing instead.
+//! runs. Charts come first (a line per run above them), grouped in
+//! sections (train, eval, optim, throughput, gpu): each experiment's own
+//! charts (env/reports.toml) and one for every other numeric metric the
+//! runs logged, smoothed, with a legend naming what differs between the
+//! runs. The tables (where each ran, what differs, final metrics) follow.
+//! A chart of the experiment's own no run has data for is not drawn: the
+//! report names the metric that was missing instead.
 
+mod auto;
 mod charts;
 mod draw;
+mod legend;
+mod page;
+mod scale;
 mod tables;
 
 use std::path::{Path, PathBuf};
@@ -16,19 +23,13 @@ use serde_json::Value;
 use super::compare::compare;
 use super::store::RunDir;
 use crate::error::Result;
-use tables::{escape_html, Table};
+use charts::Chart;
 
-/// One drawn chart, or why it was not.
-enum Drawn {
-    Chart {
-        name: String,
-        title: String,
-        svg: String,
-    },
-    Missing {
-        title: String,
-        why: String,
-    },
+/// The report's charts, and those of the experiments' own it could not
+/// draw (title, why).
+struct Charts {
+    drawn: Vec<Chart>,
+    missing: Vec<(String, String)>,
 }
 
 /// Write `report.md`, `report.html` and one `NAME.svg` per drawn chart
@@ -37,73 +38,35 @@ pub fn write_report(runs: &[RunDir], out: &Path) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let with_rows = runs
         .iter()
-        .map(|run| Ok((run.clone(), run.metrics()?)))
+        .map(|run| Ok((run.clone(), rows_of(run)?)))
         .collect::<Result<Vec<(RunDir, Vec<Value>)>>>()?;
-    let mut drawn = Vec::new();
-    for spec in charts::specs_for(runs) {
-        let series = charts::series_for(&spec, &with_rows);
-        if series.is_empty() {
-            drawn.push(Drawn::Missing {
-                title: spec.heading(),
-                why: format!(
-                    "no run recorded {} against `{}` in {}",
-                    spec.series
-                        .iter()
-                        .map(|s| format!("`{s}`"))
-                        .collect::<Vec<_>>()
-                        .join(" or "),
-                    spec.x,
-                    spec.source()
-                ),
-            });
-            continue;
-        }
-        let y_label = charts::y_label(&spec, &with_rows);
-        let heading = spec.heading();
-        let axes = draw::Axes {
-            title: &heading,
-            x_label: &spec.x_label,
-            y_label: &y_label,
-            style: spec.style,
-        };
-        drawn.push(Drawn::Chart {
-            name: spec.file_stem(),
-            title: heading.clone(),
-            svg: draw::chart(&axes, &series)?,
-        });
-    }
+    let charts = charts_of(runs, &with_rows);
+    let labels = legend::legend_labels(runs);
 
     let comparison = compare(runs);
-    let environment = tables::environment(runs);
+    let environment = tables::environment(runs, &labels);
     let (same_config, comparison_tables) = tables::comparison(&comparison, runs);
     let items = tables::item_tables(runs);
+    let mut all_tables = vec![environment];
+    all_tables.extend(comparison_tables);
+    all_tables.extend(items);
+    let summary = page::run_lines(runs, &labels);
+    let report = page::Report {
+        summary: &summary,
+        same_config: &same_config,
+        tables: &all_tables,
+        charts: &charts.drawn,
+        missing: &charts.missing,
+        labels: &labels,
+    };
 
     let mut files: Vec<(String, String)> = vec![
-        (
-            "report.md".into(),
-            markdown(
-                &environment,
-                &same_config,
-                &comparison_tables,
-                &items,
-                &drawn,
-            ),
-        ),
-        (
-            "report.html".into(),
-            html(
-                &environment,
-                &same_config,
-                &comparison_tables,
-                &items,
-                &drawn,
-            ),
-        ),
+        ("report.md".into(), page::markdown(&report)),
+        ("report.html".into(), page::html(&report)),
     ];
-    for d in &drawn {
-        if let Drawn::Chart { name, svg, .. } = d {
-            files.push((format!("{name}.svg"), svg.clone()));
-        }
+    for chart in &charts.drawn {
+        let svg = draw::view_svg(chart, &chart.views[0], &labels, true);
+        files.push((format!("{}.svg", chart.id), svg));
     }
     let mut written = Vec::new();
     for (name, text) in files {
@@ -115,103 +78,89 @@ pub fn write_report(runs: &[RunDir], out: &Path) -> Result<Vec<PathBuf>> {
     Ok(written)
 }
 
-fn markdown(
-    environment: &Table,
-    same_config: &str,
-    comparison: &[Table],
-    items: &[Table],
-    drawn: &[Drawn],
-) -> String {
-    let mut md = format!(
-        "# envgen run report
-
-{}
-## Comparison
-
-{same_config}
-
-",
-        environment.markdown()
-    );
-    for table in comparison.iter().chain(items) {
-        md += &table.markdown();
-        md += "
-";
+/// A run's metrics.jsonl rows, then those of its stages (rft's
+/// `stages/pretrain/`, `stages/round-N/finetune/`) tagged with the stage,
+/// each file's rows with the tokens and training time up to them.
+fn rows_of(run: &RunDir) -> Result<Vec<Value>> {
+    let mut rows = charts::with_progress(&run.metrics()?);
+    let mut stage_files = Vec::new();
+    find_metrics(&run.path.join("stages"), &mut stage_files);
+    stage_files.sort();
+    for file in stage_files {
+        let Some(dir) = file.parent() else { continue };
+        let stage = dir
+            .strip_prefix(run.path.join("stages"))
+            .unwrap_or(dir)
+            .to_string_lossy()
+            .into_owned();
+        let text = envgen_experiments::engine::rundir::read_metrics_text(&file)?;
+        let stage_rows: Vec<Value> = text
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .map(|mut row| {
+                if let Some(map) = row.as_object_mut() {
+                    map.entry("stage").or_insert(stage.clone().into());
+                }
+                row
+            })
+            .collect();
+        rows.extend(charts::with_progress(&stage_rows));
     }
-    md += "## Charts
-
-";
-    for d in drawn {
-        match d {
-            Drawn::Chart { name, title, .. } => {
-                let title = tables::escape_markdown(title);
-                md += &format!(
-                    "### {title}
-
-![{title}]({name}.svg)
-
-"
-                )
-            }
-            Drawn::Missing { title, why } => {
-                let (title, why) = (tables::escape_markdown(title), tables::escape_markdown(why));
-                md += &format!(
-                    "- not drawn: {title}: {why}
-"
-                )
-            }
-        }
-    }
-    md
+    Ok(rows)
 }
 
-/// The page fits 1400 px: fixed table layouts that wrap long cells
-/// (hashes, image references) anywhere, and charts that scale down.
-const STYLE: &str = "body{font-family:sans-serif;max-width:1360px;margin:1em auto;padding:0 8px}\
-table{border-collapse:collapse;table-layout:fixed;width:100%;margin:0 0 1.5em;font-size:13px}\
-caption{text-align:left;font-weight:bold;padding:4px 0}\
-td,th{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top;overflow-wrap:anywhere}\
-th{background:#f3f3f3}figure{margin:0 0 1.5em}svg{max-width:100%;height:auto}\
-.missing{color:#a33}";
-
-fn html(
-    environment: &Table,
-    same_config: &str,
-    comparison: &[Table],
-    items: &[Table],
-    drawn: &[Drawn],
-) -> String {
-    let mut body = format!(
-        "<h1>envgen run report</h1>\n{}<h2>Comparison</h2>\n<p>{}</p>\n",
-        environment.html(),
-        escape_html(same_config)
-    );
-    for table in comparison.iter().chain(items) {
-        body += &table.html();
-    }
-    body += "<h2>Charts</h2>\n";
-    let mut missing = String::new();
-    for d in drawn {
-        match d {
-            Drawn::Chart { name, svg, .. } => {
-                body += &format!(
-                    "<figure class=\"chart\" id=\"{}\">{svg}</figure>\n",
-                    escape_html(name)
-                )
-            }
-            Drawn::Missing { title, why } => {
-                missing += &format!("<li>{}: {}</li>", escape_html(title), escape_html(why))
-            }
+/// The `metrics.jsonl` files under `dir`, at any depth.
+fn find_metrics(dir: &Path, found: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            find_metrics(&path, found);
+        } else if path.file_name().is_some_and(|n| n == "metrics.jsonl") {
+            found.push(path);
         }
     }
-    if !missing.is_empty() {
-        body +=
-            &format!("<p class=\"missing\">Not drawn:</p><ul class=\"missing\">{missing}</ul>\n");
+}
+
+/// The experiments' own charts, then one per other metric; sorted by
+/// section (stable: each section keeps the file's and the logs' order).
+fn charts_of(runs: &[RunDir], with_rows: &[(RunDir, Vec<Value>)]) -> Charts {
+    let specs = charts::specs_for(runs);
+    let mut drawn = Vec::new();
+    let mut missing = Vec::new();
+    for spec in &specs {
+        match charts::spec_chart(spec, with_rows) {
+            Some(chart) => drawn.push(chart),
+            // The defaults are a guess at a command's metrics: not
+            // finding them is no news (its metrics get charts of their own).
+            None if spec.experiment == "default" => {}
+            None => missing.push((
+                spec.heading(),
+                format!(
+                    "no run recorded {} against `{}` in {}",
+                    spec.series
+                        .iter()
+                        .map(|s| format!("`{s}`"))
+                        .collect::<Vec<_>>()
+                        .join(" or "),
+                    spec.x,
+                    spec.source()
+                ),
+            )),
+        }
     }
-    format!(
-        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>envgen run report</title>\
-         <style>{STYLE}</style></head>\n<body>{body}</body></html>\n"
-    )
+    drawn.extend(auto::metric_charts(with_rows, &specs));
+    drawn.sort_by_key(|c| section_rank(&c.section));
+    Charts { drawn, missing }
+}
+
+fn section_rank(section: &str) -> usize {
+    charts::SECTIONS
+        .iter()
+        .position(|s| *s == section)
+        .unwrap_or(charts::SECTIONS.len())
 }
 
 #[cfg(test)]

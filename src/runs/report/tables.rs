@@ -5,10 +5,13 @@
 
 use serde_json::Value;
 
-use super::charts::run_labels;
+use super::legend::run_labels;
 use crate::runs::compare::Comparison;
 use crate::runs::manifest::ImageRecord;
 use crate::runs::store::RunDir;
+
+/// The longest cell kept on one line in report.html.
+const SHORT_CELL: usize = 24;
 
 /// A titled table of text cells.
 pub struct Table {
@@ -41,10 +44,19 @@ impl Table {
     }
 
     pub fn html(&self) -> String {
+        // Short cells (a status, a shortened hash, a label) stay on one
+        // line; long ones (a run id, an argv) wrap anywhere.
         let cells = |tag: &str, cells: &[String]| {
             cells
                 .iter()
-                .map(|c| format!("<{tag}>{}</{tag}>", escape_html(c)))
+                .map(|c| {
+                    let class = if c.chars().count() <= SHORT_CELL {
+                        " class=\"s\""
+                    } else {
+                        ""
+                    };
+                    format!("<{tag}{class}>{}</{tag}>", escape_html(c))
+                })
                 .collect::<String>()
         };
         let mut out = format!(
@@ -80,8 +92,9 @@ pub fn escape_html(text: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// The runs and where each ran: one row per run.
-pub fn environment(runs: &[RunDir]) -> Table {
+/// The runs and where each ran: one row per run, first its label in the
+/// charts' legends (`legends`).
+pub fn environment(runs: &[RunDir], legends: &[String]) -> Table {
     let mut table = Table::new(
         "Runs and where they ran",
         &[
@@ -98,27 +111,27 @@ pub fn environment(runs: &[RunDir]) -> Table {
             "git",
         ],
     );
-    for (run, label) in runs.iter().zip(run_labels(runs)) {
+    for (run, label) in runs.iter().zip(legends.iter().cloned()) {
         let m = &run.manifest;
         let env = &m.environment;
         let gpus: Vec<String> = env.host.gpus.iter().map(|g| g.name.clone()).collect();
         let image = match &env.image {
             None => "-".to_string(),
-            Some(ImageRecord::Docker(i)) => format!("{}@{}", i.reference, i.digest),
+            Some(ImageRecord::Docker(i)) => format!("{}@{}", i.reference, short_hash(&i.digest)),
             Some(ImageRecord::Cluster(i)) => match &i.digest {
-                Some(digest) => format!("{}@{digest}", i.reference),
+                Some(digest) => format!("{}@{}", i.reference, short_hash(digest)),
                 None => i.reference.clone(),
             },
         };
         let profile = match &m.profile.name {
             Some(name) => name.clone(),
-            None => serde_json::to_string(&m.profile).unwrap_or_default(),
+            None => key_values(&serde_json::to_value(&m.profile).unwrap_or_default()),
         };
         table.rows.push(vec![
             label,
             run.run_id(),
             run.status().to_owned(),
-            run.config_hash().unwrap_or("-").to_owned(),
+            run.config_hash().map_or("-".into(), short_hash),
             profile,
             env.place.clone(),
             image,
@@ -132,10 +145,55 @@ pub fn environment(runs: &[RunDir]) -> Table {
                 .clone()
                 .unwrap_or_else(|| "-".into()),
             env.envgen_version.clone(),
-            env.git_revision.clone().unwrap_or_else(|| "-".into()),
+            env.git_revision
+                .as_deref()
+                .map_or("-".into(), |rev| rev.chars().take(12).collect()),
         ]);
     }
     table
+}
+
+/// A hash as its algorithm and first 12 digits (`sha256:0123456789ab…`):
+/// the full one is in manifest.json, and 64 digits wrap a table cell.
+pub fn short_hash(hash: &str) -> String {
+    let (algorithm, digits) = match hash.split_once(':') {
+        Some((algorithm, digits)) => (format!("{algorithm}:"), digits),
+        None => (String::new(), hash),
+    };
+    if digits.len() > 16 && digits.chars().all(|c| c.is_ascii_hexdigit()) {
+        format!("{algorithm}{}…", &digits[..12])
+    } else {
+        hash.to_string()
+    }
+}
+
+/// An object's set fields as `key=value` (the hardware profile's knobs),
+/// nested ones dotted, unset (null) ones left out.
+fn key_values(value: &Value) -> String {
+    let Some(map) = value.as_object() else {
+        return value_text(value);
+    };
+    let mut parts = Vec::new();
+    for (key, v) in map {
+        match v {
+            Value::Null => {}
+            Value::Object(_) => {
+                let inner = key_values(v);
+                parts.extend(
+                    inner
+                        .split(' ')
+                        .filter(|p| !p.is_empty())
+                        .map(|p| format!("{key}.{p}")),
+                );
+            }
+            other => parts.push(format!("{key}={}", value_text(other))),
+        }
+    }
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(" ")
+    }
 }
 
 /// The comparison as tables: what differs between the runs, and their
@@ -148,7 +206,7 @@ pub fn comparison(cmp: &Comparison, runs: &[RunDir]) -> (String, Vec<Table>) {
             cmp.runs
                 .first()
                 .and_then(|r| r.config_hash.as_deref())
-                .unwrap_or("?")
+                .map_or("?".into(), short_hash)
         )
     } else {
         "Same science config: no (the config hashes differ).".to_string()
