@@ -48,6 +48,7 @@ mod runs_watch;
 mod slurm;
 mod sudoku_cli;
 mod tensorboard_cli;
+mod toolchain;
 mod tune_cli;
 mod user_command;
 mod user_command_docker;
