@@ -99,14 +99,20 @@ pub fn map_path(path: &Path, map: &[(PathBuf, PathBuf)]) -> Option<PathBuf> {
         .map(|(_, inside, rest)| inside.join(rest))
 }
 
-/// Mount a user command's code read-only at [`CONTAINER_WORKSPACE`] and
-/// add it to the path map, so the container's envgen runs the command in
-/// the same directory of it (`docker_mounts`' env must hold the map).
-pub fn add_workspace(mounts: &mut Vec<Mount>, env: &mut [(String, String)], host: &Path) {
+/// Mount a user command's code at [`CONTAINER_WORKSPACE`] (read-only
+/// unless `--writable-workspace`) and add it to the path map, so the
+/// container's envgen runs the command in the same directory of it
+/// (`docker_mounts`' env must hold the map).
+pub fn add_workspace(
+    mounts: &mut Vec<Mount>,
+    env: &mut [(String, String)],
+    host: &Path,
+    read_only: bool,
+) {
     mounts.push(Mount {
         host: host.to_path_buf(),
         container: CONTAINER_WORKSPACE.to_string(),
-        read_only: true,
+        read_only,
     });
     if let Some((_, map)) = env.iter_mut().find(|(name, _)| name == PATH_MAP_ENV) {
         map.push_str(&format!("\n{}={CONTAINER_WORKSPACE}", host.display()));

@@ -347,6 +347,7 @@ pub fn launch_args_of(launch: &LaunchFlags) -> Vec<String> {
     if launch.cdi {
         words.push("--cdi".into());
     }
+    words.extend(launch.docker.flags());
     words
 }
 

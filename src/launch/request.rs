@@ -17,6 +17,7 @@ use super::ranks::{plan_world, WorldPlan};
 use super::slurm::sbatch::{check_directive, check_job_dir, Runtime};
 use crate::error::{Result, UserError};
 use crate::image::daemon::container::GpuRequest;
+use crate::image::daemon::options::{ContainerOptions, Ipc};
 use crate::profiles::Profiles;
 
 /// `--where`.
@@ -66,6 +67,9 @@ pub struct LaunchFlags {
     pub mem: Option<String>,
     pub gpus: Option<String>,
     pub cdi: bool,
+    /// `--network`, `--ipc`, `--shm-size`, `--home-size`,
+    /// `--writable-workspace` (Docker; issue #39): hardened by default.
+    pub docker: ContainerOptions,
 }
 
 /// `envgen run`'s flags as plain values (the CLI's job: parse them).
@@ -172,6 +176,9 @@ impl RunRequest {
             Some(spec) if decision.place == Place::Docker => Some(parse_gpus(spec)?),
             _ => None,
         };
+        if !flags.launched {
+            check_container_options(&flags, decision.place)?;
+        }
         if flags.detach && decision.place == Place::Docker && !flags.launched {
             return Err(UserError::usage(
                 "--detach is for Slurm jobs: a Docker run is followed until it ends",
@@ -406,6 +413,47 @@ fn slurm_runtime(launch: &LaunchFlags) -> Result<Runtime> {
         },
         Container::Pyxis => Runtime::Pyxis { image: image()? },
     })
+}
+
+/// Refuse container knobs where there is no container to give them to, and
+/// combinations Docker would silently ignore.
+fn check_container_options(flags: &RunFlags, place: Place) -> Result<()> {
+    let options = &flags.launch.docker;
+    let given = options.flags();
+    if given.is_empty() {
+        return Ok(());
+    }
+    let named: Vec<&str> = given
+        .iter()
+        .filter(|w| w.starts_with("--"))
+        .map(String::as_str)
+        .collect();
+    if place != Place::Docker {
+        return Err(UserError::usage(format!(
+            "{} {} Docker's container knobs, but this run goes to {}",
+            named.join(", "),
+            if named.len() == 1 { "is one of" } else { "are" },
+            place.name()
+        ))
+        .with_fix("add --where docker, or drop them")
+        .into());
+    }
+    if options.ipc == Ipc::Host && options.shm_size_bytes.is_some() {
+        return Err(UserError::usage(
+            "--shm-size with --ipc host: the container uses the host's /dev/shm, so the size would be ignored",
+        )
+        .with_fix("keep one: --ipc host (the host's /dev/shm) or --shm-size SIZE (its own)")
+        .into());
+    }
+    if options.writable_workspace && flags.experiment != command::NAME {
+        return Err(UserError::usage(format!(
+            "--writable-workspace is for your own command's code; envgen run {} mounts none",
+            flags.experiment
+        ))
+        .with_fix("drop it (a bundled experiment writes into its run directory), or run your code: envgen run --where docker --writable-workspace -- python train.py")
+        .into());
+    }
+    Ok(())
 }
 
 /// Run one value of a config key per array task (`--sweep key=v1,v2`).

@@ -1,6 +1,8 @@
 //! `envgen runs compare`: same science config? Which science keys differ
-//! (they change the result), then which hardware knobs (speed only), then
-//! where the runs ran; how far apart the final metrics are.
+//! (they change the result), then which variables of a command's
+//! environment (knobs the config does not see: they may change either),
+//! then which hardware knobs (speed only), then where the runs ran; how far
+//! apart the final metrics are.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -22,9 +24,13 @@ const ENVIRONMENT_SECTIONS: &[&str] = &[
     "host",
     "envgen_version",
     "git_revision",
-    // A user command's code and environment: commit, diff_hash, env (issue #25).
+    // A user command's code: commit, diff_hash (issue #25); its `env` is
+    // split off as [`DifferenceKind::CommandEnv`].
     "command",
 ];
+
+/// Dotted-path prefix of a command's environment variables in the manifest.
+const COMMAND_ENV: &str = "command.env.";
 
 #[derive(Debug, Serialize)]
 pub struct Comparison {
@@ -57,6 +63,11 @@ pub struct Difference {
 pub enum DifferenceKind {
     /// A key of the science config (`config.toml`): changes the result.
     Science,
+    /// A variable of a user command's environment (`command.env.NAME`,
+    /// issue #39): outside `config_hash`, yet `MICRO_BATCH_SIZE` or
+    /// `NVIDIA_TF32_OVERRIDE` may change the result or the speed.
+    #[serde(rename = "command_env")]
+    CommandEnv,
     /// A hardware knob (manifest `profile`, world size): changes speed only.
     Hardware,
     /// Where the run ran: place, image, host, versions, data files.
@@ -102,13 +113,20 @@ pub fn compare(runs: &[RunDir]) -> Comparison {
             })
             .collect()
     };
+    let (environment, command_env): (Vec<_>, Vec<_>) = manifest_fields(ENVIRONMENT_SECTIONS)
+        .into_iter()
+        .map(|fields| {
+            let (env, rest): (BTreeMap<_, _>, BTreeMap<_, _>) = fields
+                .into_iter()
+                .partition(|(field, _)| field.starts_with(COMMAND_ENV));
+            (rest, env)
+        })
+        .unzip();
     let differences = [
         (DifferenceKind::Science, science),
+        (DifferenceKind::CommandEnv, command_env),
         (DifferenceKind::Hardware, manifest_fields(HARDWARE_SECTIONS)),
-        (
-            DifferenceKind::Environment,
-            manifest_fields(ENVIRONMENT_SECTIONS),
-        ),
+        (DifferenceKind::Environment, environment),
     ]
     .into_iter()
     .flat_map(|(kind, flat)| {
@@ -253,7 +271,21 @@ pub fn render_text(cmp: &Comparison) -> String {
             esc(&run.path)
         );
     }
-    out += &if cmp.same_config {
+    let env_knobs: Vec<&str> = cmp
+        .differences
+        .iter()
+        .filter(|d| d.kind == DifferenceKind::CommandEnv)
+        .map(|d| d.field.strip_prefix(COMMAND_ENV).unwrap_or(&d.field))
+        .collect();
+    out += &if cmp.same_config && !env_knobs.is_empty() {
+        // The config hash covers the command line, not its environment: a
+        // plain "yes" would hide a 4x batch change (issue #39).
+        format!(
+            "\nsame science config: yes ({}), but the command's environment differs: {}\n",
+            cmp.runs[0].config_hash.as_deref().unwrap_or("?"),
+            esc(&env_knobs.join(", "))
+        )
+    } else if cmp.same_config {
         format!(
             "\nsame science config: yes ({})\n",
             cmp.runs[0].config_hash.as_deref().unwrap_or("?")
@@ -273,6 +305,10 @@ pub fn render_text(cmp: &Comparison) -> String {
         (
             DifferenceKind::Science,
             "science config (config.toml) differs:",
+        ),
+        (
+            DifferenceKind::CommandEnv,
+            "command environment differs (may change the result or the speed):",
         ),
         (
             DifferenceKind::Hardware,
@@ -474,6 +510,46 @@ mod tests {
         assert!(science < hardware && hardware < host, "{text}");
         assert!(text.contains("train.steps  300 → 24"), "{text}");
         assert!(text.contains("profile.micro_batch  16 → 64"), "{text}");
+    }
+
+    /// Issue #39: a knob passed through the environment is a difference of
+    /// its own, and "same science config: yes" says so.
+    #[test]
+    fn a_command_environment_change_is_listed_and_qualifies_same_config() {
+        let with_env = |id: &str, batch: &str| {
+            let mut r = run(id, "sha256:1", "g", 8, 2.0);
+            r.manifest.environment.command = Some(crate::runs::command_record::CommandRecord {
+                argv: vec!["python".into(), "train.py".into()],
+                workdir: "/w".into(),
+                git: None,
+                env: [("MICRO_BATCH_SIZE", batch), ("HOME", "/root")]
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .into(),
+            });
+            r
+        };
+        let cmp = compare(&[with_env("a", "4"), with_env("b", "16")]);
+        assert!(cmp.same_config);
+        let kinds: Vec<(DifferenceKind, &str)> = cmp
+            .differences
+            .iter()
+            .map(|d| (d.kind, d.field.as_str()))
+            .collect();
+        assert_eq!(
+            kinds,
+            [(DifferenceKind::CommandEnv, "command.env.MICRO_BATCH_SIZE")]
+        );
+        let text = render_text(&cmp);
+        assert!(
+            text.contains("same science config: yes (sha256:1), but the command's environment differs: MICRO_BATCH_SIZE"),
+            "{text}"
+        );
+        assert!(
+            text.contains("command environment differs (may change the result or the speed):\n  command.env.MICRO_BATCH_SIZE  4 → 16"),
+            "{text}"
+        );
+        let json = serde_json::to_value(&cmp).unwrap();
+        assert_eq!(json["differences"][0]["kind"], "command_env");
     }
 
     #[test]
