@@ -200,6 +200,25 @@ pub fn same_path_binds(runs: &[PathBuf], data_dirs: &[PathBuf]) -> Vec<PathBuf> 
 mod tests {
     use super::*;
 
+    /// Issue #39: `--writable-workspace` is the one way the code is writable.
+    #[test]
+    fn the_workspace_is_read_only_unless_asked() {
+        for read_only in [true, false] {
+            let mut mounts = Vec::new();
+            let mut env = vec![(
+                PATH_MAP_ENV.to_string(),
+                "/runs/x=/run/envgen/run".to_string(),
+            )];
+            add_workspace(&mut mounts, &mut env, Path::new("/home/me/repo"), read_only);
+            assert_eq!(mounts.len(), 1);
+            assert_eq!(mounts[0].container, CONTAINER_WORKSPACE);
+            assert_eq!(mounts[0].read_only, read_only);
+            assert!(env[0]
+                .1
+                .ends_with(&format!("\n/home/me/repo={CONTAINER_WORKSPACE}")));
+        }
+    }
+
     #[test]
     fn host_paths_in_the_config_map_to_the_mounts() {
         let mut science: toml::Value = toml::from_str(
