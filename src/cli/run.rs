@@ -26,7 +26,7 @@ pub struct Args {
     #[arg(
         last = true,
         value_name = "CMD ARGS",
-        conflicts_with_all = ["experiment", "preset", "config", "overrides", "sweep", "resume", "from_run"]
+        conflicts_with_all = ["experiment", "preset", "config", "overrides", "resume", "from_run"]
     )]
     pub command: Vec<String>,
     /// The experiment's science config by name (`envgen experiments
@@ -44,7 +44,8 @@ pub struct Args {
     #[arg(long, value_name = "RUN_DIR", conflicts_with_all = ["preset", "config", "overrides", "sweep"], help_heading = "Science")]
     pub resume: Option<PathBuf>,
     /// One run per value of a config key, as a Slurm job array, e.g.
-    /// --sweep train.seed=1,2,3 (needs --where slurm).
+    /// --sweep train.seed=1,2,3 (needs --where slurm). Your command: a
+    /// variable (--sweep ENV:MICRO_BATCH_SIZE=4,16) or {KEY} in its arguments.
     #[arg(long, value_name = "KEY=V1,V2,…", help_heading = "Science")]
     pub sweep: Option<String>,
     /// Your command as N processes under torchrun (PyTorch's launcher:

@@ -145,6 +145,9 @@ impl RunRequest {
             None
         };
         let sweep = flags.sweep.as_deref().map(Sweep::parse).transpose()?;
+        if let Some(sweep) = &sweep {
+            check_sweep_target(sweep, command.as_ref(), &flags.experiment)?;
+        }
         if sweep.is_some() && decision.place != Place::Slurm {
             return Err(UserError::usage(format!(
                 "--sweep fans out a Slurm job array, but this run goes to {} ({})",
@@ -456,6 +459,30 @@ fn check_container_options(flags: &RunFlags, place: Place) -> Result<()> {
     Ok(())
 }
 
+/// A sweep of a command applies to each value (a `{KEY}` it lacks is
+/// refused now); `ENV:` sweeps are for commands only.
+fn check_sweep_target(
+    sweep: &Sweep,
+    command: Option<&CommandSpec>,
+    experiment: &str,
+) -> Result<()> {
+    match command {
+        Some(spec) => {
+            for value in &sweep.values {
+                command::with_sweep_values(&spec.config, &[format!("{}={value}", sweep.key)])?;
+            }
+            Ok(())
+        }
+        None if sweep.key.starts_with(command::SWEEP_ENV) => Err(UserError::usage(format!(
+            "--sweep {}=…: a variable sweep is for your own command; envgen run {experiment} reads its science config only",
+            sweep.key
+        ))
+        .with_fix("sweep a config key (--sweep train.seed=1,2), or run your code: envgen run --where slurm --sweep ENV:NAME=a,b -- python train.py")
+        .into()),
+        None => Ok(()),
+    }
+}
+
 /// Run one value of a config key per array task (`--sweep key=v1,v2`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sweep {
@@ -464,7 +491,8 @@ pub struct Sweep {
 }
 
 impl Sweep {
-    /// Parse `key=v1,v2,…` (key: letters, digits, `_`, `.`; at least one value).
+    /// Parse `key=v1,v2,…` (key: letters, digits, `_`, `.`, or `ENV:` and a
+    /// variable's name; at least one value).
     pub fn parse(spec: &str) -> Result<Sweep> {
         let bad = |why: &str| -> anyhow::Error {
             UserError::usage(format!("--sweep {spec:?}: {why}"))
@@ -472,8 +500,9 @@ impl Sweep {
                 .into()
         };
         let (key, values) = spec.split_once('=').ok_or_else(|| bad("missing '='"))?;
-        let key_ok = !key.is_empty()
-            && key
+        let bare = key.strip_prefix(command::SWEEP_ENV).unwrap_or(key);
+        let key_ok = !bare.is_empty()
+            && bare
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
         if !key_ok {
@@ -493,6 +522,16 @@ impl Sweep {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn variable_sweeps_name_a_variable() {
+        let sweep = Sweep::parse("ENV:MICRO_BATCH_SIZE=4,16").unwrap();
+        assert_eq!(sweep.key, "ENV:MICRO_BATCH_SIZE");
+        assert_eq!(sweep.values, ["4", "16"]);
+        for spec in ["ENV:=1", "ENV:A B=1", "ENV:A$=1"] {
+            assert!(Sweep::parse(spec).is_err(), "{spec}");
+        }
+    }
 
     #[test]
     fn bad_sweeps_are_usage_errors() {
