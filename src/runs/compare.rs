@@ -27,6 +27,8 @@ const ENVIRONMENT_SECTIONS: &[&str] = &[
     // A user command's code: commit, diff_hash (issue #25); its `env` is
     // split off as [`DifferenceKind::CommandEnv`].
     "command",
+    // The container's knobs (issue #39), not its name (one per run).
+    "docker.options",
 ];
 
 /// Dotted-path prefix of a command's environment variables in the manifest.
@@ -107,7 +109,9 @@ pub fn compare(runs: &[RunDir]) -> Comparison {
                 let manifest = serde_json::to_value(&run.manifest).unwrap_or_default();
                 let mut fields = BTreeMap::new();
                 for section in sections {
-                    flatten(section, &manifest[*section], &mut fields);
+                    // A dotted section (`docker.options`) is a path into the manifest.
+                    let value = section.split('.').fold(&manifest, |v, key| &v[key]);
+                    flatten(section, value, &mut fields);
                 }
                 fields
             })
@@ -550,6 +554,26 @@ mod tests {
         );
         let json = serde_json::to_value(&cmp).unwrap();
         assert_eq!(json["differences"][0]["kind"], "command_env");
+    }
+
+    #[test]
+    fn relaxed_container_knobs_are_an_environment_difference() {
+        let a = run("a", "sha256:1", "g", 8, 2.0);
+        let mut b = run("b", "sha256:1", "g", 8, 2.0);
+        let docker = b.manifest.environment.docker.as_mut().unwrap();
+        docker.container = "envgen-other".into();
+        docker.options.as_mut().unwrap().shm_size_bytes = Some(2 << 30);
+        let cmp = compare(&[a, b]);
+        let kinds: Vec<(DifferenceKind, &str)> = cmp
+            .differences
+            .iter()
+            .map(|d| (d.kind, d.field.as_str()))
+            .collect();
+        assert_eq!(
+            kinds,
+            [(DifferenceKind::Environment, "docker.options.shm_size_bytes")],
+            "the container's name is no difference"
+        );
     }
 
     #[test]
