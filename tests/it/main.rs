@@ -51,5 +51,6 @@ mod tensorboard_cli;
 mod tune_cli;
 mod user_command;
 mod user_command_docker;
+mod user_command_knobs;
 mod user_command_slurm;
 mod user_command_torch;
