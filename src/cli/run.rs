@@ -11,6 +11,7 @@ use envgen_experiments::registry::Experiment;
 use serde_json::{json, Value};
 
 use crate::error::Result;
+use crate::image::daemon::options::{parse_size, ContainerOptions, Ipc, Network};
 use crate::launch::auto::Place;
 use crate::launch::request::{Container, LaunchFlags, RunFlags, Where};
 use crate::launch::{self, Launched, RunOutcome, RunRequest};
@@ -25,7 +26,7 @@ pub struct Args {
     #[arg(
         last = true,
         value_name = "CMD ARGS",
-        conflicts_with_all = ["experiment", "preset", "config", "overrides", "sweep", "resume", "from_run"]
+        conflicts_with_all = ["experiment", "preset", "config", "overrides", "resume", "from_run"]
     )]
     pub command: Vec<String>,
     /// The experiment's science config by name (`envgen experiments
@@ -43,7 +44,8 @@ pub struct Args {
     #[arg(long, value_name = "RUN_DIR", conflicts_with_all = ["preset", "config", "overrides", "sweep"], help_heading = "Science")]
     pub resume: Option<PathBuf>,
     /// One run per value of a config key, as a Slurm job array, e.g.
-    /// --sweep train.seed=1,2,3 (needs --where slurm).
+    /// --sweep train.seed=1,2,3 (needs --where slurm). Your command: a
+    /// variable (--sweep ENV:MICRO_BATCH_SIZE=4,16) or {KEY} in its arguments.
     #[arg(long, value_name = "KEY=V1,V2,…", help_heading = "Science")]
     pub sweep: Option<String>,
     /// Your command as N processes under torchrun (PyTorch's launcher:
@@ -129,7 +131,7 @@ pub struct Args {
 /// Where-specific flags: the image, the Slurm resources and runtime, GPUs.
 /// They are recorded in the manifest (`launch_args`) so `envgen rerun`
 /// launches the same way.
-#[derive(Debug, Clone, Default, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct LaunchArgs {
     /// Slurm: run envgen natively on the node (default) or in a container.
     #[arg(long, value_enum, default_value = "none", help_heading = "Slurm")]
@@ -184,6 +186,25 @@ pub struct LaunchArgs {
     /// Docker: request GPUs as CDI devices (nvidia.com/gpu=…).
     #[arg(long, help_heading = "Docker")]
     pub cdi: bool,
+    /// Docker: the container's network: none (the default), bridge (outbound
+    /// access, e.g. wandb), host, or a Docker network's name.
+    #[arg(long, value_name = "none|bridge|host|NAME", default_value = "none", value_parser = Network::parse, help_heading = "Docker")]
+    pub network: Network,
+    /// Docker: the IPC namespace; host shares the host's /dev/shm (what
+    /// NGC's images ask for, for DataLoader workers).
+    #[arg(long, value_enum, default_value = "private", help_heading = "Docker")]
+    pub ipc: Ipc,
+    /// Docker: the size of /dev/shm, e.g. 2g (default: Docker's 64 MiB).
+    #[arg(long, value_name = "SIZE", value_parser = |s: &str| parse_size("--shm-size", s), help_heading = "Docker")]
+    pub shm_size: Option<i64>,
+    /// Docker: the size of the tmpfs that is HOME and /tmp (caches such as
+    /// torch inductor's land there), e.g. 8g.
+    #[arg(long, value_name = "SIZE", default_value = "1g", value_parser = |s: &str| parse_size("--home-size", s), help_heading = "Docker")]
+    pub home_size: i64,
+    /// Docker: mount your command's code read-write at /workspace (default
+    /// read-only), for code that writes beside itself (`checkpoints/`).
+    #[arg(long, help_heading = "Docker")]
+    pub writable_workspace: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -265,6 +286,13 @@ impl Args {
                 mem: l.mem,
                 gpus: l.gpus,
                 cdi: l.cdi,
+                docker: ContainerOptions {
+                    network: l.network,
+                    ipc: l.ipc,
+                    shm_size_bytes: l.shm_size,
+                    home_size_bytes: l.home_size,
+                    writable_workspace: l.writable_workspace,
+                },
             },
             stop_after: self.stop_after,
             launched: self.launched,

@@ -60,9 +60,10 @@ pub struct CommandSpec {
 }
 
 impl CommandSpec {
-    /// The config as the plan resolves experiments' configs.
-    pub fn resolved(&self) -> Result<ResolvedConfig> {
-        resolved_config(&self.config)
+    /// The config as the plan resolves experiments' configs; `sweep_values`
+    /// (`KEY=VALUE`, one per `--sweep`) applied by [`with_sweep_values`].
+    pub fn resolved(&self, sweep_values: &[String]) -> Result<ResolvedConfig> {
+        resolved_config(&with_sweep_values(&self.config, sweep_values)?)
     }
 
     /// A short name for run ids: the script (`train.py` → `train`), else
@@ -334,11 +335,58 @@ pub fn dry_run(req: &RunRequest, spec: &CommandSpec) -> Value {
         "env": r.env,
         "out": req.flags.out,
         "run_dir": format!("a new one under {}", req.flags.out.display()),
+        // `--sweep` (Slurm): each array task's command line (issue #39).
+        "sweep": req.sweep.as_ref().map(|sweep| {
+            sweep
+                .values
+                .iter()
+                .map(|value| {
+                    let one = [format!("{}={value}", sweep.key)];
+                    let argv = with_sweep_values(&spec.config, &one)
+                        .map(|c| c.command.argv)
+                        .unwrap_or_default();
+                    json!({ "key": sweep.key, "value": value, "argv": argv })
+                })
+                .collect::<Vec<_>>()
+        }),
         // Docker: what is mounted read-only at /workspace (docker.rs).
         "workspace": (req.decision.place == Place::Docker).then(|| {
             r.git.as_ref().map_or(&r.workdir, |g| &g.toplevel).clone()
         }),
     })
+}
+
+/// The prefix of a sweep key that names an environment variable.
+pub const SWEEP_ENV: &str = "ENV:";
+
+/// A command with sweep values applied (issue #39): `ENV:NAME=v` runs it
+/// under `env NAME=v` (recorded in its argv, so each run's `config_hash`
+/// differs and the preflight still sees the Python behind `env`); `KEY=v`
+/// fills `{KEY}` in its arguments, and a command without `{KEY}` is refused.
+pub fn with_sweep_values(config: &CommandConfig, values: &[String]) -> Result<CommandConfig> {
+    let mut config = config.clone();
+    for assignment in values {
+        let (key, value) = assignment.split_once('=').unwrap_or((assignment, ""));
+        let argv = &mut config.command.argv;
+        if let Some(name) = key.strip_prefix(SWEEP_ENV) {
+            argv.splice(0..0, ["env".to_string(), format!("{name}={value}")]);
+            continue;
+        }
+        let slot = format!("{{{key}}}");
+        if !argv.iter().any(|w| w.contains(&slot)) {
+            return Err(UserError::usage(format!(
+                "--sweep {key}=…: the command has no {slot} to fill"
+            ))
+            .with_fix(format!(
+                "write {slot} where the value goes (envgen run --where slurm --sweep {key}=1e-3,3e-4 -- python train.py --lr {slot}), or sweep a variable: --sweep ENV:NAME=a,b"
+            ))
+            .into());
+        }
+        for word in argv.iter_mut() {
+            *word = word.replace(&slot, value);
+        }
+    }
+    Ok(config)
 }
 
 fn parse_config(text: &str, origin: &str) -> Result<CommandConfig> {
@@ -433,5 +481,61 @@ impl Experiment for UserCommand {
     /// here) with `--nproc-per-node` gives torchrun M node ranks.
     fn data_parallel(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(argv: &[&str]) -> CommandConfig {
+        CommandConfig {
+            command: CommandLine {
+                argv: argv.iter().map(|w| w.to_string()).collect(),
+                workdir: "/w".into(),
+                nproc_per_node: None,
+                tensorboard_dir: None,
+            },
+        }
+    }
+
+    /// Issue #39: `--sweep` over a command's variables and arguments.
+    #[test]
+    fn sweep_values_set_a_variable_or_fill_an_argument() {
+        let base = config(&["python", "train.py", "--lr", "{lr}", "--out=ckpt-{lr}"]);
+        let swept = |values: &[&str]| {
+            let values: Vec<String> = values.iter().map(|v| v.to_string()).collect();
+            with_sweep_values(&base, &values).map(|c| c.command.argv)
+        };
+        assert_eq!(
+            swept(&["lr=3e-4"]).unwrap(),
+            ["python", "train.py", "--lr", "3e-4", "--out=ckpt-3e-4"]
+        );
+        assert_eq!(
+            swept(&["ENV:MICRO_BATCH_SIZE=16"]).unwrap(),
+            [
+                "env",
+                "MICRO_BATCH_SIZE=16",
+                "python",
+                "train.py",
+                "--lr",
+                "{lr}",
+                "--out=ckpt-{lr}"
+            ]
+        );
+        let err = swept(&["bs=4"]).unwrap_err().to_string();
+        assert!(err.contains("the command has no {bs} to fill"), "{err}");
+        // Each value is its own config: the hashes differ.
+        let hash = |values: &[&str]| {
+            let values: Vec<String> = values.iter().map(|v| v.to_string()).collect();
+            let spec = CommandSpec {
+                config: base.clone(),
+                record: command_record::capture(&[], Path::new("/"), []).0,
+                diff: None,
+            };
+            spec.resolved(&values).unwrap().config_hash().unwrap()
+        };
+        assert_ne!(hash(&["lr=1"]), hash(&["lr=2"]));
+        assert_eq!(hash(&["lr=1"]), hash(&["lr=1"]));
     }
 }

@@ -24,6 +24,10 @@ use crate::error::UserError;
 /// it is killed (a training script's checkpoint-on-interrupt fits).
 const STOP_GRACE: Duration = Duration::from_secs(30);
 
+/// The directory in the run directory a command may write its outputs to
+/// (`ENVGEN_OUTPUT_DIR`).
+pub const OUTPUT_DIR: &str = "outputs";
+
 /// The metrics file a command writes to (`ENVGEN_METRICS`): the user's own
 /// path if they set one, else the run's `metrics.jsonl`.
 fn metrics_path(run_dir: &Path) -> PathBuf {
@@ -58,12 +62,17 @@ pub fn run(line: &CommandLine, control: &RunControl) -> anyhow::Result<Summary> 
         None => (program.into(), args.iter().map(Into::into).collect()),
     };
     let program = program.as_os_str();
+    // A writable place for checkpoints and outputs wherever the command
+    // runs, a read-only /workspace in Docker included (issue #39).
+    let outputs = run_dir.join(OUTPUT_DIR);
+    std::fs::create_dir_all(&outputs)?;
     let started = Instant::now();
     let mut child = Command::new(program)
         .args(&args)
         .current_dir(&workdir)
         .env("ENVGEN_RUN_DIR", &run_dir)
         .env("ENVGEN_METRICS", &metrics)
+        .env("ENVGEN_OUTPUT_DIR", &outputs)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // Its own process group: a terminal's Ctrl-C reaches envgen only,

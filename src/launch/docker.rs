@@ -206,7 +206,8 @@ impl Docker {
         let (mut mounts, mut mount_env) =
             mounts::docker_mounts(run_dir, &self.data_dirs, &self.gpus);
         if let Some(workspace) = &self.workspace {
-            mounts::add_workspace(&mut mounts, &mut mount_env, workspace);
+            let read_only = !req.flags.launch.docker.writable_workspace;
+            mounts::add_workspace(&mut mounts, &mut mount_env, workspace, read_only);
         }
         if let Some(exe) = &mounted_envgen {
             mounts.push(Mount {
@@ -233,12 +234,22 @@ impl Docker {
             user: Some(container_user(run_dir)?),
             gpus: self.gpus.clone(),
             cdi: req.flags.launch.cdi,
+            options: req.flags.launch.docker.clone(),
         };
         manifest::update(run_dir, |m| {
             m.environment.docker = Some(DockerRecord {
                 container: spec.name.clone(),
+                options: Some(spec.options.clone()),
             });
         })?;
+        let relaxed = spec.options.relaxations();
+        if !relaxed.is_empty() {
+            // Said once here, recorded in the manifest, shown by `runs show`.
+            crate::output::notice!(
+                "envgen: docker: relaxed: {} (recorded in manifest.json)",
+                relaxed.join(", ")
+            );
+        }
         crate::output::notice!(
             "envgen: docker: running {} as {} in container {}",
             self.image,

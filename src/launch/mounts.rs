@@ -99,14 +99,20 @@ pub fn map_path(path: &Path, map: &[(PathBuf, PathBuf)]) -> Option<PathBuf> {
         .map(|(_, inside, rest)| inside.join(rest))
 }
 
-/// Mount a user command's code read-only at [`CONTAINER_WORKSPACE`] and
-/// add it to the path map, so the container's envgen runs the command in
-/// the same directory of it (`docker_mounts`' env must hold the map).
-pub fn add_workspace(mounts: &mut Vec<Mount>, env: &mut [(String, String)], host: &Path) {
+/// Mount a user command's code at [`CONTAINER_WORKSPACE`] (read-only
+/// unless `--writable-workspace`) and add it to the path map, so the
+/// container's envgen runs the command in the same directory of it
+/// (`docker_mounts`' env must hold the map).
+pub fn add_workspace(
+    mounts: &mut Vec<Mount>,
+    env: &mut [(String, String)],
+    host: &Path,
+    read_only: bool,
+) {
     mounts.push(Mount {
         host: host.to_path_buf(),
         container: CONTAINER_WORKSPACE.to_string(),
-        read_only: true,
+        read_only,
     });
     if let Some((_, map)) = env.iter_mut().find(|(name, _)| name == PATH_MAP_ENV) {
         map.push_str(&format!("\n{}={CONTAINER_WORKSPACE}", host.display()));
@@ -193,6 +199,25 @@ pub fn same_path_binds(runs: &[PathBuf], data_dirs: &[PathBuf]) -> Vec<PathBuf> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue #39: `--writable-workspace` is the one way the code is writable.
+    #[test]
+    fn the_workspace_is_read_only_unless_asked() {
+        for read_only in [true, false] {
+            let mut mounts = Vec::new();
+            let mut env = vec![(
+                PATH_MAP_ENV.to_string(),
+                "/runs/x=/run/envgen/run".to_string(),
+            )];
+            add_workspace(&mut mounts, &mut env, Path::new("/home/me/repo"), read_only);
+            assert_eq!(mounts.len(), 1);
+            assert_eq!(mounts[0].container, CONTAINER_WORKSPACE);
+            assert_eq!(mounts[0].read_only, read_only);
+            assert!(env[0]
+                .1
+                .ends_with(&format!("\n/home/me/repo={CONTAINER_WORKSPACE}")));
+        }
+    }
 
     #[test]
     fn host_paths_in_the_config_map_to_the_mounts() {

@@ -161,7 +161,7 @@ pub struct PlannedRun {
 pub fn plan_run(req: &RunRequest, setup: &Setup, extra: &[String]) -> Result<PlannedRun> {
     let flags = &req.flags;
     let loaded = match (&req.command, &flags.from_run) {
-        (Some(command), _) => command.resolved()?,
+        (Some(command), _) => command.resolved(extra)?,
         (None, Some(source)) => config_of_run(req.experiment, source)?.0,
         (None, None) => {
             let mut overrides = flags.overrides.clone();
@@ -246,11 +246,23 @@ fn write_run(
         environment.launch_args = Some(launch_args_of(&req.flags.launch));
     }
     environment.rerun_of = req.flags.from_run.clone();
-    environment.sweep = sweep;
     if let Some(command) = &req.command {
         command.write_diff(&dir)?;
-        environment.command = Some(command.record.clone());
+        let mut record = command.record.clone();
+        if let Some(sweep) = &sweep {
+            // This run's own line: the sweep value applied (issue #39).
+            let value = format!("{}={}", sweep.key, sweep.value);
+            let swept = super::command::with_sweep_values(&command.config, &[value])?;
+            record.argv = swept
+                .command
+                .argv
+                .iter()
+                .map(|w| crate::runs::redact::userinfo(w))
+                .collect();
+        }
+        environment.command = Some(record);
     }
+    environment.sweep = sweep;
     let record = Manifest {
         manifest_version: manifest::MANIFEST_VERSION,
         run_id,
@@ -347,6 +359,7 @@ pub fn launch_args_of(launch: &LaunchFlags) -> Vec<String> {
     if launch.cdi {
         words.push("--cdi".into());
     }
+    words.extend(launch.docker.flags());
     words
 }
 
@@ -402,26 +415,20 @@ pub fn launched_runs(req: &RunRequest) -> Result<(Vec<PathBuf>, Option<String>)>
         let (dir, _, _) = create_run(req, &setup, &[], NewDir::Fresh(&flags.out), None)?;
         return Ok((vec![dir], None));
     };
-    // The base name comes from the first value's config.
-    let mut overrides = flags.overrides.clone();
-    overrides.push(format!("{}={}", sweep.key, sweep.values[0]));
-    let loaded = resolve_config(
-        req.experiment,
-        flags.preset.as_deref(),
-        flags.config.as_deref(),
-        &overrides,
-    )?;
-    let base = rundir::new_run_id(
-        req.experiment.name(),
-        loaded.preset.as_deref(),
-        &loaded.config_hash()?,
-    );
     // Every value is planned (and refused) before any directory is made.
     let planned = sweep
         .values
         .iter()
         .map(|value| plan_run(req, &setup, &[format!("{}={value}", sweep.key)]))
         .collect::<Result<Vec<_>>>()?;
+    // The base name comes from the first value's config (a command's from
+    // its script, as its single runs are named).
+    let label = req.command.as_ref().map(|c| c.label());
+    let base = rundir::new_run_id(
+        req.experiment.name(),
+        label.as_deref().or(planned[0].loaded.preset.as_deref()),
+        &planned[0].hash,
+    );
     let (base, dirs) = manifest::create_sweep_dirs(&flags.out, &base, sweep.values.len())?;
     for (index, ((value, dir), planned)) in sweep.values.iter().zip(&dirs).zip(planned).enumerate()
     {

@@ -17,6 +17,7 @@ use super::ranks::{plan_world, WorldPlan};
 use super::slurm::sbatch::{check_directive, check_job_dir, Runtime};
 use crate::error::{Result, UserError};
 use crate::image::daemon::container::GpuRequest;
+use crate::image::daemon::options::{ContainerOptions, Ipc};
 use crate::profiles::Profiles;
 
 /// `--where`.
@@ -66,6 +67,9 @@ pub struct LaunchFlags {
     pub mem: Option<String>,
     pub gpus: Option<String>,
     pub cdi: bool,
+    /// `--network`, `--ipc`, `--shm-size`, `--home-size`,
+    /// `--writable-workspace` (Docker; issue #39): hardened by default.
+    pub docker: ContainerOptions,
 }
 
 /// `envgen run`'s flags as plain values (the CLI's job: parse them).
@@ -141,6 +145,9 @@ impl RunRequest {
             None
         };
         let sweep = flags.sweep.as_deref().map(Sweep::parse).transpose()?;
+        if let Some(sweep) = &sweep {
+            check_sweep_target(sweep, command.as_ref(), &flags.experiment)?;
+        }
         if sweep.is_some() && decision.place != Place::Slurm {
             return Err(UserError::usage(format!(
                 "--sweep fans out a Slurm job array, but this run goes to {} ({})",
@@ -172,6 +179,9 @@ impl RunRequest {
             Some(spec) if decision.place == Place::Docker => Some(parse_gpus(spec)?),
             _ => None,
         };
+        if !flags.launched {
+            check_container_options(&flags, decision.place)?;
+        }
         if flags.detach && decision.place == Place::Docker && !flags.launched {
             return Err(UserError::usage(
                 "--detach is for Slurm jobs: a Docker run is followed until it ends",
@@ -408,6 +418,71 @@ fn slurm_runtime(launch: &LaunchFlags) -> Result<Runtime> {
     })
 }
 
+/// Refuse container knobs where there is no container to give them to, and
+/// combinations Docker would silently ignore.
+fn check_container_options(flags: &RunFlags, place: Place) -> Result<()> {
+    let options = &flags.launch.docker;
+    let given = options.flags();
+    if given.is_empty() {
+        return Ok(());
+    }
+    let named: Vec<&str> = given
+        .iter()
+        .filter(|w| w.starts_with("--"))
+        .map(String::as_str)
+        .collect();
+    if place != Place::Docker {
+        return Err(UserError::usage(format!(
+            "{} {} Docker's container knobs, but this run goes to {}",
+            named.join(", "),
+            if named.len() == 1 { "is one of" } else { "are" },
+            place.name()
+        ))
+        .with_fix("add --where docker, or drop them")
+        .into());
+    }
+    if options.ipc == Ipc::Host && options.shm_size_bytes.is_some() {
+        return Err(UserError::usage(
+            "--shm-size with --ipc host: the container uses the host's /dev/shm, so the size would be ignored",
+        )
+        .with_fix("keep one: --ipc host (the host's /dev/shm) or --shm-size SIZE (its own)")
+        .into());
+    }
+    if options.writable_workspace && flags.experiment != command::NAME {
+        return Err(UserError::usage(format!(
+            "--writable-workspace is for your own command's code; envgen run {} mounts none",
+            flags.experiment
+        ))
+        .with_fix("drop it (a bundled experiment writes into its run directory), or run your code: envgen run --where docker --writable-workspace -- python train.py")
+        .into());
+    }
+    Ok(())
+}
+
+/// A sweep of a command applies to each value (a `{KEY}` it lacks is
+/// refused now); `ENV:` sweeps are for commands only.
+fn check_sweep_target(
+    sweep: &Sweep,
+    command: Option<&CommandSpec>,
+    experiment: &str,
+) -> Result<()> {
+    match command {
+        Some(spec) => {
+            for value in &sweep.values {
+                command::with_sweep_values(&spec.config, &[format!("{}={value}", sweep.key)])?;
+            }
+            Ok(())
+        }
+        None if sweep.key.starts_with(command::SWEEP_ENV) => Err(UserError::usage(format!(
+            "--sweep {}=…: a variable sweep is for your own command; envgen run {experiment} reads its science config only",
+            sweep.key
+        ))
+        .with_fix("sweep a config key (--sweep train.seed=1,2), or run your code: envgen run --where slurm --sweep ENV:NAME=a,b -- python train.py")
+        .into()),
+        None => Ok(()),
+    }
+}
+
 /// Run one value of a config key per array task (`--sweep key=v1,v2`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sweep {
@@ -416,7 +491,8 @@ pub struct Sweep {
 }
 
 impl Sweep {
-    /// Parse `key=v1,v2,…` (key: letters, digits, `_`, `.`; at least one value).
+    /// Parse `key=v1,v2,…` (key: letters, digits, `_`, `.`, or `ENV:` and a
+    /// variable's name; at least one value).
     pub fn parse(spec: &str) -> Result<Sweep> {
         let bad = |why: &str| -> anyhow::Error {
             UserError::usage(format!("--sweep {spec:?}: {why}"))
@@ -424,8 +500,9 @@ impl Sweep {
                 .into()
         };
         let (key, values) = spec.split_once('=').ok_or_else(|| bad("missing '='"))?;
-        let key_ok = !key.is_empty()
-            && key
+        let bare = key.strip_prefix(command::SWEEP_ENV).unwrap_or(key);
+        let key_ok = !bare.is_empty()
+            && bare
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
         if !key_ok {
@@ -445,6 +522,16 @@ impl Sweep {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn variable_sweeps_name_a_variable() {
+        let sweep = Sweep::parse("ENV:MICRO_BATCH_SIZE=4,16").unwrap();
+        assert_eq!(sweep.key, "ENV:MICRO_BATCH_SIZE");
+        assert_eq!(sweep.values, ["4", "16"]);
+        for spec in ["ENV:=1", "ENV:A B=1", "ENV:A$=1"] {
+            assert!(Sweep::parse(spec).is_err(), "{spec}");
+        }
+    }
 
     #[test]
     fn bad_sweeps_are_usage_errors() {

@@ -41,6 +41,17 @@ pub enum InstalledTorch {
 /// The Python `argv` starts, if any: resolved in `path` (a PATH value) from
 /// `workdir`, the directory the command runs in.
 pub fn python_of(argv: &[String], path: Option<&OsStr>, workdir: &Path) -> Option<PathBuf> {
+    // `env VAR=… python train.py` (issue #39): the knob goes to the
+    // command, the check to the Python behind `env` (with the PATH and
+    // directory `env` gives it).
+    if let Some(inner) = behind_env(argv) {
+        let path = inner.path.map(OsStr::new).or(path);
+        let workdir = match inner.chdir {
+            Some(dir) => workdir.join(dir),
+            None => workdir.to_path_buf(),
+        };
+        return python_of(inner.argv, path, &workdir);
+    }
     let program = resolve(argv.first()?, path, workdir)?;
     if is_python_name(&program) {
         return Some(program);
@@ -56,6 +67,56 @@ pub fn python_of(argv: &[String], path: Option<&OsStr>, workdir: &Path) -> Optio
         PathBuf::from(first)
     };
     is_python_name(&named).then_some(named)
+}
+
+/// The command `env [OPTIONS] [VAR=VALUE…] CMD ARGS…` runs.
+struct BehindEnv<'a> {
+    argv: &'a [String],
+    /// `PATH=…` among the assignments: where CMD is looked up.
+    path: Option<&'a str>,
+    /// `-C DIR` / `--chdir=DIR`.
+    chdir: Option<&'a str>,
+}
+
+/// What `argv` runs when it starts with `env` (None: it does not, or `env`
+/// runs nothing, or with `-S`, whose split string is not followed here).
+fn behind_env(argv: &[String]) -> Option<BehindEnv<'_>> {
+    if Path::new(argv.first()?).file_name() != Some(OsStr::new("env")) {
+        return None;
+    }
+    let mut inner = BehindEnv {
+        argv: &argv[1..],
+        path: None,
+        chdir: None,
+    };
+    let mut options = true;
+    while let Some(word) = inner.argv.first() {
+        let rest = &inner.argv[1..];
+        if options && word == "--" {
+            options = false;
+        } else if options && ["-u", "--unset", "-C", "--chdir"].contains(&word.as_str()) {
+            // An option with its value in the next word.
+            if word.ends_with('C') || word == "--chdir" {
+                inner.chdir = Some(rest.first()?);
+            }
+            inner.argv = rest;
+        } else if options && (word.starts_with("-C") || word.starts_with("--chdir=")) {
+            inner.chdir = Some(word.trim_start_matches("--chdir=").trim_start_matches("-C"));
+        } else if options && (word.starts_with("-S") || word.starts_with("--split-string")) {
+            return None;
+        } else if options && word.starts_with('-') && word.len() > 1 {
+            // -i, -0, -v, -uNAME, --unset=NAME, --ignore-environment …
+        } else if let Some((name, value)) = word.split_once('=').filter(|(n, _)| !n.is_empty()) {
+            options = false;
+            if name == "PATH" {
+                inner.path = Some(value);
+            }
+        } else {
+            break;
+        }
+        inner.argv = &inner.argv[1..];
+    }
+    (!inner.argv.is_empty()).then_some(inner)
 }
 
 /// `python`, `python3`, `python3.11` (and the same with a `t`/`d` suffix).
@@ -295,5 +356,45 @@ mod tests {
         assert_eq!(found(&[]), None);
         assert!(!is_python_name(Path::new("pythonic")));
         assert!(is_python_name(Path::new("/usr/bin/python3.13t")));
+    }
+
+    /// Issue #39: `env VAR=… python` keeps the preflight.
+    #[test]
+    fn the_python_behind_env_is_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        let other = dir.path().join("other");
+        std::fs::create_dir(&bin).unwrap();
+        std::fs::create_dir(&other).unwrap();
+        let python = bin.join("python3");
+        executable(&python, "#!/bin/sh\n");
+        executable(&other.join("python3"), "#!/bin/sh\n");
+        let path = Some(bin.as_os_str());
+        let argv = |words: &[&str]| words.iter().map(|w| w.to_string()).collect::<Vec<_>>();
+        let found = |words: &[&str]| python_of(&argv(words), path, dir.path());
+        assert_eq!(
+            found(&["env", "MICRO_BATCH_SIZE=16", "python3", "t.py"]),
+            Some(python.clone())
+        );
+        assert_eq!(
+            found(&["/usr/bin/env", "-i", "-u", "HOME", "A=1", "B=2", "python3"]),
+            Some(python.clone())
+        );
+        assert_eq!(
+            found(&["env", "--", "A=1", "python3"]),
+            Some(python.clone())
+        );
+        let other_path = format!("PATH={}", other.display());
+        assert_eq!(
+            found(&["env", &other_path, "python3", "t.py"]),
+            Some(other.join("python3")),
+            "a PATH given to env is where the program is looked up"
+        );
+        assert_eq!(
+            found(&["env", "-C", "bin", "./python3"]),
+            Some(dir.path().join("bin/./python3"))
+        );
+        assert_eq!(found(&["env", "A=1"]), None, "env alone runs nothing");
+        assert_eq!(found(&["env", "A=1", "bash", "run.sh"]), None);
     }
 }

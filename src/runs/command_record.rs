@@ -1,8 +1,8 @@
 //! What the manifest records about a user command (`envgen run -- CMD`,
 //! issue #25): the command line, the directory it ran in, the git
 //! repository around it (commit, a hash of the uncommitted diff, untracked
-//! files) and the environment variables that change what CUDA, NCCL and
-//! PyTorch do. Captured before the run directory is made, so a dry run
+//! files) and its environment (all of it but shell noise, secrets
+//! redacted). Captured before the run directory is made, so a dry run
 //! sees the same record a real run writes.
 
 use std::collections::BTreeMap;
@@ -24,9 +24,10 @@ pub struct CommandRecord {
     pub workdir: PathBuf,
     /// The git repository around `workdir`; null: not in a git repository.
     pub git: Option<GitRecord>,
-    /// The variables that matter (`CUDA_*`, `NCCL_*`, `TORCH_*`…), secrets
-    /// redacted by `runs::redact` (a secret-looking name as `<set>`, the
-    /// userinfo of a URL as `<redacted>`).
+    /// The command's environment but shell noise (`command_record::is_ignored`),
+    /// secrets redacted by `runs::redact` (a secret-looking name as `<set>`,
+    /// the userinfo of a URL as `<redacted>`). Before issue #39 only
+    /// `CUDA_*`, `NCCL_*`, `TORCH_*`… were kept.
     pub env: BTreeMap<String, String>,
 }
 
@@ -51,10 +52,60 @@ pub struct GitRecord {
 /// The file the uncommitted diff is saved as, in the run directory.
 pub const DIFF_FILE: &str = "diff.patch";
 
-/// Prefixes of the environment variables recorded.
-const ENV_PREFIXES: &[&str] = &["CUDA_", "NCCL_", "TORCH_", "PYTORCH_", "CUBLAS_", "HF_"];
-/// Variables recorded by exact name.
-const ENV_NAMES: &[&str] = &["OMP_NUM_THREADS"];
+/// Variables never recorded, by exact name: they differ from one shell to
+/// the next and say nothing about the run (issue #39). Documented in
+/// docs/running.md ("What is recorded").
+pub const IGNORED_NAMES: &[&str] = &[
+    "_",
+    "PWD",
+    "OLDPWD",
+    "SHLVL",
+    "COLUMNS",
+    "LINES",
+    "DISPLAY",
+    "WAYLAND_DISPLAY",
+    "WINDOWID",
+    "COLORTERM",
+    "LS_COLORS",
+    "LSCOLORS",
+    "PS1",
+    "PS2",
+    "PS3",
+    "PS4",
+    "PROMPT_COMMAND",
+    "HISTFILE",
+    "HISTSIZE",
+    "HISTFILESIZE",
+    "HISTCONTROL",
+    "MAIL",
+    "LESSOPEN",
+    "LESSCLOSE",
+    "TMUX",
+    "TMUX_PANE",
+    "STY",
+    "DBUS_SESSION_BUS_ADDRESS",
+    "GPG_AGENT_INFO",
+    "XDG_RUNTIME_DIR",
+    "XDG_SEAT",
+    "XDG_VTNR",
+];
+
+/// Variables never recorded, by prefix (terminal, SSH connection, desktop
+/// session, exported shell functions, editor integrations).
+pub const IGNORED_PREFIXES: &[&str] = &[
+    "TERM",
+    "SSH_",
+    "XDG_SESSION",
+    "BASH_FUNC_",
+    "VSCODE_",
+    "ITERM_",
+    "KITTY_",
+];
+
+/// Whether variable `name` is shell noise, left out of the record.
+pub fn is_ignored(name: &str) -> bool {
+    IGNORED_NAMES.contains(&name) || IGNORED_PREFIXES.iter().any(|p| name.starts_with(p))
+}
 
 /// The record of `argv` run in `workdir`, and the diff to save beside it
 /// (None: nothing uncommitted). `vars` is the environment the command gets.
@@ -78,14 +129,13 @@ pub fn capture(
     (record, diff)
 }
 
-/// The variables worth recording, secrets masked.
+/// The command's whole environment but the shell noise of
+/// [`is_ignored`], secrets masked by `runs::redact` (issue #39: a knob such
+/// as `MICRO_BATCH_SIZE` or `WANDB_MODE` is recorded whatever its name).
 pub fn recorded_env(vars: impl IntoIterator<Item = (String, String)>) -> BTreeMap<String, String> {
     redact::env(
         vars.into_iter()
-            .filter(|(name, _)| {
-                ENV_NAMES.contains(&name.as_str())
-                    || ENV_PREFIXES.iter().any(|p| name.starts_with(p))
-            })
+            .filter(|(name, _)| !is_ignored(name))
             .collect(),
     )
 }
@@ -145,21 +195,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_the_variables_that_matter_are_kept_and_secrets_are_masked() {
+    fn the_whole_environment_is_kept_but_shell_noise_and_secrets_are_masked() {
         let vars = [
             ("CUDA_VISIBLE_DEVICES", "0,1"),
             ("HF_TOKEN", "hf_abc"),
             ("HF_HOME", "/h"),
-            ("NCCL_IB_DISABLE", "1"),
             ("WANDB_API_KEY", "k"),
-            ("TORCH_HUB_API_KEY", "k2"),
             ("OMP_NUM_THREADS", "4"),
+            // Issue #39: any knob, whatever its name.
+            ("MICRO_BATCH_SIZE", "16"),
+            ("NVIDIA_TF32_OVERRIDE", "0"),
+            ("WANDB_MODE", "offline"),
             ("HOME", "/root"),
+            // Shell noise: left out.
+            ("PWD", "/work"),
+            ("OLDPWD", "/"),
+            ("SHLVL", "2"),
+            ("_", "/usr/bin/envgen"),
+            ("TERM", "xterm"),
+            ("TERM_PROGRAM", "tmux"),
+            ("SSH_CONNECTION", "1.2.3.4 5 6.7.8.9 22"),
+            ("LS_COLORS", "di=01;34"),
+            ("XDG_SESSION_ID", "3"),
+            ("BASH_FUNC_module%%", "() { x; }"),
             // Issue #40: secrets by pattern, and credentials inside a URL.
             ("HF_ENDPOINT", "https://user:pw@mirror"),
-            ("HF_CREDENTIAL", "c"),
-            ("HF_HUB_AUTH", "a"),
-            ("TORCH_PASSWD", "p"),
+            ("DB_PASSWORD", "p"),
+            ("MY_SESSION_COOKIE", "c"),
         ]
         .map(|(k, v)| (k.to_string(), v.to_string()));
         let env = recorded_env(vars);
@@ -168,22 +230,29 @@ mod tests {
             keys,
             [
                 "CUDA_VISIBLE_DEVICES",
-                "HF_CREDENTIAL",
+                "DB_PASSWORD",
                 "HF_ENDPOINT",
                 "HF_HOME",
-                "HF_HUB_AUTH",
                 "HF_TOKEN",
-                "NCCL_IB_DISABLE",
+                "HOME",
+                "MICRO_BATCH_SIZE",
+                "MY_SESSION_COOKIE",
+                "NVIDIA_TF32_OVERRIDE",
                 "OMP_NUM_THREADS",
-                "TORCH_HUB_API_KEY",
-                "TORCH_PASSWD"
+                "WANDB_API_KEY",
+                "WANDB_MODE",
             ]
         );
-        for name in ["HF_TOKEN", "HF_CREDENTIAL", "HF_HUB_AUTH", "TORCH_PASSWD"] {
+        for name in [
+            "HF_TOKEN",
+            "WANDB_API_KEY",
+            "DB_PASSWORD",
+            "MY_SESSION_COOKIE",
+        ] {
             assert_eq!(env[name], "<set>", "{name}");
         }
         assert_eq!(env["HF_ENDPOINT"], "https://<redacted>@mirror");
-        assert_eq!(env["TORCH_HUB_API_KEY"], "<set>");
+        assert_eq!(env["MICRO_BATCH_SIZE"], "16");
         assert_eq!(env["CUDA_VISIBLE_DEVICES"], "0,1");
     }
 

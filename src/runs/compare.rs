@@ -1,6 +1,8 @@
 //! `envgen runs compare`: same science config? Which science keys differ
-//! (they change the result), then which hardware knobs (speed only), then
-//! where the runs ran; how far apart the final metrics are.
+//! (they change the result), then which variables of a command's
+//! environment (knobs the config does not see: they may change either),
+//! then which hardware knobs (speed only), then where the runs ran; how far
+//! apart the final metrics are.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -22,9 +24,15 @@ const ENVIRONMENT_SECTIONS: &[&str] = &[
     "host",
     "envgen_version",
     "git_revision",
-    // A user command's code and environment: commit, diff_hash, env (issue #25).
+    // A user command's code: commit, diff_hash (issue #25); its `env` is
+    // split off as [`DifferenceKind::CommandEnv`].
     "command",
+    // The container's knobs (issue #39), not its name (one per run).
+    "docker.options",
 ];
+
+/// Dotted-path prefix of a command's environment variables in the manifest.
+const COMMAND_ENV: &str = "command.env.";
 
 #[derive(Debug, Serialize)]
 pub struct Comparison {
@@ -57,6 +65,11 @@ pub struct Difference {
 pub enum DifferenceKind {
     /// A key of the science config (`config.toml`): changes the result.
     Science,
+    /// A variable of a user command's environment (`command.env.NAME`,
+    /// issue #39): outside `config_hash`, yet `MICRO_BATCH_SIZE` or
+    /// `NVIDIA_TF32_OVERRIDE` may change the result or the speed.
+    #[serde(rename = "command_env")]
+    CommandEnv,
     /// A hardware knob (manifest `profile`, world size): changes speed only.
     Hardware,
     /// Where the run ran: place, image, host, versions, data files.
@@ -96,19 +109,28 @@ pub fn compare(runs: &[RunDir]) -> Comparison {
                 let manifest = serde_json::to_value(&run.manifest).unwrap_or_default();
                 let mut fields = BTreeMap::new();
                 for section in sections {
-                    flatten(section, &manifest[*section], &mut fields);
+                    // A dotted section (`docker.options`) is a path into the manifest.
+                    let value = section.split('.').fold(&manifest, |v, key| &v[key]);
+                    flatten(section, value, &mut fields);
                 }
                 fields
             })
             .collect()
     };
+    let (environment, command_env): (Vec<_>, Vec<_>) = manifest_fields(ENVIRONMENT_SECTIONS)
+        .into_iter()
+        .map(|fields| {
+            let (env, rest): (BTreeMap<_, _>, BTreeMap<_, _>) = fields
+                .into_iter()
+                .partition(|(field, _)| field.starts_with(COMMAND_ENV));
+            (rest, env)
+        })
+        .unzip();
     let differences = [
         (DifferenceKind::Science, science),
+        (DifferenceKind::CommandEnv, command_env),
         (DifferenceKind::Hardware, manifest_fields(HARDWARE_SECTIONS)),
-        (
-            DifferenceKind::Environment,
-            manifest_fields(ENVIRONMENT_SECTIONS),
-        ),
+        (DifferenceKind::Environment, environment),
     ]
     .into_iter()
     .flat_map(|(kind, flat)| {
@@ -253,7 +275,21 @@ pub fn render_text(cmp: &Comparison) -> String {
             esc(&run.path)
         );
     }
-    out += &if cmp.same_config {
+    let env_knobs: Vec<&str> = cmp
+        .differences
+        .iter()
+        .filter(|d| d.kind == DifferenceKind::CommandEnv)
+        .map(|d| d.field.strip_prefix(COMMAND_ENV).unwrap_or(&d.field))
+        .collect();
+    out += &if cmp.same_config && !env_knobs.is_empty() {
+        // The config hash covers the command line, not its environment: a
+        // plain "yes" would hide a 4x batch change (issue #39).
+        format!(
+            "\nsame science config: yes ({}), but the command's environment differs: {}\n",
+            cmp.runs[0].config_hash.as_deref().unwrap_or("?"),
+            esc(&env_knobs.join(", "))
+        )
+    } else if cmp.same_config {
         format!(
             "\nsame science config: yes ({})\n",
             cmp.runs[0].config_hash.as_deref().unwrap_or("?")
@@ -273,6 +309,10 @@ pub fn render_text(cmp: &Comparison) -> String {
         (
             DifferenceKind::Science,
             "science config (config.toml) differs:",
+        ),
+        (
+            DifferenceKind::CommandEnv,
+            "command environment differs (may change the result or the speed):",
         ),
         (
             DifferenceKind::Hardware,
@@ -365,153 +405,4 @@ fn show(value: &Value) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn run(id: &str, hash: &str, gpu: &str, micro_batch: u64, loss: f64) -> RunDir {
-        let mut manifest = crate::runs::manifest::example();
-        manifest.run_id = id.into();
-        manifest.config_hash = hash.into();
-        manifest.started_at = id.into();
-        manifest.profile.micro_batch = micro_batch as usize;
-        manifest.environment.host = crate::host::Host {
-            driver_version: Some("535.261.03".into()),
-            gpus: vec![crate::host::Gpu {
-                name: gpu.into(),
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
-        RunDir {
-            path: format!("runs/{id}").into(),
-            manifest,
-            summary: Some(
-                json!({"status": "completed", "wall_s": 10.0, "metrics": {"final_val_loss": loss, "tokens_per_s": 1000.0}}),
-            ),
-        }
-    }
-
-    #[test]
-    fn flags_what_differs_between_two_machines() {
-        let a = run("a", "sha256:1", "NVIDIA A30", 16, 2.5);
-        let b = run("b", "sha256:1", "NVIDIA H100 80GB HBM3", 64, 2.5);
-        let cmp = compare(&[a, b]);
-        assert!(cmp.same_config);
-        let fields: Vec<&str> = cmp.differences.iter().map(|d| d.field.as_str()).collect();
-        assert_eq!(
-            fields,
-            ["profile.micro_batch", "host.gpus.0.name"],
-            "hardware knobs before the host; started_at and run_id are not differences"
-        );
-        let loss = cmp
-            .metrics
-            .iter()
-            .find(|m| m.name == "final_val_loss")
-            .unwrap();
-        assert!(loss.identical);
-        let text = render_text(&cmp);
-        assert!(
-            text.contains("same science config: yes") && text.contains("NVIDIA H100 80GB HBM3"),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn different_science_configs_and_metric_deltas_are_reported() {
-        let cmp = compare(&[
-            run("a", "sha256:1", "g", 8, 2.0),
-            run("b", "sha256:2", "g", 8, 2.5),
-        ]);
-        assert!(!cmp.same_config);
-        let loss = cmp
-            .metrics
-            .iter()
-            .find(|m| m.name == "final_val_loss")
-            .unwrap();
-        assert!(!loss.identical);
-        assert!((loss.delta_pct[1].unwrap() - 25.0).abs() < 1e-9);
-        assert!(render_text(&cmp).contains("NO (sha256:1 vs sha256:2)"));
-    }
-
-    #[test]
-    fn science_keys_come_first_then_hardware_then_environment() {
-        let tmp = tempfile::tempdir().unwrap();
-        let mut runs = Vec::new();
-        for (id, steps, micro_batch, gpu) in
-            [("a", 300, 16, "NVIDIA A30"), ("b", 24, 64, "NVIDIA H100")]
-        {
-            let mut r = run(id, id, gpu, micro_batch, 2.0);
-            r.path = tmp.path().join(id);
-            std::fs::create_dir_all(&r.path).unwrap();
-            std::fs::write(
-                r.path.join("config.toml"),
-                format!("[train]\nsteps = {steps}\nlr = 3e-4\n[model]\nn_layer = 2\n"),
-            )
-            .unwrap();
-            runs.push(r);
-        }
-        let cmp = compare(&runs);
-        let kinds: Vec<(DifferenceKind, &str)> = cmp
-            .differences
-            .iter()
-            .map(|d| (d.kind, d.field.as_str()))
-            .collect();
-        assert_eq!(
-            kinds,
-            [
-                (DifferenceKind::Science, "train.steps"),
-                (DifferenceKind::Hardware, "profile.micro_batch"),
-                (DifferenceKind::Environment, "host.gpus.0.name"),
-            ]
-        );
-        let text = render_text(&cmp);
-        let science = text
-            .find("science config (config.toml) differs:\n  train.steps")
-            .unwrap();
-        let hardware = text.find("hardware knobs differ").unwrap();
-        let host = text.find("environment differs:").unwrap();
-        assert!(science < hardware && hardware < host, "{text}");
-        assert!(text.contains("train.steps  300 → 24"), "{text}");
-        assert!(text.contains("profile.micro_batch  16 → 64"), "{text}");
-    }
-
-    #[test]
-    fn named_records_line_up_by_name_and_many_identical_metrics_collapse() {
-        let schemes = |order: &[&str], int4: f64| {
-            let rows: Vec<Value> = order
-                .iter()
-                .map(|s| {
-                    let v = if *s == "int4" { int4 } else { 1.0 };
-                    json!({"scheme": s, "metric_value": v, "bytes": 10, "compression": 2.0})
-                })
-                .collect();
-            json!({"status": "completed", "wall_s": 1.0, "metrics": {"schemes": rows, "parameters": 5}})
-        };
-        let names = ["f32", "int8", "int4", "q1", "q2", "q3", "q4"];
-        let mut a = run("a", "sha256:1", "g", 8, 0.0);
-        a.summary = Some(schemes(&names, 3.0));
-        let mut b = run("b", "sha256:1", "g", 8, 0.0);
-        let mut reversed = names;
-        reversed.reverse();
-        b.summary = Some(schemes(&reversed, 3.3));
-        let cmp = compare(&[a, b]);
-        let int4 = cmp
-            .metrics
-            .iter()
-            .find(|m| m.name == "schemes.int4.metric_value")
-            .unwrap();
-        assert!(
-            (int4.delta_pct[1].unwrap() - 10.0).abs() < 1e-9,
-            "keyed by name, not position"
-        );
-        assert!(cmp.metrics.iter().filter(|m| !m.identical).count() == 1);
-        let text = render_text(&cmp);
-        assert!(text.contains("schemes.int4.metric_value"), "{text}");
-        assert!(text.contains("bit-identical in every run (22): "), "{text}");
-        assert!(
-            !text.contains("schemes.q1.bytes  "),
-            "identical rows are collapsed: {text}"
-        );
-    }
-}
+mod tests;

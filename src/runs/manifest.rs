@@ -19,6 +19,7 @@ use serde_json::Value;
 
 use crate::error::{ErrorKind, Result, UserError};
 use crate::host::Host;
+use crate::image::daemon::options::ContainerOptions;
 pub use crate::runs::command_record::{CommandRecord, GitRecord};
 
 /// The manifest format this envgen writes. 1: no `manifest_version` field
@@ -220,6 +221,10 @@ pub struct SlurmRecord {
 #[serde(deny_unknown_fields)]
 pub struct DockerRecord {
     pub container: String,
+    /// The container's knobs (issue #39); absent in manifests written
+    /// before them (which ran with the hardened defaults).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub options: Option<ContainerOptions>,
 }
 
 impl Environment {
@@ -411,6 +416,7 @@ pub(crate) fn example() -> Manifest {
     environment.slurm = None;
     environment.docker = Some(DockerRecord {
         container: "envgen-x".into(),
+        options: Some(ContainerOptions::default()),
     });
     Manifest {
         manifest_version: MANIFEST_VERSION,

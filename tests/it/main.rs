@@ -52,5 +52,6 @@ mod toolchain;
 mod tune_cli;
 mod user_command;
 mod user_command_docker;
+mod user_command_knobs;
 mod user_command_slurm;
 mod user_command_torch;

@@ -72,6 +72,9 @@ fn run_command(dir: &Path, out: &Path, argv: &[&str]) -> Output {
         .env("CUDA_VISIBLE_DEVICES", "")
         .env("HF_TOKEN", SECRET)
         .env("OMP_NUM_THREADS", "1")
+        // Issue #39: a knob of any name is recorded, shell noise is not.
+        .env("MICRO_BATCH_SIZE", "16")
+        .env("SHLVL", "7")
         .output()
         .unwrap()
 }
@@ -128,6 +131,12 @@ fn a_pytorch_script_runs_with_its_code_and_environment_recorded() {
     assert_eq!(env["CUDA_VISIBLE_DEVICES"], "");
     assert_eq!(env["OMP_NUM_THREADS"], "1");
     assert_eq!(env["HF_TOKEN"], "<set>");
+    assert_eq!(env["MICRO_BATCH_SIZE"], "16");
+    assert!(env.get("SHLVL").is_none(), "{env}");
+    assert!(
+        dir.join("outputs").is_dir(),
+        "ENVGEN_OUTPUT_DIR is made for the command"
+    );
     for (path, bytes) in files_under(&dir) {
         assert!(
             !String::from_utf8_lossy(&bytes).contains(SECRET),
@@ -424,6 +433,7 @@ fn rerun_replays_the_command_and_warns_when_the_code_moved() {
         .arg(&out_dir)
         .arg(&first_dir)
         .current_dir(tmp.path())
+        .env("MICRO_BATCH_SIZE", "64")
         .output()
         .unwrap();
     assert!(again.status.success(), "{}", text(&again));
@@ -459,6 +469,30 @@ fn rerun_replays_the_command_and_warns_when_the_code_moved() {
         .filter_map(|d| d["field"].as_str())
         .collect();
     assert!(fields.contains(&"command.git.commit"), "{fields:?}");
+    // Issue #39: the knob the environment changed is listed as such.
+    let knob = compared["differences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["field"] == "command.env.MICRO_BATCH_SIZE")
+        .unwrap_or_else(|| panic!("{compared}"));
+    assert_eq!(knob["kind"], "command_env");
+    assert_eq!(knob["values"], serde_json::json!(["16", "64"]));
+    let said = envgen()
+        .args(["runs", "compare"])
+        .arg(&first_dir)
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&said.stdout);
+    assert!(
+        said.contains("but the command's environment differs:")
+            && said.lines().any(
+                |l| l.trim_start().starts_with("command.env.MICRO_BATCH_SIZE ")
+                    && l.ends_with("16 → 64")
+            ),
+        "{said}"
+    );
     let shown = envgen().args(["runs", "show"]).arg(&dir).output().unwrap();
     let shown = String::from_utf8_lossy(&shown.stdout);
     assert!(shown.contains(r#"command     ["cat", "a.txt"]"#), "{shown}");

@@ -45,6 +45,8 @@ while read -r line; do case $line in Uid:*) echo "$line";; esac; done < /proc/se
 if (echo x > probe.txt) 2>/dev/null; then echo "workspace writable"; else echo "workspace read-only"; fi
 echo '{"step": 1, "loss": 0.25}' >> "$ENVGEN_METRICS"
 cat ../data.txt
+while read -r line; do case $line in *" /dev/shm "*) echo "shm: $line";; esac; done < /proc/mounts
+echo saved > "$ENVGEN_OUTPUT_DIR/checkpoint.txt"
 "#;
 
 #[test]
@@ -69,18 +71,32 @@ fn in_docker_the_repo_is_mounted_read_only_and_the_command_runs_non_root() {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)).unwrap();
     }
     let out_dir: PathBuf = tmp.path().join("runs");
+    // Issue #39: two knobs relaxed, the rest (network, code) kept hardened.
     let out = envgen()
         .args([
             "run", "--where", "docker", "--image", &image, "--json", "--out",
         ])
         .arg(&out_dir)
+        .args(["--shm-size", "128m", "--ipc", "shareable"])
         .args(["--", "sh", "run.sh"])
         .current_dir(&sub)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("envgen: docker: relaxed: ipc shareable, /dev/shm 128 MiB"),
+        "{}",
+        text(&out)
+    );
     let dir = run_dir_of(&json_of(&out));
     let log = std::fs::read_to_string(dir.join("stdout.log")).unwrap();
+    let shm = log.lines().find(|l| l.starts_with("shm: ")).unwrap();
+    assert!(shm.contains("size=131072k"), "{log}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("outputs/checkpoint.txt")).unwrap(),
+        "saved\n",
+        "ENVGEN_OUTPUT_DIR is writable and back on the host"
+    );
     assert!(log.contains("cwd /workspace/sub"), "{log}");
     assert!(log.contains("workspace read-only"), "{log}");
     assert!(
@@ -115,6 +131,18 @@ fn in_docker_the_repo_is_mounted_read_only_and_the_command_runs_non_root() {
         .as_str()
         .unwrap()
         .starts_with("sha256:"));
+    let options = &manifest["docker"]["options"];
+    assert_eq!(options["network"], "none");
+    assert_eq!(options["ipc"], "shareable");
+    assert_eq!(options["shm_size_bytes"], 128 << 20);
+    assert_eq!(options["writable_workspace"], false);
+    let shown = envgen().args(["runs", "show"]).arg(&dir).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&shown.stdout)
+            .contains("container   relaxed: ipc shareable, /dev/shm 128 MiB"),
+        "{}",
+        text(&shown)
+    );
     assert!(leftover_containers(&dir).is_empty());
 }
 

@@ -198,6 +198,26 @@ fn preflight_refuses_a_torch_the_driver_cannot_run_before_the_command_starts() {
         "{preflight}"
     );
 
+    // Issue #39: a knob given with `env VAR=…` does not hide the Python
+    // from the check: refused the same way, before the command starts.
+    let out = tmp.path().join("through-env");
+    let args = [
+        "run",
+        "--out",
+        out.to_str().unwrap(),
+        "--",
+        "env",
+        "MICRO_BATCH_SIZE=16",
+        "python",
+        "train.py",
+    ];
+    let refused = run_on("a30-535", &code, &args, None);
+    expect_exit(&refused, 3, "driver-too-old");
+    let dir = only_run(&out);
+    assert!(!dir.join("stdout.log").exists());
+    let preflight = read_json(&dir.join("preflight.json"));
+    assert_eq!(preflight["python"], python().display().to_string());
+
     // An H100 on driver 580 (CUDA 13.0) runs it.
     let out = tmp.path().join("ran");
     let ran = train_on("h100-580", &code, &out);

@@ -225,6 +225,18 @@ pub(super) fn explain(dir: &Path, checker: &mut Checker) -> Result<Value> {
         // Only for command runs: the experiments' documents stay as they were.
         doc["command"] = serde_json::to_value(command)?;
     }
+    if let Some(options) = manifest
+        .environment
+        .docker
+        .as_ref()
+        .and_then(|d| d.options.as_ref())
+    {
+        // Docker runs: the container's knobs and what they relax (issue #39).
+        doc["container"] = json!({
+            "options": options,
+            "relaxed": options.relaxations(),
+        });
+    }
     Ok(doc)
 }
 
@@ -307,6 +319,13 @@ fn show(dir: &Path, as_json: bool) -> Result<i32> {
             image.get("ref").and_then(Value::as_str).unwrap_or("-"),
             image.get("digest").and_then(Value::as_str).unwrap_or("-")
         );
+    }
+    if let Some(relaxed) = run["container"]["relaxed"].as_array() {
+        let relaxed: Vec<&str> = relaxed.iter().filter_map(Value::as_str).collect();
+        match relaxed.is_empty() {
+            true => shown!("container   hardened (no network, private IPC, code read-only)"),
+            false => shown!("container   relaxed: {}", relaxed.join(", ")),
+        }
     }
     shown!(
         "started     {}  finished {}",

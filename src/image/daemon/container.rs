@@ -18,6 +18,7 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use futures_util::StreamExt;
 
+use super::options::ContainerOptions;
 use crate::error::{Result, UserError};
 
 /// Processes (threads included) a container may have: far above what
@@ -29,9 +30,8 @@ pub const PIDS_LIMIT: i64 = 16384;
 /// one, so caches that default to `~/.cache` (CubeCL's, CUDA's, Mesa's) land
 /// here instead of failing. Docker mounts a tmpfs `noexec,nosuid,nodev`.
 pub const SCRATCH_DIR: &str = "/tmp";
-/// The scratch tmpfs's size: it lives in the container's memory; training
-/// writes its results into the run directory, not here.
-pub const SCRATCH_BYTES: i64 = 1 << 30;
+/// The scratch tmpfs's default size (`--home-size` changes it).
+pub const SCRATCH_BYTES: i64 = super::options::DEFAULT_HOME_BYTES;
 
 /// The envgen binary inside an image.
 pub const IMAGE_ENVGEN: &str = "/usr/local/bin/envgen";
@@ -70,6 +70,8 @@ pub struct ContainerSpec {
     pub gpus: GpuRequest,
     /// Use CDI device names (`nvidia.com/gpu=…`) instead of the nvidia runtime hook.
     pub cdi: bool,
+    /// Network, IPC, `/dev/shm`, `HOME` size: hardened unless relaxed.
+    pub options: ContainerOptions,
 }
 
 /// How a container run ended.
@@ -146,7 +148,7 @@ fn create_body(spec: &ContainerSpec) -> Result<ContainerCreateBody> {
         target: Some(SCRATCH_DIR.into()),
         typ: Some(bollard::models::MountType::TMPFS),
         tmpfs_options: Some(MountTmpfsOptions {
-            size_bytes: Some(SCRATCH_BYTES),
+            size_bytes: Some(spec.options.home_size_bytes),
             // Sticky and world-writable like any /tmp: the container's user
             // is whoever owns the run directory, not a uid known in advance.
             mode: Some(0o1777),
@@ -170,10 +172,13 @@ fn create_body(spec: &ContainerSpec) -> Result<ContainerCreateBody> {
         env: Some(env),
         user: spec.user.clone(),
         labels: Some([("io.envgen.run".to_string(), spec.name.clone())].into()),
-        // Training reads only its mounts: no network (the test daemon has no bridge either).
-        network_disabled: Some(true),
+        // Training reads only its mounts: no network unless --network
+        // relaxes it (the test daemon has no bridge either).
+        network_disabled: Some(spec.options.network == super::options::Network::None),
         host_config: Some(HostConfig {
-            network_mode: Some("none".into()),
+            network_mode: Some(spec.options.network.mode().into()),
+            ipc_mode: Some(spec.options.ipc.name().into()),
+            shm_size: spec.options.shm_size_bytes,
             mounts: Some(mounts),
             device_requests: device_requests(&spec.gpus, spec.cdi),
             // Forward signals to envgen and reap children: envgen is PID 1 otherwise.
@@ -466,6 +471,7 @@ mod tests {
             gpus: GpuRequest::Count(2),
             cdi: false,
             entrypoint: None,
+            options: ContainerOptions::default(),
         }
     }
 
@@ -504,10 +510,37 @@ mod tests {
         );
         assert_eq!(host.pids_limit, Some(PIDS_LIMIT));
         assert_eq!(host.network_mode.as_deref(), Some("none"));
+        assert_eq!(body.network_disabled, Some(true));
+        assert_eq!(host.ipc_mode.as_deref(), Some("private"));
+        assert_eq!(host.shm_size, None, "Docker's own 64 MiB");
         let request = &host.device_requests.unwrap()[0];
         assert_eq!(request.count, Some(2));
         assert_eq!(request.capabilities, Some(vec![vec!["gpu".to_string()]]));
         assert_eq!(body.user.as_deref(), Some("1000:1000"));
+    }
+
+    /// Issue #39: each knob reaches the daemon; the rest stays hardened.
+    #[test]
+    fn relaxed_options_reach_the_host_config() {
+        use crate::image::daemon::options::{Ipc, Network};
+        let mut spec = spec("1000:1000");
+        spec.options = ContainerOptions {
+            network: Network::Named("lab-net".into()),
+            ipc: Ipc::Shareable,
+            shm_size_bytes: Some(2 << 30),
+            home_size_bytes: 8 << 30,
+            writable_workspace: true,
+        };
+        let body = create_body(&spec).unwrap();
+        let host = body.host_config.unwrap();
+        assert_eq!(host.network_mode.as_deref(), Some("lab-net"));
+        assert_eq!(body.network_disabled, Some(false));
+        assert_eq!(host.ipc_mode.as_deref(), Some("shareable"));
+        assert_eq!(host.shm_size, Some(2 << 30));
+        let scratch = host.mounts.unwrap().pop().unwrap();
+        assert_eq!(scratch.tmpfs_options.unwrap().size_bytes, Some(8 << 30));
+        assert_eq!(host.readonly_rootfs, Some(true));
+        assert_eq!(host.cap_drop.as_deref(), Some(&["ALL".to_string()][..]));
     }
 
     #[test]

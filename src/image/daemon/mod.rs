@@ -1,9 +1,11 @@
 //! Everything that talks to the Docker daemon, through bollard (never the
 //! docker CLI): connecting, resolving digests, images in and out
 //! (import/export/save), and in [`container`] every container's life
-//! (a run's, followed to its end, and a throwaway one's, captured).
+//! (a run's, followed to its end, and a throwaway one's, captured), with
+//! the knobs a run may relax in [`options`].
 
 pub mod container;
+pub mod options;
 
 use std::collections::HashMap;
 use std::path::Path;

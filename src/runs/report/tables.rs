@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 use super::legend::run_labels;
-use crate::runs::compare::Comparison;
+use crate::runs::compare::{Comparison, DifferenceKind};
 use crate::runs::manifest::ImageRecord;
 use crate::runs::store::RunDir;
 
@@ -200,13 +200,23 @@ fn key_values(value: &Value) -> String {
 /// top-level final metrics (delta vs the first run). Metrics inside an
 /// array (`schemes.int8.bytes`, `rounds.1.kept`) are left to [`item_tables`].
 pub fn comparison(cmp: &Comparison, runs: &[RunDir]) -> (String, Vec<Table>) {
+    let env_knobs = cmp
+        .differences
+        .iter()
+        .filter(|d| d.kind == DifferenceKind::CommandEnv)
+        .count();
     let same = if cmp.same_config {
         format!(
-            "Same science config: yes ({}).",
+            "Same science config: yes ({}){}.",
             cmp.runs
                 .first()
                 .and_then(|r| r.config_hash.as_deref())
-                .map_or("?".into(), short_hash)
+                .map_or("?".into(), short_hash),
+            // The hash does not cover a command's environment (issue #39).
+            match env_knobs {
+                0 => String::new(),
+                n => format!(", but {n} variable(s) of the command's environment differ"),
+            }
         )
     } else {
         "Same science config: no (the config hashes differ).".to_string()

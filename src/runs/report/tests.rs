@@ -290,6 +290,45 @@ fn runs_of_one_config_get_labels_that_differ() {
     );
 }
 
+/// Issue #39: the report, like `runs compare`, does not call two command
+/// runs the same when their environment differs; the variable is a row.
+#[test]
+fn same_config_is_qualified_when_a_command_environment_differs() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs: Vec<RunDir> = [("a", "4"), ("b", "16")]
+        .iter()
+        .map(|(id, batch)| {
+            let r = run(
+                dir.path(),
+                id,
+                "command",
+                json!({"status": "completed", "metrics": {}}),
+                &[],
+            );
+            let mut manifest = r.manifest.clone();
+            manifest.environment.command = Some(crate::runs::command_record::CommandRecord {
+                argv: vec!["python".into(), "train.py".into()],
+                workdir: "/w".into(),
+                git: None,
+                env: [("MICRO_BATCH_SIZE".to_string(), batch.to_string())].into(),
+            });
+            crate::runs::manifest::write(&r.path, &manifest).unwrap();
+            RunDir::open(&r.path).unwrap()
+        })
+        .collect();
+    let cmp = crate::runs::compare::compare(&runs);
+    let (same, tables) = tables::comparison(&cmp, &runs);
+    assert_eq!(
+        same,
+        "Same science config: yes (sha256:1), but 1 variable(s) of the command's environment differ."
+    );
+    let rows = &tables[0].rows;
+    assert_eq!(
+        rows[0][0], "command_env · command.env.MICRO_BATCH_SIZE",
+        "{rows:?}"
+    );
+}
+
 #[test]
 fn step_axes_get_integer_ticks_and_a_single_value_a_padded_round_range() {
     // Steps 1..16: whole ticks only, from 0.
