@@ -393,17 +393,41 @@ fn truncated_and_corrupt_shards_exit_2_naming_file_and_offset() {
         .set_len(len - 3)
         .unwrap();
     let config = shard_config(&dir, "llmc", 2, "");
-    let out = run_config(&config, &tmp.path().join("runs"), &[]);
+    let runs = tmp.path().join("runs");
+    // The dry run makes the real run's header checks, and the real run
+    // refuses before making a run directory (issue #39).
+    for extra in [&["--dry-run"][..], &[]] {
+        let out = run_config(&config, &runs, extra);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(
+            err.contains("fw_train_000001.bin")
+                && err.contains(&format!("truncated at byte offset {}", len - 3)),
+            "{err}"
+        );
+    }
+    assert!(crate::common::run_dirs(&runs).is_empty());
+    // A folder of build-nanogpt .npy shards read as llm.c's: the fix names
+    // the source that reads them; an empty folder is refused by the dry
+    // run as by the run, and neither leaves a run directory.
+    let npy = tmp.path().join("npy");
+    std::fs::create_dir_all(&npy).unwrap();
+    let npy_config = shard_config(&npy, "llmc", 2, "");
+    for extra in [&["--dry-run"][..], &[]] {
+        let out = run_config(&npy_config, &runs, extra);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains("no train shards match"), "{err}");
+    }
+    write_npy(&npy.join("edufineweb_train_000001.npy"), 0, 100);
+    let out = run_config(&npy_config, &runs, &["--dry-run"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains("fw_train_000001.bin")
-            && err.contains(&format!("truncated at byte offset {}", len - 3)),
-        "{err}"
-    );
+    assert!(err.contains("--set data.source=npy"), "{err}");
+    assert!(crate::common::run_dirs(&runs).is_empty());
     // A shard too small for one global batch names the batch size.
     write_llmc(&shard, 0, 500);
-    let out = run_config(&config, &tmp.path().join("runs"), &[]);
+    let out = run_config(&config, &runs, &[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
