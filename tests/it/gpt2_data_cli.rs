@@ -77,7 +77,7 @@ fn write_tokens(out: &mut impl Write, from: u64, count: u64) {
 
 /// An llm.c GPT-2 shard of `count` tokens starting at stream index `from`
 /// (the big test's shards are 256 MiB each).
-fn write_llmc(path: &Path, from: u64, count: u64) {
+pub(crate) fn write_llmc(path: &Path, from: u64, count: u64) {
     let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
     let mut header = [0i32; 256];
     header[0] = 20240520;
@@ -91,7 +91,7 @@ fn write_llmc(path: &Path, from: u64, count: u64) {
 }
 
 /// The same tokens as a build-nanogpt `.npy` shard (np.save format 1.0).
-fn write_npy(path: &Path, from: u64, count: u64) {
+pub(crate) fn write_npy(path: &Path, from: u64, count: u64) {
     let mut header = format!("{{'descr': '<u2', 'fortran_order': False, 'shape': ({count},), }}");
     while (10 + header.len() + 1) % 64 != 0 {
         header.push(' ');

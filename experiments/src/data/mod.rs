@@ -7,6 +7,7 @@
 
 pub mod check;
 pub mod corpus;
+pub mod identity;
 pub mod order;
 pub mod shards;
 pub mod tokenizer;
