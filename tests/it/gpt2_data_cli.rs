@@ -322,6 +322,42 @@ fn bin_and_npy_shards_train_in_llmc_order_and_resume_exactly() {
         10,
     );
 
+    // config_hash identifies the shards by content (issue #39): the same
+    // files in another folder plan the same hash as run `a`.
+    let elsewhere = tmp.path().join("cluster/scratch/fineweb");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    for entry in std::fs::read_dir(&bin).unwrap().flatten() {
+        if entry.path().extension().is_some_and(|e| e == "bin") {
+            std::fs::copy(entry.path(), elsewhere.join(entry.file_name())).unwrap();
+        }
+    }
+    let planned = json_of(&expect_success(run_config(
+        &shard_config_with(&elsewhere, "llmc", 10, "", &hellaswag),
+        &runs,
+        &["--dry-run"],
+    )));
+    let hash_of_a = manifest_of(&a)["config_hash"].clone();
+    assert_eq!(planned["runs"][0]["config_hash"], hash_of_a, "{planned}");
+    // A run recorded before issue #39 (the hash of config.toml as written,
+    // data path included) still resumes.
+    let manifest_path = dir.join("manifest.json");
+    let mut manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(&manifest_path).unwrap()).unwrap();
+    let config = std::fs::read(dir.join("config.toml")).unwrap();
+    let by_path = format!(
+        "sha256:{}",
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&config))
+    );
+    assert_ne!(manifest["config_hash"], by_path.as_str());
+    manifest["config_hash"] = by_path.into();
+    std::fs::write(&manifest_path, manifest.to_string()).unwrap();
+    let out = run(&["run", "--resume", dir.to_str().unwrap(), "--dry-run"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     // Shuffled: another order of the same batches, the same epoch marks.
     let shuffled = json_of(&expect_success(run_config(
         &shard_config(&bin, "llmc", 10, "order = \"shuffled\""),
