@@ -1,4 +1,5 @@
-//! Logging goes to stderr so `--json` output on stdout stays one document.
+//! Logging goes to stderr so `--json` output on stdout stays one document,
+//! coloured only when stderr is a terminal that wants colour (issue #39).
 //!
 //! A second layer counts CubeCL's kernel-loading records (cache hits and
 //! kernels compiled, see `envgen_experiments::kernel_cache`) whatever the
@@ -23,6 +24,7 @@ pub fn init(verbose: u8) {
     let filter = EnvFilter::try_from_env("ENVGEN_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     let printed = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
+        .with_ansi(stderr_wants_colour())
         .without_time()
         .with_filter(filter);
     let counted = KernelLoads
@@ -31,6 +33,14 @@ pub fn init(verbose: u8) {
         .with(printed)
         .with(counted)
         .try_init();
+}
+
+/// Colour only where the error labels get it (`error::eprint_error`):
+/// anstream says no for a pipe or a file (slurm.out, nohup.out),
+/// `NO_COLOR` and `TERM=dumb`, and yes for `CLICOLOR_FORCE`.
+/// tracing-subscriber would write ANSI codes whatever stderr is.
+fn stderr_wants_colour() -> bool {
+    anstream::AutoStream::choice(&std::io::stderr()) != anstream::ColorChoice::Never
 }
 
 /// Hands the message of each kernel-loading record to `kernel_cache::record`.

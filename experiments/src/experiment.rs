@@ -33,7 +33,16 @@ pub struct ResolvedConfig {
 }
 
 impl ResolvedConfig {
+    /// `sha256:<hex>` of the science, its data files identified by
+    /// content, not by path (`data::identity`, issue #39): the same shards
+    /// in two places hash alike.
     pub fn config_hash(&self) -> anyhow::Result<String> {
+        engine::config_hash(&crate::data::identity::science_for_hash(&self.science)?)
+    }
+    /// The hash as runs from before issue #39 recorded it: over the science
+    /// with its data paths as written. Equal to [`config_hash`](Self::config_hash)
+    /// for configs without data files (generated data, most runs).
+    pub fn config_hash_by_path(&self) -> anyhow::Result<String> {
         engine::config_hash(&self.science)
     }
     pub fn canonical_toml(&self) -> anyhow::Result<String> {

@@ -52,7 +52,6 @@ pub fn plan(req: &RunRequest) -> Result<Value> {
             for value in values {
                 let extra: Vec<String> = value.iter().map(|(k, v)| format!("{k}={v}")).collect();
                 let planned = plan_run(req, &setup, &extra)?;
-                check_data_files(&planned.loaded.science)?;
                 plans.push(json!({
                     "preset": planned.loaded.preset,
                     "config": flags.config,
@@ -154,8 +153,11 @@ fn resumed_plan(req: &RunRequest, dir: &Path) -> Result<Value> {
 
 /// The files a config names must be there (a real run opens them before its
 /// first step): `[data]` with a source other than `generated` needs `path`,
-/// and every `path`, `val_path` and `init_from` given must exist. The
-/// contents are read by the run itself.
+/// every `path`, `val_path` and `init_from` given must exist, and the data
+/// files must pass the run's checks short of their tokens
+/// (`data::check::check_files`: shards matched, headers and sizes). Called
+/// by [`plan_run`](super::plan::plan_run), so a run refused here leaves no
+/// run directory, and by `--dry-run`.
 pub fn check_data_files(science: &toml::Value) -> Result<()> {
     if let Some(table) = science.get("data") {
         if let Ok(data) = table.clone().try_into::<DataConfig>() {
@@ -172,6 +174,9 @@ pub fn check_data_files(science: &toml::Value) -> Result<()> {
                     must_exist(key, path)?;
                 }
             }
+            // The run's own matching and header checks (shards of the
+            // configured format, sizes that agree), short of the tokens.
+            envgen_experiments::data::check::check_files(&data)?;
         }
     }
     if let Some(path) = science.get("init_from").and_then(|p| p.as_str()) {

@@ -174,6 +174,9 @@ pub fn plan_run(req: &RunRequest, setup: &Setup, extra: &[String]) -> Result<Pla
             )?
         }
     };
+    // Before any directory is made: a data folder the run would refuse
+    // leaves nothing behind.
+    super::dry_run::check_data_files(&loaded.science)?;
     let hash = loaded.config_hash()?;
     let knobs = fresh_knobs(req, setup, &loaded, loaded.preset.as_deref())?;
     Ok(PlannedRun {
@@ -305,12 +308,18 @@ pub fn config_of_run(
             .with_fix("give a directory written by `envgen run`")
     })?;
     let mut loaded = experiment.resolve(&text, &config_path.display().to_string(), &[])?;
-    if loaded.config_hash()? != record.config_hash {
+    // A run from before issue #39 recorded the hash of its data paths
+    // (the same hash as by content for generated data): it is resumed and
+    // rerun as it was, its data where it was. Checked first, so such a run
+    // reads no data files here.
+    if loaded.config_hash_by_path()? != record.config_hash
+        && loaded.config_hash()? != record.config_hash
+    {
         return Err(UserError::usage(format!(
-            "{}: config.toml does not match the manifest's config_hash",
+            "{}: config.toml, or the content of the data files it names, does not match the manifest's config_hash",
             dir.display()
         ))
-        .with_fix("restore the original config.toml, or start a new run")
+        .with_fix("restore the original config.toml and data files, or start a new run")
         .into());
     }
     loaded.preset = record.preset.clone();

@@ -124,6 +124,9 @@ pub struct RunRequest {
 impl RunRequest {
     /// Check the flags together; `auto` is decided (and said on stderr).
     pub fn new(mut flags: RunFlags) -> Result<RunRequest> {
+        // The training loop falls back to the default; a typo is said here,
+        // before anything runs (and by --dry-run).
+        envgen_experiments::engine::progress::Cadence::from_env()?;
         resolve_resume(&mut flags)?;
         let experiment = command::find_experiment(&flags)?;
         let decision = if flags.launched {

@@ -259,14 +259,19 @@ fn every_documented_envgen_command_is_valid() {
     assert!(made.status.success(), "{}", text(&made));
     let run_dir: PathBuf = crate::common::run_dirs(&tmp.path().join("runs"))[0].clone();
 
-    // DATA_DIR (llm.c shards): a dry run checks that it exists; the
-    // shards themselves are read by the run.
+    // DATA_DIR (llm.c shards): a dry run matches the shards and checks
+    // their headers (issue #39); the tokens themselves are read by the run.
     let data_dir = tmp.path().join("fineweb10B");
     std::fs::create_dir(&data_dir).unwrap();
+    crate::gpt2_data_cli::write_llmc(&data_dir.join("fineweb_train_000001.bin"), 0, 100);
+    crate::gpt2_data_cli::write_llmc(&data_dir.join("fineweb_val_000000.bin"), 0, 100);
     // The 10B-token recipe of docs/experiments/gpt2.md: the user's shard
     // folder, HellaSwag file and config file, made as the page says (the
     // preset with [data] source/path set and an [eval] table appended).
-    std::fs::create_dir(tmp.path().join("edu_fineweb10B")).unwrap();
+    let edu = tmp.path().join("edu_fineweb10B");
+    std::fs::create_dir(&edu).unwrap();
+    crate::gpt2_data_cli::write_npy(&edu.join("edufineweb_train_000001.npy"), 0, 100);
+    crate::gpt2_data_cli::write_npy(&edu.join("edufineweb_val_000000.npy"), 0, 100);
     let hellaswag = tmp.path().join("data/hellaswag/hellaswag_val.jsonl");
     std::fs::create_dir_all(hellaswag.parent().unwrap()).unwrap();
     std::fs::copy(

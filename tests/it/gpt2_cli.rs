@@ -134,6 +134,43 @@ fn runs_are_bit_identical_and_resume_is_exact() {
     // that no reduction depends on how many threads share it.
     let a = json_of(&short_run(tmp.path(), &["--threads", "2"]));
     let b = json_of(&short_run(tmp.path(), &["--threads", "1"]));
+    // Off a terminal (stderr is a pipe here, as in slurm.out), with `-vv`
+    // and without --json (which has no progress): plain progress lines at
+    // the cadence asked for, no ANSI codes from them or the log (issue #39).
+    // ENVGEN_NO_NVML=1 makes the probe log one DEBUG line on every host.
+    let mut args: Vec<&str> = SHORT.iter().filter(|a| **a != "--json").copied().collect();
+    args.extend(["--out", tmp.path().to_str().unwrap(), "-vv"]);
+    let logged = envgen()
+        .args(&args)
+        .env("ENVGEN_PROGRESS_EVERY", "25%")
+        .env("ENVGEN_NO_NVML", "1")
+        .output()
+        .expect("spawn envgen");
+    let stderr = String::from_utf8_lossy(&logged.stderr).to_string();
+    assert!(logged.status.success(), "{stderr}");
+    let progress: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("progress: "))
+        .collect();
+    let steps: Vec<&str> = progress
+        .iter()
+        .filter_map(|l| l.split(' ').nth(2))
+        .collect();
+    assert_eq!(steps, ["6/24", "12/24", "18/24", "24/24"], "{stderr}");
+    assert!(
+        progress
+            .iter()
+            .all(|l| l.contains(" loss ") && l.contains("tokens/s") && l.contains(" eta ")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("NVML skipped"),
+        "-vv logged nothing:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains('\x1b'),
+        "ANSI codes in a file:\n{stderr:?}"
+    );
     for key in ["final_train_loss", "final_val_loss"] {
         assert_eq!(
             metric_bits(&a, key),

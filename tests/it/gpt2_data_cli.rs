@@ -77,7 +77,7 @@ fn write_tokens(out: &mut impl Write, from: u64, count: u64) {
 
 /// An llm.c GPT-2 shard of `count` tokens starting at stream index `from`
 /// (the big test's shards are 256 MiB each).
-fn write_llmc(path: &Path, from: u64, count: u64) {
+pub(crate) fn write_llmc(path: &Path, from: u64, count: u64) {
     let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
     let mut header = [0i32; 256];
     header[0] = 20240520;
@@ -91,7 +91,7 @@ fn write_llmc(path: &Path, from: u64, count: u64) {
 }
 
 /// The same tokens as a build-nanogpt `.npy` shard (np.save format 1.0).
-fn write_npy(path: &Path, from: u64, count: u64) {
+pub(crate) fn write_npy(path: &Path, from: u64, count: u64) {
     let mut header = format!("{{'descr': '<u2', 'fortran_order': False, 'shape': ({count},), }}");
     while (10 + header.len() + 1) % 64 != 0 {
         header.push(' ');
@@ -322,6 +322,42 @@ fn bin_and_npy_shards_train_in_llmc_order_and_resume_exactly() {
         10,
     );
 
+    // config_hash identifies the shards by content (issue #39): the same
+    // files in another folder plan the same hash as run `a`.
+    let elsewhere = tmp.path().join("cluster/scratch/fineweb");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    for entry in std::fs::read_dir(&bin).unwrap().flatten() {
+        if entry.path().extension().is_some_and(|e| e == "bin") {
+            std::fs::copy(entry.path(), elsewhere.join(entry.file_name())).unwrap();
+        }
+    }
+    let planned = json_of(&expect_success(run_config(
+        &shard_config_with(&elsewhere, "llmc", 10, "", &hellaswag),
+        &runs,
+        &["--dry-run"],
+    )));
+    let hash_of_a = manifest_of(&a)["config_hash"].clone();
+    assert_eq!(planned["runs"][0]["config_hash"], hash_of_a, "{planned}");
+    // A run recorded before issue #39 (the hash of config.toml as written,
+    // data path included) still resumes.
+    let manifest_path = dir.join("manifest.json");
+    let mut manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(&manifest_path).unwrap()).unwrap();
+    let config = std::fs::read(dir.join("config.toml")).unwrap();
+    let by_path = format!(
+        "sha256:{}",
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&config))
+    );
+    assert_ne!(manifest["config_hash"], by_path.as_str());
+    manifest["config_hash"] = by_path.into();
+    std::fs::write(&manifest_path, manifest.to_string()).unwrap();
+    let out = run(&["run", "--resume", dir.to_str().unwrap(), "--dry-run"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     // Shuffled: another order of the same batches, the same epoch marks.
     let shuffled = json_of(&expect_success(run_config(
         &shard_config(&bin, "llmc", 10, "order = \"shuffled\""),
@@ -393,17 +429,41 @@ fn truncated_and_corrupt_shards_exit_2_naming_file_and_offset() {
         .set_len(len - 3)
         .unwrap();
     let config = shard_config(&dir, "llmc", 2, "");
-    let out = run_config(&config, &tmp.path().join("runs"), &[]);
+    let runs = tmp.path().join("runs");
+    // The dry run makes the real run's header checks, and the real run
+    // refuses before making a run directory (issue #39).
+    for extra in [&["--dry-run"][..], &[]] {
+        let out = run_config(&config, &runs, extra);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(
+            err.contains("fw_train_000001.bin")
+                && err.contains(&format!("truncated at byte offset {}", len - 3)),
+            "{err}"
+        );
+    }
+    assert!(crate::common::run_dirs(&runs).is_empty());
+    // A folder of build-nanogpt .npy shards read as llm.c's: the fix names
+    // the source that reads them; an empty folder is refused by the dry
+    // run as by the run, and neither leaves a run directory.
+    let npy = tmp.path().join("npy");
+    std::fs::create_dir_all(&npy).unwrap();
+    let npy_config = shard_config(&npy, "llmc", 2, "");
+    for extra in [&["--dry-run"][..], &[]] {
+        let out = run_config(&npy_config, &runs, extra);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains("no train shards match"), "{err}");
+    }
+    write_npy(&npy.join("edufineweb_train_000001.npy"), 0, 100);
+    let out = run_config(&npy_config, &runs, &["--dry-run"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains("fw_train_000001.bin")
-            && err.contains(&format!("truncated at byte offset {}", len - 3)),
-        "{err}"
-    );
+    assert!(err.contains("--set data.source=npy"), "{err}");
+    assert!(crate::common::run_dirs(&runs).is_empty());
     // A shard too small for one global batch names the batch size.
     write_llmc(&shard, 0, 500);
-    let out = run_config(&config, &tmp.path().join("runs"), &[]);
+    let out = run_config(&config, &runs, &[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(

@@ -5,7 +5,9 @@
 //! `.bin` shards, build-nanogpt `.npy` shards, nanoGPT `train.bin`/`val.bin`,
 //! or a plain UTF-8 text file. Shards are memory-mapped, never read whole.
 
+pub mod check;
 pub mod corpus;
+pub mod identity;
 pub mod order;
 pub mod shards;
 pub mod tokenizer;
@@ -138,7 +140,7 @@ pub fn tokenizer_of(cfg: &DataConfig) -> anyhow::Result<Tokenizer> {
     })
 }
 
-fn usage(message: String, fix: &str) -> anyhow::Error {
+pub(crate) fn usage(message: String, fix: &str) -> anyhow::Error {
     UserError::usage(message).with_fix(fix).into()
 }
 
@@ -217,7 +219,7 @@ fn split_text(text: &str, fraction: f64, kind: TokenizerKind) -> anyhow::Result<
     })
 }
 
-fn required_path<'a>(cfg: &'a DataConfig, source: &str) -> anyhow::Result<&'a Path> {
+pub(crate) fn required_path<'a>(cfg: &'a DataConfig, source: &str) -> anyhow::Result<&'a Path> {
     cfg.path.as_deref().ok_or_else(|| {
         usage(
             format!("[data].path is missing; source = \"{source}\" needs it"),
@@ -274,69 +276,11 @@ fn load_text(cfg: &DataConfig) -> anyhow::Result<TokenData> {
 }
 
 fn load_shards(cfg: &DataConfig) -> anyhow::Result<TokenData> {
-    let source = match cfg.source {
-        DataSource::Llmc => "llmc",
-        DataSource::Npy => "npy",
-        _ => "nanogpt",
-    };
-    if cfg.tokenizer == TokenizerKind::Char {
-        return Err(usage(
-            format!("[data].tokenizer = \"char\" cannot be used with source = \"{source}\": the shards carry no character vocabulary"),
-            "use source = \"text\" for char-level training, or tokenizer = \"gpt2\" for GPT-2 shards",
-        ));
-    }
-    if cfg.corpus_bytes.is_some() || cfg.val_fraction.is_some() {
-        return Err(usage(
-            format!("[data].corpus_bytes / val_fraction are not used with source = \"{source}\""),
-            "remove them; the shards are already split into train and val",
-        ));
-    }
-    let path = required_path(cfg, source)?;
-    let (train, val) = match cfg.source {
-        DataSource::Llmc | DataSource::Npy => {
-            let (extension, format) = if cfg.source == DataSource::Llmc {
-                ("bin", shards::ShardFormat::Llmc)
-            } else {
-                ("npy", shards::ShardFormat::Npy)
-            };
-            let train_files = shards::shard_files(path, shards::Split::Train, extension)?;
-            let val_files = match &cfg.val_path {
-                Some(val) => shards::shard_files(val, shards::Split::Val, extension)?,
-                None if path.is_dir() => shards::shard_files(path, shards::Split::Val, extension)?,
-                None => {
-                    return Err(usage(
-                        format!("[data].val_path is missing; {} is not a shard directory", path.display()),
-                        &format!("set val_path to the validation shard(s), or path to a directory holding *_train_*.{extension} and *_val_*.{extension}"),
-                    ))
-                }
-            };
-            (
-                shards::open_all(&train_files, format)?,
-                shards::open_all(&val_files, format)?,
-            )
-        }
-        _ => {
-            let (train_path, val_path) = if path.is_dir() {
-                (
-                    path.join("train.bin"),
-                    cfg.val_path.clone().unwrap_or_else(|| path.join("val.bin")),
-                )
-            } else {
-                let val = cfg.val_path.clone().ok_or_else(|| {
-                    usage(
-                        format!("[data].val_path is missing; {} is a file, not a nanoGPT data directory", path.display()),
-                        "set val_path to val.bin, or path to the directory holding train.bin and val.bin",
-                    )
-                })?;
-                (path.to_path_buf(), val)
-            };
-            let raw = shards::ShardFormat::Raw;
-            (
-                vec![shards::MappedShard::open(&train_path, raw)?],
-                vec![shards::MappedShard::open(&val_path, raw)?],
-            )
-        }
-    };
+    let set = check::shard_set(cfg)?;
+    let (train, val) = (
+        shards::open_all(&set.train, set.format)?,
+        shards::open_all(&set.val, set.format)?,
+    );
     let files: Vec<DataFile> = train.iter().chain(&val).map(|s| s.file.clone()).collect();
     let (train, val) = (Tokens::Mapped(train), Tokens::Mapped(val));
     let tokenizer = match cfg.tokenizer {

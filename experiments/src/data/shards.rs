@@ -87,16 +87,7 @@ fn corrupt(path: &Path, format: ShardFormat, message: String) -> anyhow::Error {
 impl MappedShard {
     /// Open, check and map one shard.
     pub fn open(path: &Path, format: ShardFormat) -> anyhow::Result<Self> {
-        let (mut file, len) = open(path)?;
-        let mut head = vec![0u8; (len as usize).min(LLMC_HEADER_BYTES.max(4096))];
-        file.read_exact(&mut head)
-            .map_err(|e| read_error(path, 0, e))?;
-        let (data_offset, width, count) = match format {
-            ShardFormat::Llmc => llmc_layout(path, &head, len)?,
-            ShardFormat::Npy => npy_layout(path, &head, len)?,
-            ShardFormat::Raw => raw_layout(path, len)?,
-        };
-        drop(file);
+        let (data_offset, width, count, len) = sized_layout(path, format)?;
         let (sha256, max_id) = scan(path, data_offset, width)?;
         let file = File::open(path).map_err(|e| read_error(path, 0, e))?;
         // SAFETY: the map is read-only; a file changed underneath would show
@@ -145,6 +136,26 @@ impl MappedShard {
             ..self.data_offset + range.end * self.width];
         decode(bytes, self.width)
     }
+}
+
+/// (data offset, token width, token count) of a shard, from its header and
+/// size alone: what a dry run checks without reading the tokens.
+pub fn layout(path: &Path, format: ShardFormat) -> anyhow::Result<(usize, usize, usize)> {
+    sized_layout(path, format).map(|(offset, width, count, _)| (offset, width, count))
+}
+
+/// [`layout`] and the file's size in bytes.
+fn sized_layout(path: &Path, format: ShardFormat) -> anyhow::Result<(usize, usize, usize, u64)> {
+    let (mut file, len) = open(path)?;
+    let mut head = vec![0u8; (len as usize).min(LLMC_HEADER_BYTES.max(4096))];
+    file.read_exact(&mut head)
+        .map_err(|e| read_error(path, 0, e))?;
+    let (offset, width, count) = match format {
+        ShardFormat::Llmc => llmc_layout(path, &head, len)?,
+        ShardFormat::Npy => npy_layout(path, &head, len)?,
+        ShardFormat::Raw => raw_layout(path, len)?,
+    };
+    Ok((offset, width, count, len))
 }
 
 fn decode(bytes: &[u8], width: usize) -> Vec<u32> {
@@ -510,10 +521,11 @@ pub fn shard_files(path: &Path, split: Split, extension: &str) -> anyhow::Result
     }
     files.sort();
     if files.is_empty() {
-        return Err(UserError::usage(format!(
-            "no {} shards match {pattern_text}",
-            split.name()
-        ))
+        let message = format!("no {} shards match {pattern_text}", split.name());
+        if let Some(fix) = other_format_hint(path, split, extension) {
+            return Err(UserError::usage(message).with_fix(fix).into());
+        }
+        return Err(UserError::usage(message)
         .with_fix(format!(
             "point [data].{} at a .{extension} shard, a directory with *_{}_*.{extension} files, or a glob pattern",
             if split == Split::Train {
@@ -526,6 +538,38 @@ pub fn shard_files(path: &Path, split: Split, extension: &str) -> anyhow::Result
         .into());
     }
     Ok(files)
+}
+
+/// When a directory holds no shards of the configured format but shards
+/// of another one (build-nanogpt's `.npy` where llm.c's `.bin` were
+/// expected, or the reverse, or nanoGPT's `train.bin`), the fix names the
+/// `data.source` that reads them.
+fn other_format_hint(dir: &Path, split: Split, extension: &str) -> Option<String> {
+    if !dir.is_dir() {
+        return None;
+    }
+    let has = |pattern: &str| {
+        glob::glob(&dir.join(pattern).to_string_lossy())
+            .map(|mut entries| entries.any(|e| e.is_ok_and(|p| p.is_file())))
+            .unwrap_or(false)
+    };
+    let split = split.name();
+    let (source, found) = if extension != "npy" && has(&format!("*_{split}_*.npy")) {
+        (
+            "npy",
+            format!("build-nanogpt .npy shards (*_{split}_*.npy)"),
+        )
+    } else if extension != "bin" && has(&format!("*_{split}_*.bin")) {
+        ("llmc", format!("llm.c .bin shards (*_{split}_*.bin)"))
+    } else if has(&format!("{split}.bin")) {
+        ("nanogpt", format!("a nanoGPT {split}.bin"))
+    } else {
+        return None;
+    };
+    Some(format!(
+        "{} holds {found}: --set data.source={source}",
+        dir.display()
+    ))
 }
 
 /// Open and map several shards of one format.

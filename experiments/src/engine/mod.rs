@@ -13,6 +13,7 @@ pub mod health;
 pub mod optim;
 pub mod params;
 pub mod precision;
+pub mod progress;
 pub mod rundir;
 pub mod safetensors_io;
 pub mod tensorboard;

@@ -1,6 +1,5 @@
 //! The iteration-based training loop every experiment shares.
 
-use std::io::IsTerminal;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -219,7 +218,8 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
     }
     let (units_per_row, unit) = task.units_per_row();
     let units_per_step = units_per_row * train_cfg.batch_size;
-    let bar = progress_bar(control.progress && leader, train_cfg.steps, state.step);
+    let bar =
+        progress_bar(control.progress && leader, train_cfg.steps, state.step).counting("step");
     if let Some(label) = &control.label {
         bar.set_prefix(format!("{label} "));
     }
@@ -315,11 +315,11 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
         } else if let Some(metrics) = metrics.as_mut() {
             metrics.write(&record)?;
         }
-        bar.set_position(state.step);
         bar.set_message(format!(
             "loss {loss_sum:.4} {:.0} {unit}/s",
             units_per_step as f64 / step_s
         ));
+        bar.set_position(state.step);
 
         // A loss that is not a number trains nothing from here on, and a
         // panic on any thread (a backend's worker) leaves the tensors
@@ -411,24 +411,7 @@ pub fn inner_device_of<B: AutodiffBackend>(
         .unwrap_or_default()
 }
 
-/// A progress bar on stderr (hidden when disabled, under `--quiet`, or
-/// when stderr is not a terminal); its prefix, when set, names the stage.
-pub fn progress_bar(enabled: bool, total: u64, done: u64) -> indicatif::ProgressBar {
-    if !enabled || crate::notice::quiet() || !std::io::stderr().is_terminal() {
-        return indicatif::ProgressBar::hidden();
-    }
-    let bar = indicatif::ProgressBar::with_draw_target(
-        Some(total),
-        indicatif::ProgressDrawTarget::stderr(),
-    );
-    if let Ok(style) =
-        indicatif::ProgressStyle::with_template("{prefix}{bar:30} {pos}/{len} {msg} eta {eta}")
-    {
-        bar.set_style(style);
-    }
-    bar.set_position(done);
-    bar
-}
+pub use super::progress::progress_bar;
 
 fn save_checkpoint<B: AutodiffBackend, T: Task<B>>(
     root: &Path,

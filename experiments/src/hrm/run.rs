@@ -260,7 +260,7 @@ where
         }))?;
     }
 
-    let bar = progress_bar(control.progress, plan.total_steps, state.step);
+    let bar = progress_bar(control.progress, plan.total_steps, state.step).counting("step");
     let session_start = Instant::now();
     let wall_before = state.wall_s;
     let session_first_step = state.step;
@@ -293,8 +293,8 @@ where
             record["mean_act_steps"] = json!(act);
         }
         metrics.write(&record)?;
-        bar.set_position(state.step);
         bar.set_message(format!("loss {:.4} {:.2} steps/s", m.loss, 1.0 / step_s));
+        bar.set_position(state.step);
 
         // As engine::train: a loss that is not a number (fp16's skipped
         // overflow steps aside) or a panic on any thread fails the run at

@@ -374,11 +374,11 @@ pub(crate) fn sample_stage(
         round,
         gen_batch(control),
         &mut |s| {
-            bar.set_position(s.questions as u64);
             bar.set_message(format!(
                 "questions, kept {} of {} samples",
                 s.kept, s.generated
             ));
+            bar.set_position(s.questions as u64);
         },
     )?;
     bar.finish_and_clear();
