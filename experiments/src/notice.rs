@@ -11,6 +11,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 static QUIET: AtomicBool = AtomicBool::new(false);
 
+/// The variable a child envgen reads `-q` from: native ranks inherit it,
+/// and Docker containers and Slurm jobs are given it explicitly (they do
+/// not see the launching shell's environment).
+pub const QUIET_ENV: &str = "ENVGEN_QUIET";
+
+/// `(ENVGEN_QUIET, "1")` under `--quiet`, for a container's or a job's
+/// environment.
+pub fn quiet_env() -> Option<(String, String)> {
+    quiet().then(|| (QUIET_ENV.to_string(), "1".to_string()))
+}
+
 /// Turn informational output off (or on again) for the rest of the process.
 pub fn set_quiet(quiet: bool) {
     QUIET.store(quiet, Ordering::Relaxed);
@@ -39,7 +50,13 @@ mod tests {
     fn the_switch_reads_back_what_was_set() {
         super::set_quiet(true);
         assert!(super::quiet());
+        // What Docker containers and Slurm jobs are given.
+        assert_eq!(
+            super::quiet_env(),
+            Some(("ENVGEN_QUIET".to_string(), "1".to_string()))
+        );
         super::set_quiet(false);
         assert!(!super::quiet());
+        assert_eq!(super::quiet_env(), None);
     }
 }

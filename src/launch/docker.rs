@@ -221,6 +221,7 @@ impl Docker {
             std::env::var("ENVGEN_LOG").unwrap_or_default(),
         )];
         env.extend(mount_env);
+        env.extend(envgen_experiments::notice::quiet_env());
         let spec = ContainerSpec {
             name: container_name(run_dir),
             // Run exactly the image inspected above, even if the tag moves meanwhile.
