@@ -155,6 +155,29 @@ pub struct LaunchArgs {
     /// Slurm memory per node, e.g. 32G.
     #[arg(long, value_name = "SIZE", help_heading = "Slurm")]
     pub mem: Option<String>,
+    /// Slurm quality of service (sbatch --qos; default: your association's).
+    #[arg(long, value_name = "NAME", help_heading = "Slurm")]
+    pub qos: Option<String>,
+    /// Slurm generic resources per node, e.g. gpu:a30:1 (sbatch --gres):
+    /// written instead of --gpus-per-node; its GPU count plans the ranks.
+    #[arg(long, value_name = "SPEC", help_heading = "Slurm")]
+    pub gres: Option<String>,
+    /// Slurm node features the job needs, e.g. 'a100&ib' (sbatch --constraint).
+    #[arg(long, value_name = "FEATURES", help_heading = "Slurm")]
+    pub constraint: Option<String>,
+    /// Slurm job name (default: envgen-EXPERIMENT).
+    #[arg(long, value_name = "NAME", help_heading = "Slurm")]
+    pub job_name: Option<String>,
+    /// Any other sbatch option, as its own #SBATCH line, e.g.
+    /// --sbatch-arg=--mail-type=END; repeatable. Options envgen writes
+    /// itself (--partition, --output, …) are refused, naming their flag.
+    #[arg(
+        long,
+        value_name = "--OPTION[=VALUE]",
+        allow_hyphen_values = true,
+        help_heading = "Slurm"
+    )]
+    pub sbatch_arg: Vec<String>,
     /// Data-parallel ranks (processes) in all: natively on this machine, or
     /// as Slurm tasks spread over --nodes. The global batch is split over
     /// them; the science stays the same.
@@ -263,6 +286,11 @@ impl Args {
                 devices: l.devices,
                 cpus_per_task: l.cpus_per_task,
                 mem: l.mem,
+                qos: l.qos,
+                gres: l.gres,
+                constraint: l.constraint,
+                job_name: l.job_name,
+                sbatch_args: l.sbatch_arg,
                 gpus: l.gpus,
                 cdi: l.cdi,
             },
@@ -278,7 +306,10 @@ pub fn execute(args: Args) -> Result<i32> {
     let (dry_run, as_json) = (args.dry_run, args.json);
     let request = RunRequest::new(args.flags())?;
     if let (true, Some(spec)) = (dry_run, &request.command) {
-        let plan = launch::command::dry_run(&request, spec);
+        let mut plan = launch::command::dry_run(&request, spec);
+        if request.decision.place == Place::Slurm {
+            plan["sbatch_script"] = launch::slurm::planned_script(&request, &[])?.into();
+        }
         if as_json {
             crate::output::outln!("{}", serde_json::to_string_pretty(&plan)?);
         } else {
@@ -427,6 +458,21 @@ fn print_command_plan(doc: &Value) {
         "  run directory: {}",
         doc["run_dir"].as_str().unwrap_or("-")
     );
+    print_sbatch_script(doc);
+}
+
+/// `--where slurm`: the job script, as it would be written and submitted.
+fn print_sbatch_script(doc: &Value) {
+    if let Some(script) = doc["sbatch_script"].as_str() {
+        match doc["resume"].is_null() {
+            true => crate::output::outln!(
+                "  job script ({}: named when the run is made):",
+                launch::slurm::PLANNED_RUN_DIR
+            ),
+            false => crate::output::outln!("  job script:"),
+        }
+        crate::output::outln!("{}", script.trim_end());
+    }
 }
 
 fn print_plan(doc: &Value) {
@@ -483,4 +529,5 @@ fn print_plan(doc: &Value) {
     if doc["resume"].is_null() {
         crate::output::outln!("  run directory: a new one under {}", text(&doc["out"]));
     }
+    print_sbatch_script(doc);
 }

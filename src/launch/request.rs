@@ -14,6 +14,7 @@ use envgen_experiments::registry::Experiment;
 use super::auto::{self, Decision, Place};
 use super::command::{self, CommandSpec};
 use super::ranks::{plan_world, WorldPlan};
+use super::slurm::directives::{check_sbatch_arg, gres_gpus};
 use super::slurm::sbatch::{check_directive, check_job_dir, Runtime};
 use crate::error::{Result, UserError};
 use crate::image::daemon::container::GpuRequest;
@@ -64,6 +65,12 @@ pub struct LaunchFlags {
     pub devices: Vec<String>,
     pub cpus_per_task: Option<u32>,
     pub mem: Option<String>,
+    pub qos: Option<String>,
+    pub gres: Option<String>,
+    pub constraint: Option<String>,
+    pub job_name: Option<String>,
+    /// `--sbatch-arg`: raw `#SBATCH` options, in the order given.
+    pub sbatch_args: Vec<String>,
     pub gpus: Option<String>,
     pub cdi: bool,
 }
@@ -334,8 +341,17 @@ pub struct SlurmResources {
     /// Tasks (data-parallel ranks) per node; 0 or 1: one.
     pub tasks_per_node: u32,
     pub gpus_per_node: Option<u32>,
+    /// `None`: [`default_cpus_per_task`](super::slurm::directives::default_cpus_per_task)
+    /// once the tasks per node are known.
     pub cpus_per_task: Option<u32>,
     pub mem: Option<String>,
+    pub qos: Option<String>,
+    pub gres: Option<String>,
+    pub constraint: Option<String>,
+    pub job_name: Option<String>,
+    /// The profile's `[slurm] extra`, then `--sbatch-arg`s: sbatch takes
+    /// the last of a repeated option, so a flag wins over the profile.
+    pub extra: Vec<String>,
 }
 
 fn slurm_resources(flags: &RunFlags) -> Result<SlurmResources> {
@@ -353,12 +369,47 @@ fn slurm_resources(flags: &RunFlags) -> Result<SlurmResources> {
         ("--account", &l.account),
         ("--time", &l.time),
         ("--mem", &l.mem),
+        ("--qos", &l.qos),
+        ("--gres", &l.gres),
+        ("--constraint", &l.constraint),
+        ("--job-name", &l.job_name),
     ] {
         if let Some(value) = value {
             check_directive(flag, value)?;
         }
     }
+    for arg in &defaults.extra {
+        check_sbatch_arg("the profile's [slurm] extra", arg)?;
+    }
+    for arg in &l.sbatch_args {
+        check_sbatch_arg("--sbatch-arg", arg)?;
+    }
+    // `--gres gpu:a30:2` says how many GPUs the node gives the job; a
+    // different --gpus-per-node beside it would plan the wrong ranks.
+    let gres_count = l.gres.as_deref().and_then(gres_gpus);
+    if let (Some(from_gres), Some(given)) = (gres_count, l.gpus_per_node) {
+        if from_gres != given {
+            return Err(UserError::usage(format!(
+                "--gres {} asks for {from_gres} GPU(s) per node, --gpus-per-node {given}",
+                l.gres.as_deref().unwrap_or_default()
+            ))
+            .with_fix(
+                "give the GPU count once: in --gres (it is written instead of --gpus-per-node)",
+            )
+            .into());
+        }
+    }
     Ok(SlurmResources {
+        qos: l.qos.clone(),
+        gres: l.gres.clone(),
+        constraint: l.constraint.clone(),
+        job_name: l.job_name.clone(),
+        extra: defaults
+            .extra
+            .iter()
+            .chain(&l.sbatch_args)
+            .cloned()
+            .collect(),
         partition: l.partition.clone(),
         account: l.account.clone(),
         time: l.time.clone(),
@@ -366,6 +417,7 @@ fn slurm_resources(flags: &RunFlags) -> Result<SlurmResources> {
         // `--backend cuda` needs a GPU in the allocation even without a profile.
         gpus_per_node: l
             .gpus_per_node
+            .or(gres_count)
             .or(defaults.gpus_per_node)
             .or((flags.backend == BackendChoice::Cuda).then_some(1)),
         cpus_per_task: l.cpus_per_task.or(defaults.cpus_per_task),
