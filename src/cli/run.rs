@@ -531,3 +531,50 @@ fn print_plan(doc: &Value) {
     }
     print_sbatch_script(doc);
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use crate::cli::{Cli, Command};
+
+    fn launch_words(argv: &[&str]) -> Vec<String> {
+        let cli = Cli::try_parse_from(["envgen", "run", "gpt2"].iter().chain(argv)).unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run")
+        };
+        crate::launch::plan::launch_args_of(&args.flags().launch)
+    }
+
+    /// The Slurm flags of issue #39 are recorded (`launch_args`) as words
+    /// that parse back to themselves, so `rerun` submits the same job; a
+    /// raw option starting with `--` is one `--sbatch-arg=…` word.
+    #[test]
+    fn slurm_flags_are_recorded_for_rerun_and_parse_back() {
+        let words = launch_words(&[
+            "--qos",
+            "high",
+            "--gres",
+            "gpu:a30:1",
+            "--constraint",
+            "a100&ib",
+            "--job-name",
+            "mine",
+            "--sbatch-arg",
+            "--mail-type=END",
+            "--sbatch-arg=--exclusive",
+        ]);
+        for pair in [
+            ["--qos", "high"],
+            ["--gres", "gpu:a30:1"],
+            ["--constraint", "a100&ib"],
+            ["--job-name", "mine"],
+        ] {
+            assert!(words.windows(2).any(|w| w == pair), "{pair:?}: {words:?}");
+        }
+        assert!(words.contains(&"--sbatch-arg=--mail-type=END".to_string()));
+        assert!(words.contains(&"--sbatch-arg=--exclusive".to_string()));
+        let again: Vec<&str> = words.iter().map(String::as_str).collect();
+        assert_eq!(launch_words(&again), words);
+    }
+}

@@ -31,10 +31,10 @@ fn fix_for(stderr: &str, asked: &Asked) -> String {
             .into()
     } else if has("invalid feature") {
         "`sinfo -o '%P %f'` lists the node features --constraint can name".into()
-    } else if has("time limit") {
-        "`sinfo -o '%P %l'` shows each partition's time limit: ask for less with --time".into()
     } else if has("maxsubmit") || has("job violates accounting/qos policy") || has("qosmax") {
         "you have as many jobs queued as your account or QOS allows (`sacctmgr show assoc user=$USER format=account,qos,maxsubmit`): wait for some to end (`squeue -u $USER`) or cancel them, then run again".into()
+    } else if has("requested time limit") {
+        "`sinfo -o '%P %l'` shows each partition's time limit: ask for less with --time".into()
     } else if has("unable to contact slurm controller") || has("socket timed out") {
         "check that slurmctld is reachable (`sinfo`) and SLURM_CONF points at the right cluster"
             .into()
@@ -53,7 +53,14 @@ pub fn explain(stderr: &str, asked: &Asked) -> anyhow::Error {
     let words: Vec<String> = stderr
         .trim()
         .lines()
-        .map(|line| line.escape_debug().to_string())
+        .map(|line| {
+            line.chars()
+                .map(|c| match c.is_control() {
+                    true => c.escape_debug().to_string(),
+                    false => c.to_string(),
+                })
+                .collect::<String>()
+        })
         .collect();
     let said = if words.is_empty() {
         "(it printed nothing)".to_string()
