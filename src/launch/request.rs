@@ -215,7 +215,13 @@ impl RunRequest {
 
     /// How the Slurm job runs envgen, from --container and --image.
     pub fn slurm_runtime(&self) -> Result<Runtime> {
-        slurm_runtime(&self.flags.launch)
+        slurm_runtime(&self.flags.launch, true)
+    }
+
+    /// The runtime a `--dry-run` renders the script with: the charliecloud
+    /// image directory is not looked into (the run checks it, as before).
+    pub fn planned_slurm_runtime(&self) -> Result<Runtime> {
+        slurm_runtime(&self.flags.launch, false)
     }
 }
 
@@ -426,7 +432,7 @@ fn slurm_resources(flags: &RunFlags) -> Result<SlurmResources> {
     })
 }
 
-fn slurm_runtime(launch: &LaunchFlags) -> Result<Runtime> {
+fn slurm_runtime(launch: &LaunchFlags, check_image: bool) -> Result<Runtime> {
     let image = || {
         launch.image.clone().ok_or_else(|| -> anyhow::Error {
             UserError::usage(format!(
@@ -441,7 +447,7 @@ fn slurm_runtime(launch: &LaunchFlags) -> Result<Runtime> {
         Container::None => Runtime::Native,
         Container::Charliecloud => {
             let dir = PathBuf::from(image()?);
-            if !dir.join("usr/local/bin/envgen").is_file() {
+            if check_image && !dir.join("usr/local/bin/envgen").is_file() {
                 return Err(UserError::usage(format!(
                     "--image {}: not a charliecloud image directory with envgen in it",
                     dir.display()

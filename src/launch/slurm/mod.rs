@@ -48,7 +48,7 @@ impl Launcher for Slurm {
         // Every flag is checked before a run directory is made (a refused
         // --partition must leave none behind).
         let resources = req.slurm_resources()?;
-        req.slurm_runtime()?;
+        let runtime = req.slurm_runtime()?;
         if let Some(spec) = &req.command {
             let line = &spec.config.command;
             crate::launch::preflight::before_submit(
@@ -66,7 +66,7 @@ impl Launcher for Slurm {
         for run in &runs {
             sciences.push(science_of(run)?);
         }
-        let submission = submission_of(req, runs.clone(), output, &sciences)?;
+        let submission = submission_of(req, runs.clone(), output, &sciences, runtime)?;
         if let Some(image) = image_provenance(&submission.runtime)? {
             for run in &runs {
                 manifest::update(run, |m| m.environment.image = Some(image.clone()))?;
@@ -129,6 +129,7 @@ fn submission_of(
     runs: Vec<PathBuf>,
     output: String,
     sciences: &[toml::Value],
+    runtime: Runtime,
 ) -> Result<Submission> {
     let mut data: Vec<PathBuf> = sciences.iter().flat_map(mounts::data_dirs).collect();
     // A command in a Slurm container: its code is bound at its own path
@@ -153,7 +154,7 @@ fn submission_of(
             tasks_per_node: req.world.per_node as u32,
             ..req.slurm_resources()?
         },
-        runtime: req.slurm_runtime()?,
+        runtime,
         data_dirs: data,
     })
 }
@@ -178,7 +179,8 @@ pub fn planned_script(req: &RunRequest, sciences: &[toml::Value]) -> Result<Stri
         ),
         (None, None) => (vec![out.join(PLANNED_RUN_DIR)], JOB_OUTPUT.to_string()),
     };
-    let submission = submission_of(req, runs, output, sciences)?;
+    let runtime = req.planned_slurm_runtime()?;
+    let submission = submission_of(req, runs, output, sciences, runtime)?;
     let (spec, first) = job_spec(&submission)?;
     slurm::render_with_path(&spec, &first.join(JOB_SCRIPT).display().to_string())
 }
