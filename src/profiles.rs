@@ -113,6 +113,10 @@ pub struct SlurmDefaults {
     /// Memory per node as sbatch takes it, e.g. "64G".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mem: Option<String>,
+    /// Raw sbatch options, one `#SBATCH` line each, before any
+    /// `--sbatch-arg` (e.g. `["--qos=gpu", "--mail-type=FAIL"]`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra: Vec<String>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]

@@ -157,6 +157,29 @@ pub struct LaunchArgs {
     /// Slurm memory per node, e.g. 32G.
     #[arg(long, value_name = "SIZE", help_heading = "Slurm")]
     pub mem: Option<String>,
+    /// Slurm quality of service (sbatch --qos; default: your association's).
+    #[arg(long, value_name = "NAME", help_heading = "Slurm")]
+    pub qos: Option<String>,
+    /// Slurm generic resources per node, e.g. gpu:a30:1 (sbatch --gres):
+    /// written instead of --gpus-per-node; its GPU count plans the ranks.
+    #[arg(long, value_name = "SPEC", help_heading = "Slurm")]
+    pub gres: Option<String>,
+    /// Slurm node features the job needs, e.g. 'a100&ib' (sbatch --constraint).
+    #[arg(long, value_name = "FEATURES", help_heading = "Slurm")]
+    pub constraint: Option<String>,
+    /// Slurm job name (default: envgen-EXPERIMENT).
+    #[arg(long, value_name = "NAME", help_heading = "Slurm")]
+    pub job_name: Option<String>,
+    /// Any other sbatch option, as its own #SBATCH line, e.g.
+    /// --sbatch-arg=--mail-type=END; repeatable. Options envgen writes
+    /// itself (--partition, --output, …) are refused, naming their flag.
+    #[arg(
+        long,
+        value_name = "--OPTION[=VALUE]",
+        allow_hyphen_values = true,
+        help_heading = "Slurm"
+    )]
+    pub sbatch_arg: Vec<String>,
     /// Data-parallel ranks (processes) in all: natively on this machine, or
     /// as Slurm tasks spread over --nodes. The global batch is split over
     /// them; the science stays the same.
@@ -284,6 +307,11 @@ impl Args {
                 devices: l.devices,
                 cpus_per_task: l.cpus_per_task,
                 mem: l.mem,
+                qos: l.qos,
+                gres: l.gres,
+                constraint: l.constraint,
+                job_name: l.job_name,
+                sbatch_args: l.sbatch_arg,
                 gpus: l.gpus,
                 cdi: l.cdi,
                 docker: ContainerOptions {
@@ -306,7 +334,10 @@ pub fn execute(args: Args) -> Result<i32> {
     let (dry_run, as_json) = (args.dry_run, args.json);
     let request = RunRequest::new(args.flags())?;
     if let (true, Some(spec)) = (dry_run, &request.command) {
-        let plan = launch::command::dry_run(&request, spec);
+        let mut plan = launch::command::dry_run(&request, spec);
+        if request.decision.place == Place::Slurm {
+            plan["sbatch_script"] = launch::slurm::planned_script(&request, &[])?.into();
+        }
         if as_json {
             crate::output::outln!("{}", serde_json::to_string_pretty(&plan)?);
         } else {
@@ -455,6 +486,21 @@ fn print_command_plan(doc: &Value) {
         "  run directory: {}",
         doc["run_dir"].as_str().unwrap_or("-")
     );
+    print_sbatch_script(doc);
+}
+
+/// `--where slurm`: the job script, as it would be written and submitted.
+fn print_sbatch_script(doc: &Value) {
+    if let Some(script) = doc["sbatch_script"].as_str() {
+        match doc["resume"].is_null() {
+            true => crate::output::outln!(
+                "  job script ({}: named when the run is made):",
+                launch::slurm::PLANNED_RUN_DIR
+            ),
+            false => crate::output::outln!("  job script:"),
+        }
+        crate::output::outln!("{}", script.trim_end());
+    }
 }
 
 fn print_plan(doc: &Value) {
@@ -510,5 +556,53 @@ fn print_plan(doc: &Value) {
     }
     if doc["resume"].is_null() {
         crate::output::outln!("  run directory: a new one under {}", text(&doc["out"]));
+    }
+    print_sbatch_script(doc);
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use crate::cli::{Cli, Command};
+
+    fn launch_words(argv: &[&str]) -> Vec<String> {
+        let cli = Cli::try_parse_from(["envgen", "run", "gpt2"].iter().chain(argv)).unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run")
+        };
+        crate::launch::plan::launch_args_of(&args.flags().launch)
+    }
+
+    /// The Slurm flags of issue #39 are recorded (`launch_args`) as words
+    /// that parse back to themselves, so `rerun` submits the same job; a
+    /// raw option starting with `--` is one `--sbatch-arg=…` word.
+    #[test]
+    fn slurm_flags_are_recorded_for_rerun_and_parse_back() {
+        let words = launch_words(&[
+            "--qos",
+            "high",
+            "--gres",
+            "gpu:a30:1",
+            "--constraint",
+            "a100&ib",
+            "--job-name",
+            "mine",
+            "--sbatch-arg",
+            "--mail-type=END",
+            "--sbatch-arg=--exclusive",
+        ]);
+        for pair in [
+            ["--qos", "high"],
+            ["--gres", "gpu:a30:1"],
+            ["--constraint", "a100&ib"],
+            ["--job-name", "mine"],
+        ] {
+            assert!(words.windows(2).any(|w| w == pair), "{pair:?}: {words:?}");
+        }
+        assert!(words.contains(&"--sbatch-arg=--mail-type=END".to_string()));
+        assert!(words.contains(&"--sbatch-arg=--exclusive".to_string()));
+        let again: Vec<&str> = words.iter().map(String::as_str).collect();
+        assert_eq!(launch_words(&again), words);
     }
 }

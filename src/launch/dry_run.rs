@@ -26,8 +26,10 @@ pub fn plan(req: &RunRequest) -> Result<Value> {
     let backend = planned_backend(req)?;
     let host = crate::probe::probe_host();
     let world = &req.world;
+    // Each run's config, for the job script's container binds.
+    let mut sciences = Vec::new();
     let runs = match &flags.resume {
-        Some(dir) => vec![resumed_plan(req, dir)?],
+        Some(dir) => vec![resumed_plan(req, dir, &mut sciences)?],
         None => {
             let setup = Setup {
                 host: &host,
@@ -52,6 +54,7 @@ pub fn plan(req: &RunRequest) -> Result<Value> {
             for value in values {
                 let extra: Vec<String> = value.iter().map(|(k, v)| format!("{k}={v}")).collect();
                 let planned = plan_run(req, &setup, &extra)?;
+                sciences.push(planned.loaded.science.clone());
                 plans.push(json!({
                     "preset": planned.loaded.preset,
                     "config": flags.config,
@@ -64,6 +67,11 @@ pub fn plan(req: &RunRequest) -> Result<Value> {
             }
             plans
         }
+    };
+    // What an sbatch writer wants to read first: the script itself.
+    let sbatch_script = match req.decision.place {
+        Place::Slurm => Some(super::slurm::planned_script(req, &sciences)?),
+        _ => None,
     };
     Ok(json!({
         "dry_run": true,
@@ -78,6 +86,7 @@ pub fn plan(req: &RunRequest) -> Result<Value> {
         "resume": flags.resume,
         "stop_after": flags.stop_after,
         "runs": runs,
+        "sbatch_script": sbatch_script,
     }))
 }
 
@@ -136,9 +145,10 @@ pub fn native_backend_plan(choice: BackendChoice) -> Result<PlannedBackend> {
 
 /// `--resume DIR`: the run's own config and profile, with the knobs a
 /// resumed run may change (--micro-batch, --precision) applied.
-fn resumed_plan(req: &RunRequest, dir: &Path) -> Result<Value> {
+fn resumed_plan(req: &RunRequest, dir: &Path, sciences: &mut Vec<toml::Value>) -> Result<Value> {
     let (loaded, manifest) = config_of_run(req.experiment, dir)?;
     check_data_files(&loaded.science)?;
+    sciences.push(loaded.science.clone());
     let knobs = resumed_knobs(req, &manifest.profile, loaded.batch_size, req.world.size)?;
     Ok(json!({
         "run_dir": dir,

@@ -364,7 +364,18 @@ pub fn launch_args_of(launch: &LaunchFlags) -> Vec<String> {
         launch.cpus_per_task.map(|n| n.to_string()),
     );
     push("--mem", launch.mem.clone());
+    push("--qos", launch.qos.clone());
+    push("--gres", launch.gres.clone());
+    push("--constraint", launch.constraint.clone());
+    push("--job-name", launch.job_name.clone());
     push("--gpus", launch.gpus.clone());
+    // One word each: a value starting with `--` must not read as a flag.
+    words.extend(
+        launch
+            .sbatch_args
+            .iter()
+            .map(|a| format!("--sbatch-arg={a}")),
+    );
     if launch.cdi {
         words.push("--cdi".into());
     }

@@ -14,6 +14,7 @@ use envgen_experiments::registry::Experiment;
 use super::auto::{self, Decision, Place};
 use super::command::{self, CommandSpec};
 use super::ranks::{plan_world, WorldPlan};
+use super::slurm::directives::{check_sbatch_arg, gres_gpus};
 use super::slurm::sbatch::{check_directive, check_job_dir, Runtime};
 use crate::error::{Result, UserError};
 use crate::image::daemon::container::GpuRequest;
@@ -65,6 +66,12 @@ pub struct LaunchFlags {
     pub devices: Vec<String>,
     pub cpus_per_task: Option<u32>,
     pub mem: Option<String>,
+    pub qos: Option<String>,
+    pub gres: Option<String>,
+    pub constraint: Option<String>,
+    pub job_name: Option<String>,
+    /// `--sbatch-arg`: raw `#SBATCH` options, in the order given.
+    pub sbatch_args: Vec<String>,
     pub gpus: Option<String>,
     pub cdi: bool,
     /// `--network`, `--ipc`, `--shm-size`, `--home-size`,
@@ -221,7 +228,13 @@ impl RunRequest {
 
     /// How the Slurm job runs envgen, from --container and --image.
     pub fn slurm_runtime(&self) -> Result<Runtime> {
-        slurm_runtime(&self.flags.launch)
+        slurm_runtime(&self.flags.launch, true)
+    }
+
+    /// The runtime a `--dry-run` renders the script with: the charliecloud
+    /// image directory is not looked into (the run checks it, as before).
+    pub fn planned_slurm_runtime(&self) -> Result<Runtime> {
+        slurm_runtime(&self.flags.launch, false)
     }
 }
 
@@ -347,8 +360,17 @@ pub struct SlurmResources {
     /// Tasks (data-parallel ranks) per node; 0 or 1: one.
     pub tasks_per_node: u32,
     pub gpus_per_node: Option<u32>,
+    /// `None`: [`default_cpus_per_task`](super::slurm::directives::default_cpus_per_task)
+    /// once the tasks per node are known.
     pub cpus_per_task: Option<u32>,
     pub mem: Option<String>,
+    pub qos: Option<String>,
+    pub gres: Option<String>,
+    pub constraint: Option<String>,
+    pub job_name: Option<String>,
+    /// The profile's `[slurm] extra`, then `--sbatch-arg`s: sbatch takes
+    /// the last of a repeated option, so a flag wins over the profile.
+    pub extra: Vec<String>,
 }
 
 fn slurm_resources(flags: &RunFlags) -> Result<SlurmResources> {
@@ -366,12 +388,47 @@ fn slurm_resources(flags: &RunFlags) -> Result<SlurmResources> {
         ("--account", &l.account),
         ("--time", &l.time),
         ("--mem", &l.mem),
+        ("--qos", &l.qos),
+        ("--gres", &l.gres),
+        ("--constraint", &l.constraint),
+        ("--job-name", &l.job_name),
     ] {
         if let Some(value) = value {
             check_directive(flag, value)?;
         }
     }
+    for arg in &defaults.extra {
+        check_sbatch_arg("the profile's [slurm] extra", arg)?;
+    }
+    for arg in &l.sbatch_args {
+        check_sbatch_arg("--sbatch-arg", arg)?;
+    }
+    // `--gres gpu:a30:2` says how many GPUs the node gives the job; a
+    // different --gpus-per-node beside it would plan the wrong ranks.
+    let gres_count = l.gres.as_deref().and_then(gres_gpus);
+    if let (Some(from_gres), Some(given)) = (gres_count, l.gpus_per_node) {
+        if from_gres != given {
+            return Err(UserError::usage(format!(
+                "--gres {} asks for {from_gres} GPU(s) per node, --gpus-per-node {given}",
+                l.gres.as_deref().unwrap_or_default()
+            ))
+            .with_fix(
+                "give the GPU count once: in --gres (it is written instead of --gpus-per-node)",
+            )
+            .into());
+        }
+    }
     Ok(SlurmResources {
+        qos: l.qos.clone(),
+        gres: l.gres.clone(),
+        constraint: l.constraint.clone(),
+        job_name: l.job_name.clone(),
+        extra: defaults
+            .extra
+            .iter()
+            .chain(&l.sbatch_args)
+            .cloned()
+            .collect(),
         partition: l.partition.clone(),
         account: l.account.clone(),
         time: l.time.clone(),
@@ -379,6 +436,7 @@ fn slurm_resources(flags: &RunFlags) -> Result<SlurmResources> {
         // `--backend cuda` needs a GPU in the allocation even without a profile.
         gpus_per_node: l
             .gpus_per_node
+            .or(gres_count)
             .or(defaults.gpus_per_node)
             .or((flags.backend == BackendChoice::Cuda).then_some(1)),
         cpus_per_task: l.cpus_per_task.or(defaults.cpus_per_task),
@@ -387,7 +445,7 @@ fn slurm_resources(flags: &RunFlags) -> Result<SlurmResources> {
     })
 }
 
-fn slurm_runtime(launch: &LaunchFlags) -> Result<Runtime> {
+fn slurm_runtime(launch: &LaunchFlags, check_image: bool) -> Result<Runtime> {
     let image = || {
         launch.image.clone().ok_or_else(|| -> anyhow::Error {
             UserError::usage(format!(
@@ -402,7 +460,7 @@ fn slurm_runtime(launch: &LaunchFlags) -> Result<Runtime> {
         Container::None => Runtime::Native,
         Container::Charliecloud => {
             let dir = PathBuf::from(image()?);
-            if !dir.join("usr/local/bin/envgen").is_file() {
+            if check_image && !dir.join("usr/local/bin/envgen").is_file() {
                 return Err(UserError::usage(format!(
                     "--image {}: not a charliecloud image directory with envgen in it",
                     dir.display()

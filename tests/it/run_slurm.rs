@@ -376,6 +376,12 @@ fn slurm_directive_values_cannot_inject_commands() {
         ("--account", "a;id"),
         ("--time", "01:00:00\n#SBATCH --uid=0"),
         ("--mem", "4G $(id)"),
+        ("--qos", "normal\n#SBATCH --uid=0"),
+        ("--gres", "gpu:1 $(id)"),
+        ("--constraint", "a100\nid"),
+        ("--job-name", "x\"y"),
+        ("--sbatch-arg", "--comment=x\nid"),
+        ("--sbatch-arg", "--comment=\"x y\""),
     ] {
         let out = envgen()
             .args(["run", "gpt2", "--where", "slurm", "--dry-run", flag, value])
@@ -397,7 +403,7 @@ fn slurm_directive_values_cannot_inject_commands() {
                     "backend": "cpu", "device": "flex:cpu"},
         "envgen_version": "0.1.0", "git_revision": null, "image": null,
         "where": "slurm", "where_reason": "--where slurm",
-        "launch_args": ["--partition", evil],
+        "launch_args": ["--sbatch-arg=--partition=debug", "--partition", evil],
     });
     std::fs::write(run.join("manifest.json"), manifest.to_string()).unwrap();
     let out = envgen()
@@ -411,6 +417,83 @@ fn slurm_directive_values_cannot_inject_commands() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("--partition"), "{stderr}");
     assert!(!marker.exists() && !tmp.path().join("runs").exists());
+}
+
+/// Issue #39: what an sbatch writer wants to read, the job script, is in
+/// the dry run (text and `--json`), with the user's own directives after
+/// envgen's, `--gres` instead of `--gpus-per-node`, and 8 CPUs per GPU.
+#[test]
+fn the_dry_run_shows_the_job_script_with_the_users_directives() {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = [
+        "run",
+        "gpt2",
+        "--where",
+        "slurm",
+        "--backend",
+        "cuda",
+        "--dry-run",
+        "--qos",
+        "high",
+        "--gres",
+        "gpu:a30:2",
+        "--constraint",
+        "a100&ib",
+        "--job-name",
+        "mine",
+        "--sbatch-arg",
+        "--mail-type=END",
+        "--sbatch-arg=--exclusive",
+    ];
+    let out = envgen()
+        .args(args)
+        .arg("--json")
+        .arg("--out")
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    let plan = json_of(&out);
+    let script = plan["sbatch_script"].as_str().unwrap();
+    let directives: Vec<&str> = script
+        .lines()
+        .filter(|l| l.starts_with("#SBATCH"))
+        .collect();
+    assert_eq!(
+        directives,
+        [
+            "#SBATCH --job-name=mine",
+            "#SBATCH --output=slurm.out",
+            "#SBATCH --error=slurm.out",
+            "#SBATCH --nodes=1",
+            "#SBATCH --ntasks-per-node=2",
+            "#SBATCH --cpus-per-task=8",
+            "#SBATCH --qos=high",
+            "#SBATCH --constraint=a100&ib",
+            "#SBATCH --gres=gpu:a30:2",
+            "#SBATCH --mail-type=END",
+            "#SBATCH --exclusive",
+        ],
+        "{script}"
+    );
+    let run_dir = tmp.path().join("RUN_DIR");
+    assert!(
+        script.contains(&format!("--resume {}", run_dir.display())),
+        "{script}"
+    );
+    let text = envgen()
+        .args(args)
+        .arg("--out")
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    assert_ok(&text, "dry run");
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        stdout.contains("job script (RUN_DIR: named when the run is made):"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("#SBATCH --mail-type=END\n"), "{stdout}");
+    assert!(crate::common::run_dirs(tmp.path()).is_empty());
 }
 
 /// Issue #21 under a real sbatch: the run directory's path reaches the job
@@ -485,6 +568,16 @@ fn a_refused_submission_fails_the_run_and_a_vanished_job_is_lost() {
         &["--where", "slurm", "--partition", "nosuchpart"],
     );
     assert_eq!(out.status.code(), Some(3), "{}", crate::common::text(&out));
+    // sbatch's own words, and the fix for an unknown partition (issue #39).
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("sbatch refused the job") && stderr.contains("nosuchpart"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("`sinfo -s` lists the partitions"),
+        "{stderr}"
+    );
     let dir = only_run_dir(tmp.path());
     let summary = read(&dir, "summary.json");
     assert_eq!(summary["status"], "failed", "{summary}");

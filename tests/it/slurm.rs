@@ -23,6 +23,10 @@ fn job(dir: &Path, name: &str, command: &[&str]) -> JobSpec {
         cpus_per_task: 1,
         mem: None,
         gpus_per_node: None,
+        qos: None,
+        constraint: None,
+        gres: None,
+        extra: vec![],
         runtime: Runtime::Native,
         binds: vec![],
         env: BTreeMap::from([("ENVGEN_TEST_MARK".to_string(), "it's here".to_string())]),
@@ -34,7 +38,7 @@ fn job(dir: &Path, name: &str, command: &[&str]) -> JobSpec {
 fn submit(dir: &Path, spec: &JobSpec) -> String {
     let script = dir.join("job.sbatch");
     std::fs::write(&script, slurm::render(spec).unwrap()).unwrap();
-    slurm::submit(&script, dir).unwrap()
+    slurm::submit(spec, &script, dir).unwrap()
 }
 
 fn outputs(dir: &Path) -> Vec<String> {

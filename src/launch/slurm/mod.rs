@@ -6,6 +6,8 @@
 //! it, collect what it left, cancel it. The script and the Slurm commands
 //! themselves are in [`sbatch`].
 
+pub mod directives;
+mod refusal;
 pub mod sbatch;
 
 use std::collections::BTreeMap;
@@ -43,10 +45,10 @@ impl Launcher for Slurm {
     /// The job's runtime, the run directories (one per sweep value) and
     /// the image each records.
     fn prepare(&mut self, req: &RunRequest) -> Result<Vec<PathBuf>> {
-        let runtime = req.slurm_runtime()?;
         // Every flag is checked before a run directory is made (a refused
         // --partition must leave none behind).
         let resources = req.slurm_resources()?;
+        let runtime = req.slurm_runtime()?;
         if let Some(spec) = &req.command {
             let line = &spec.config.command;
             crate::launch::preflight::before_submit(
@@ -60,35 +62,11 @@ impl Launcher for Slurm {
             Some(base) => sweep_output(base),
             None => JOB_OUTPUT.into(),
         };
-        let mut data = Vec::new();
+        let mut sciences = Vec::new();
         for run in &runs {
-            data.extend(mounts::data_dirs(&science_of(run)?));
+            sciences.push(science_of(run)?);
         }
-        // A command in a Slurm container: its code is bound at its own path
-        // (the command runs in the same directory as natively).
-        if let Some(spec) = &req.command {
-            let record = &spec.record;
-            data.push(
-                record
-                    .git
-                    .as_ref()
-                    .map_or(&record.workdir, |g| &g.toplevel)
-                    .clone(),
-            );
-        }
-        let submission = Submission {
-            experiment: req.experiment.name().into(),
-            runs: runs.clone(),
-            job_args: job_args(req),
-            output,
-            resources: SlurmResources {
-                nodes: Some(req.world.nodes as u32),
-                tasks_per_node: req.world.per_node as u32,
-                ..resources
-            },
-            runtime,
-            data_dirs: data,
-        };
+        let submission = submission_of(req, runs.clone(), output, &sciences, runtime)?;
         if let Some(image) = image_provenance(&submission.runtime)? {
             for run in &runs {
                 manifest::update(run, |m| m.environment.image = Some(image.clone()))?;
@@ -144,6 +122,69 @@ impl Launcher for Slurm {
     }
 }
 
+/// What to submit for `req` into `runs` (made, or for `--dry-run` only
+/// named), whose configs are `sciences`.
+fn submission_of(
+    req: &RunRequest,
+    runs: Vec<PathBuf>,
+    output: String,
+    sciences: &[toml::Value],
+    runtime: Runtime,
+) -> Result<Submission> {
+    let mut data: Vec<PathBuf> = sciences.iter().flat_map(mounts::data_dirs).collect();
+    // A command in a Slurm container: its code is bound at its own path
+    // (the command runs in the same directory as natively).
+    if let Some(spec) = &req.command {
+        let record = &spec.record;
+        data.push(
+            record
+                .git
+                .as_ref()
+                .map_or(&record.workdir, |g| &g.toplevel)
+                .clone(),
+        );
+    }
+    Ok(Submission {
+        experiment: req.experiment.name().into(),
+        runs,
+        job_args: job_args(req),
+        output,
+        resources: SlurmResources {
+            nodes: Some(req.world.nodes as u32),
+            tasks_per_node: req.world.per_node as u32,
+            ..req.slurm_resources()?
+        },
+        runtime,
+        data_dirs: data,
+    })
+}
+
+/// The name `--dry-run` gives the run directory the job would start in:
+/// the real one is named when the run is made.
+pub const PLANNED_RUN_DIR: &str = "RUN_DIR";
+
+/// `--dry-run --where slurm`: the script the job would be submitted with
+/// (issue #39), rendered as a real run renders it, into
+/// `OUT/RUN_DIR` (a sweep: `OUT/RUN_DIR-sN`) or the `--resume` directory.
+/// `sciences`: the config of each run.
+pub fn planned_script(req: &RunRequest, sciences: &[toml::Value]) -> Result<String> {
+    let out = absolute(&req.flags.out)?;
+    let (runs, output) = match (&req.flags.resume, &req.sweep) {
+        (Some(dir), _) => (vec![dir.clone()], JOB_OUTPUT.to_string()),
+        (None, Some(sweep)) => (
+            (0..sweep.values.len())
+                .map(|i| out.join(format!("{PLANNED_RUN_DIR}-s{i}")))
+                .collect(),
+            sweep_output(PLANNED_RUN_DIR),
+        ),
+        (None, None) => (vec![out.join(PLANNED_RUN_DIR)], JOB_OUTPUT.to_string()),
+    };
+    let runtime = req.planned_slurm_runtime()?;
+    let submission = submission_of(req, runs, output, sciences, runtime)?;
+    let (spec, first) = job_spec(&submission)?;
+    slurm::render_with_path(&spec, &first.join(JOB_SCRIPT).display().to_string())
+}
+
 /// Where the job's output goes inside each run directory.
 pub const JOB_OUTPUT: &str = "slurm.out";
 /// The rendered script, kept in each run directory.
@@ -188,6 +229,22 @@ fn absolute(path: &Path) -> Result<PathBuf> {
 /// Write the script into every run directory and submit it; records the
 /// job in each manifest. Returns the job ID.
 pub fn submit(sub: &Submission) -> Result<String> {
+    let (spec, first) = job_spec(sub)?;
+    let runs: Vec<PathBuf> = sub
+        .runs
+        .iter()
+        .map(|r| absolute(r))
+        .collect::<Result<_>>()?;
+    for run in &runs {
+        slurm::write_script(&spec, &run.join(JOB_SCRIPT))?;
+    }
+    let job_id = slurm::submit(&spec, &first.join(JOB_SCRIPT), &first)?;
+    record_job(&runs, &job_id)?;
+    Ok(job_id)
+}
+
+/// The job `sub` is, and the directory it starts in (the first run's).
+fn job_spec(sub: &Submission) -> Result<(JobSpec, PathBuf)> {
     let runs: Vec<PathBuf> = sub
         .runs
         .iter()
@@ -228,33 +285,44 @@ pub fn submit(sub: &Submission) -> Result<String> {
         binds.dedup();
     }
     let r = &sub.resources;
+    let tasks_per_node = r.tasks_per_node.max(1);
     let spec = JobSpec {
-        job_name: format!("envgen-{}", sub.experiment),
+        job_name: r
+            .job_name
+            .clone()
+            .unwrap_or_else(|| format!("envgen-{}", sub.experiment)),
         workdir: first.clone(),
         output: sub.output.clone(),
         partition: r.partition.clone(),
         account: r.account.clone(),
         time: r.time.clone(),
         nodes: r.nodes.unwrap_or(1),
-        tasks_per_node: r.tasks_per_node.max(1),
-        cpus_per_task: r.cpus_per_task.unwrap_or(1),
+        tasks_per_node,
+        cpus_per_task: r
+            .cpus_per_task
+            .unwrap_or_else(|| directives::default_cpus_per_task(r.gpus_per_node, tasks_per_node)),
         mem: r.mem.clone(),
         gpus_per_node: r.gpus_per_node,
+        qos: r.qos.clone(),
+        constraint: r.constraint.clone(),
+        gres: r.gres.clone(),
+        extra: r.extra.clone(),
         runtime: sub.runtime.clone(),
         binds,
         env,
         command,
         array_tasks,
     };
-    for run in &runs {
-        slurm::write_script(&spec, &run.join(JOB_SCRIPT))?;
-    }
-    let job_id = slurm::submit(&first.join(JOB_SCRIPT), first)?;
+    Ok((spec, first.clone()))
+}
+
+/// Each run's manifest names the job (or array task) it trains in.
+fn record_job(runs: &[PathBuf], job_id: &str) -> Result<()> {
     for (index, run) in runs.iter().enumerate() {
         let task = if runs.len() > 1 {
             format!("{job_id}_{index}")
         } else {
-            job_id.clone()
+            job_id.to_string()
         };
         manifest::update(run, |m| {
             let mut earlier = Vec::new();
@@ -263,7 +331,7 @@ pub fn submit(sub: &Submission) -> Result<String> {
                 earlier.push(previous.job);
             }
             m.environment.slurm = Some(SlurmRecord {
-                job_id: job_id.clone(),
+                job_id: job_id.to_string(),
                 job: task,
                 script: JOB_SCRIPT.into(),
                 output: JOB_OUTPUT.into(),
@@ -272,7 +340,7 @@ pub fn submit(sub: &Submission) -> Result<String> {
             });
         })?;
     }
-    Ok(job_id)
+    Ok(())
 }
 
 /// The manifest's `image` for a containerized job. A charliecloud image

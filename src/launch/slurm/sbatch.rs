@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde::Serialize;
 
+pub use super::directives::check_directive;
+use super::refusal;
 use crate::error::{Result, UserError};
 
 const SBATCH_TEMPLATE: &str = include_str!("../../../containers/templates/sbatch.hbs");
@@ -50,6 +52,15 @@ pub struct JobSpec {
     pub cpus_per_task: u32,
     pub mem: Option<String>,
     pub gpus_per_node: Option<u32>,
+    /// `--qos`, `--constraint`: as given (checked by [`check_directive`]).
+    pub qos: Option<String>,
+    pub constraint: Option<String>,
+    /// `--gres`: written instead of `--gpus-per-node` (which still counts
+    /// the node's GPUs for the ranks and `apptainer --nv`).
+    pub gres: Option<String>,
+    /// Raw options (`--sbatch-arg`, a profile's `[slurm] extra`), one
+    /// `#SBATCH` line each, after envgen's own: see [`super::directives`].
+    pub extra: Vec<String>,
     pub runtime: Runtime,
     /// Host directories the job needs inside a container, mounted at the same path.
     pub binds: Vec<PathBuf>,
@@ -163,7 +174,7 @@ pub fn render(spec: &JobSpec) -> Result<String> {
     render_with_path(spec, "SCRIPT")
 }
 
-fn render_with_path(spec: &JobSpec, script_path: &str) -> Result<String> {
+pub(super) fn render_with_path(spec: &JobSpec, script_path: &str) -> Result<String> {
     let mut command: Vec<String> = spec.command.iter().map(|w| quote(w)).collect();
     if !spec.array_tasks.is_empty() {
         // Each task's words were quoted when the `case` arm was rendered.
@@ -199,10 +210,16 @@ fn render_with_path(spec: &JobSpec, script_path: &str) -> Result<String> {
         ("--account", &spec.account),
         ("--time", &spec.time),
         ("--mem", &spec.mem),
+        ("--qos", &spec.qos),
+        ("--constraint", &spec.constraint),
+        ("--gres", &spec.gres),
     ] {
         if let Some(value) = value {
             check_directive(flag, value)?;
         }
+    }
+    for arg in &spec.extra {
+        super::directives::check_sbatch_arg("--sbatch-arg", arg)?;
     }
     check_output(&spec.output)?;
     check_job_dir(&spec.workdir)?;
@@ -233,6 +250,10 @@ fn render_with_path(spec: &JobSpec, script_path: &str) -> Result<String> {
         time: spec.time.clone(),
         mem: spec.mem.clone(),
         gpus_per_node: spec.gpus_per_node.filter(|&g| g > 0),
+        qos: spec.qos.clone(),
+        constraint: spec.constraint.clone(),
+        gres: spec.gres.clone(),
+        extra: spec.extra.clone(),
         array: (!spec.array_tasks.is_empty()).then(|| format!("0-{}", spec.array_tasks.len() - 1)),
         workdir: quote_path(&spec.workdir),
         env: spec
@@ -272,6 +293,10 @@ struct TemplateContext {
     time: Option<String>,
     mem: Option<String>,
     gpus_per_node: Option<u32>,
+    qos: Option<String>,
+    constraint: Option<String>,
+    gres: Option<String>,
+    extra: Vec<String>,
     array: Option<String>,
     workdir: String,
     env: BTreeMap<String, String>,
@@ -322,32 +347,6 @@ fn distributed_context(spec: &JobSpec) -> Result<Option<DistributedContext>> {
         stride,
         slots: ((TOP - BASE) / stride).max(1),
     }))
-}
-
-/// Check a value that goes into an `#SBATCH --FLAG=VALUE` line. sbatch
-/// reads those lines itself (no shell quoting applies there), and a newline
-/// would end the directive block and become a command of the job: so each
-/// value keeps to the alphabet Slurm gives it — names (`--partition`,
-/// `--account`, comma lists of them), times (`1-02:00:00`, `UNLIMITED`) and
-/// sizes (`32G`, `500M`). Refused values are usage errors naming the flag.
-pub fn check_directive(flag: &str, value: &str) -> Result<()> {
-    let allowed = |c: char| match flag {
-        "--time" | "--mem" => c.is_ascii_alphanumeric() || c == ':' || c == '-',
-        _ => c.is_ascii_alphanumeric() || "_-.,".contains(c),
-    };
-    if !value.is_empty() && value.len() <= 128 && value.chars().all(allowed) {
-        return Ok(());
-    }
-    let example = match flag {
-        "--time" => "e.g. --time 01:30:00 or --time 2-00:00:00",
-        "--mem" => "e.g. --mem 32G",
-        _ => "a Slurm name: letters, digits, '_', '-', '.' (a list: comma-separated)",
-    };
-    Err(
-        UserError::usage(format!("{flag} {value:?}: not a value sbatch accepts here"))
-            .with_fix(example)
-            .into(),
-    )
 }
 
 /// Job names end up in `#SBATCH` lines: keep them to a safe alphabet.
@@ -431,12 +430,61 @@ fn slurm_command_in(cwd: Option<&Path>, program: &str, args: &[&str]) -> Result<
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
-/// Submit a rendered script from `workdir` (the job's directory, which its
-/// relative output path starts from); returns the job ID.
-pub fn submit(script: &Path, workdir: &Path) -> Result<String> {
-    let script = script.to_string_lossy();
-    let out = slurm_command_in(Some(workdir), "sbatch", &["--parsable", script.as_ref()])?;
-    job_id_of(&out)
+/// Submit the script written for `spec` from `workdir` (the job's
+/// directory, which its relative output path starts from); returns the job
+/// ID. A refusal shows sbatch's own words with the fix that matches them.
+pub fn submit(spec: &JobSpec, script: &Path, workdir: &Path) -> Result<String> {
+    let sbatch = which::which("sbatch").map_err(|_| {
+        UserError::environment("`sbatch` not found on PATH").with_fix(
+            "run on a Slurm login node, or install the Slurm client tools (Debian: slurm-client)",
+        )
+    })?;
+    let output = Command::new(sbatch)
+        .current_dir(workdir)
+        .arg("--parsable")
+        .arg(script)
+        .output()
+        .context("running sbatch")?;
+    if !output.status.success() {
+        let asked = refusal::Asked {
+            script: &script.display().to_string(),
+            resources: resources_of(spec),
+        };
+        return Err(refusal::explain(
+            &String::from_utf8_lossy(&output.stderr),
+            &asked,
+        ));
+    }
+    job_id_of(&String::from_utf8_lossy(&output.stdout))
+}
+
+/// What a job asks of a node, as the flags that set it (for a refusal's fix).
+fn resources_of(spec: &JobSpec) -> String {
+    let mut asked = vec![
+        format!("--nodes {}", spec.nodes.max(1)),
+        format!("{} task(s) per node", spec.tasks_per_node.max(1)),
+        format!("--cpus-per-task {}", spec.cpus_per_task.max(1)),
+    ];
+    let optional = [
+        ("--mem", spec.mem.clone()),
+        ("--gres", spec.gres.clone()),
+        (
+            "--gpus-per-node",
+            spec.gres
+                .is_none()
+                .then_some(spec.gpus_per_node)
+                .flatten()
+                .map(|g| g.to_string()),
+        ),
+        ("--constraint", spec.constraint.clone()),
+        ("--partition", spec.partition.clone()),
+    ];
+    asked.extend(
+        optional
+            .into_iter()
+            .filter_map(|(flag, v)| v.map(|v| format!("{flag} {v}"))),
+    );
+    asked.join(", ")
 }
 
 /// The job ID in what `sbatch --parsable` printed: "ID" or "ID;cluster".

@@ -13,6 +13,10 @@ fn spec() -> JobSpec {
         mem: Some("32G".into()),
         gpus_per_node: Some(1),
         tasks_per_node: 1,
+        qos: None,
+        constraint: None,
+        gres: None,
+        extra: vec![],
         runtime: Runtime::Native,
         binds: vec![],
         env: BTreeMap::from([("ENVGEN_LOG".to_string(), "info; rm -rf /".to_string())]),
@@ -195,16 +199,47 @@ proptest::proptest! {
     /// Any string in an `#SBATCH` field, one field at a time.
     #[test]
     fn hostile_directive_values_are_refused_or_contained(
-        value in hostile(), field in 0usize..4,
+        value in hostile(), field in 0usize..7,
     ) {
         let mut plain = spec();
         plain.account = Some("proj".into());
+        plain.qos = Some("normal".into());
+        plain.constraint = Some("a100&ib".into());
+        plain.gres = Some("gpu:a30:1".into());
         let lines = render(&plain).unwrap().lines().count();
         let mut hostile_spec = plain.clone();
         *[&mut hostile_spec.partition, &mut hostile_spec.account,
-          &mut hostile_spec.time, &mut hostile_spec.mem][field] = Some(value);
+          &mut hostile_spec.time, &mut hostile_spec.mem, &mut hostile_spec.qos,
+          &mut hostile_spec.constraint, &mut hostile_spec.gres][field] = Some(value);
         let result = refused_or_contained(&hostile_spec, lines);
         proptest::prop_assert!(result.is_ok(), "{}", result.unwrap_err());
+    }
+
+    /// Any string as a raw `--sbatch-arg`, whole or as an option's value:
+    /// refused, or one `#SBATCH` line that sbatch's directive parser reads
+    /// as that one option (no space, quote, `\\` or `#` to split, quote or
+    /// end it) and bash reads as a comment.
+    #[test]
+    fn hostile_sbatch_args_are_refused_or_one_directive(
+        value in hostile(), whole in proptest::bool::ANY,
+    ) {
+        let mut plain = spec();
+        plain.extra = vec!["--mail-type=END".into()];
+        let lines = render(&plain).unwrap().lines().count();
+        let arg = if whole { value } else { format!("--comment={value}") };
+        let mut hostile_spec = plain.clone();
+        hostile_spec.extra = vec![arg.clone()];
+        let result = refused_or_contained(&hostile_spec, lines);
+        proptest::prop_assert!(result.is_ok(), "{}", result.unwrap_err());
+        if result == Ok(true) {
+            let script = render(&hostile_spec).unwrap();
+            let line = format!("#SBATCH {arg}\n");
+            proptest::prop_assert!(script.contains(&line), "{}", script);
+            proptest::prop_assert!(
+                !arg.chars().any(|c| c.is_whitespace() || "\"\\\\#".contains(c)),
+                "{:?}", arg
+            );
+        }
     }
 
     /// A quoted word is that word to bash, byte for byte: nothing in it
@@ -245,9 +280,51 @@ proptest::proptest! {
     }
 }
 
+/// The options a user adds (issue #39): after envgen's own lines, so a
+/// repeated one is theirs; `--gres` replaces `--gpus-per-node` (whose
+/// count still gives apptainer its `--nv`).
+#[test]
+fn user_directives_are_written_and_gres_replaces_gpus_per_node() {
+    let mut spec = spec();
+    spec.qos = Some("high".into());
+    spec.constraint = Some("[rack1|rack2]&ib".into());
+    spec.extra = vec!["--mail-type=END".into(), "--exclusive".into()];
+    let script = render(&spec).unwrap();
+    let directives: Vec<&str> = script
+        .lines()
+        .filter(|l| l.starts_with("#SBATCH"))
+        .collect();
+    assert_eq!(
+        &directives[directives.len() - 5..],
+        [
+            "#SBATCH --qos=high",
+            "#SBATCH --constraint=[rack1|rack2]&ib",
+            "#SBATCH --gpus-per-node=1",
+            "#SBATCH --mail-type=END",
+            "#SBATCH --exclusive",
+        ],
+        "{script}"
+    );
+    spec.gres = Some("gpu:a30:1".into());
+    spec.runtime = Runtime::Apptainer {
+        sif: "/scratch/envgen.sif".into(),
+    };
+    let script = render(&spec).unwrap();
+    assert!(script.contains("#SBATCH --gres=gpu:a30:1\n"), "{script}");
+    assert!(!script.contains("--gpus-per-node"), "{script}");
+    assert!(script.contains("apptainer exec --nv "), "{script}");
+    // The renderer refuses a bad raw option, whatever built the spec.
+    spec.extra = vec!["--output=/etc/x".into()];
+    assert_eq!(crate::error::exit_code_of(&render(&spec).unwrap_err()), 2);
+}
+
 #[test]
 fn directive_values_cannot_break_out_of_their_line() {
     for (flag, good) in [
+        ("--qos", "high"),
+        ("--gres", "gpu:a30:1,shard:2"),
+        ("--constraint", "(a100|h100)&ib"),
+        ("--job-name", "my-job_1.x"),
         ("--partition", "gpu,debug"),
         ("--account", "proj_01-a.b"),
         ("--time", "1-02:00:00"),
@@ -263,6 +340,11 @@ fn directive_values_cannot_break_out_of_their_line() {
         ("--time", "01:00:00\n#SBATCH --uid=0"),
         ("--mem", "32G;rm"),
         ("--partition", ""),
+        ("--qos", "high\n#SBATCH --uid=0"),
+        ("--gres", "gpu a30"),
+        ("--constraint", "a100#ib"),
+        ("--constraint", "a\"b"),
+        ("--job-name", "my job"),
     ] {
         let err = check_directive(flag, bad).unwrap_err();
         assert_eq!(crate::error::exit_code_of(&err), 2, "{flag} {bad:?}");
@@ -271,6 +353,8 @@ fn directive_values_cannot_break_out_of_their_line() {
         let example = match flag {
             "--time" => "e.g. --time 01:30:00",
             "--mem" => "e.g. --mem 32G",
+            "--gres" => "e.g. --gres gpu:a30:1",
+            "--constraint" => "e.g. --constraint 'a100&ib'",
             _ => "a Slurm name: letters, digits",
         };
         let text = crate::error::render(&err);
