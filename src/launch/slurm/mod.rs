@@ -273,8 +273,9 @@ fn job_spec(sub: &Submission) -> Result<(JobSpec, PathBuf)> {
     // docs/running.md): the job's envgen seeds its own cache from it, so
     // the job compiles nothing; explicit, as a cluster may not pass the
     // submitting environment on (SBATCH_EXPORT=NONE).
-    let mut env: BTreeMap<String, String> =
-        envgen_experiments::notice::quiet_env().into_iter().collect();
+    let mut env: BTreeMap<String, String> = envgen_experiments::notice::quiet_env()
+        .into_iter()
+        .collect();
     if let Some(seeds) = std::env::var_os(kernel_cache::SEED_ENV) {
         env.insert(
             kernel_cache::SEED_ENV.to_string(),
