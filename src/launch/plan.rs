@@ -283,6 +283,24 @@ fn write_run(
 
 /// The science config and manifest of an existing run directory, checked
 /// against each other (config_hash) and against the experiment.
+/// The config hash of a run's config where this process runs: in a
+/// container the data files are mounted at other paths
+/// (`mounts::path_map_from_env`), and the hash identifies them by content,
+/// which is read there.
+fn content_hash(loaded: &ResolvedConfig) -> Result<String> {
+    let map = super::mounts::path_map_from_env();
+    if map.is_empty() {
+        return loaded.config_hash();
+    }
+    let mut science = loaded.science.clone();
+    super::mounts::map_paths(&mut science, &map);
+    ResolvedConfig {
+        science,
+        ..loaded.clone()
+    }
+    .config_hash()
+}
+
 pub fn config_of_run(
     experiment: &dyn Experiment,
     dir: &Path,
@@ -313,7 +331,7 @@ pub fn config_of_run(
     // rerun as it was, its data where it was. Checked first, so such a run
     // reads no data files here.
     if loaded.config_hash_by_path()? != record.config_hash
-        && loaded.config_hash()? != record.config_hash
+        && content_hash(&loaded)? != record.config_hash
     {
         return Err(UserError::usage(format!(
             "{}: config.toml, or the content of the data files it names, does not match the manifest's config_hash",
