@@ -242,8 +242,8 @@ impl Lines {
     }
 }
 
-/// `1h02m`, `3m05s`, `12s`.
-fn clock(seconds: f64) -> String {
+/// `1h02m`, `3m05s`, `12s` (also `runs watch`'s durations).
+pub fn clock(seconds: f64) -> String {
     let s = seconds.max(0.0).round() as u64;
     match s {
         0..=59 => format!("{s}s"),

@@ -350,14 +350,10 @@ fn human(rate: f64) -> String {
     }
 }
 
-/// `45s`, `12m05s`, `3h07m`.
+/// `45s`, `12m05s`, `3h07m`: the same clock as the training log's
+/// progress lines.
 pub fn duration(seconds: f64) -> String {
-    let s = seconds.max(0.0).round() as u64;
-    match s {
-        0..=59 => format!("{s}s"),
-        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
-        _ => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
-    }
+    envgen_experiments::engine::progress::clock(seconds)
 }
 
 #[cfg(test)]
