@@ -84,7 +84,7 @@ fn embed_autotune_records() {
 /// The date `envgen --version` gives as the build's: `SOURCE_DATE_EPOCH`
 /// when set (the reproducible-builds convention), else the commit's date.
 /// Not the wall clock: two builds of one commit must be the same bytes
-/// (tests/it/fresh_clone.rs), so the date comes from the source.
+/// (tests/it/places/fresh_clone.rs), so the date comes from the source.
 fn build_date() -> Option<String> {
     println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
     if let Ok(epoch) = std::env::var("SOURCE_DATE_EPOCH") {

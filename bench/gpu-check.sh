@@ -38,7 +38,7 @@
 # CHECK_ONLY=1 (or --dry-run): `bash -n` of this script, a syntax check of the Python
 # it runs, and every envgen command it would run with `--dry-run` (doctor: for
 # real), printing `ok NAME` or `FAILED NAME`; exit 1 if any failed. The test
-# tests/it/gpu_check.rs runs this mode.
+# tests/it/gpu/gpu_check.rs runs this mode.
 #
 # With an empty kernel cache and ONLY unset, only the gpt2 steps run (a cold
 # cache leaves no time for hrm; see below): call again with ONLY=hrm.

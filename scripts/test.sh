@@ -14,7 +14,7 @@ apt_install pkg-config ca-certificates nix-bin
 # backend, CubeCL kernels) run in CI without a GPU, and must.
 apt_install mesa-vulkan-drivers
 export ENVGEN_TEST_REQUIRE_VULKAN=1
-# Headless Chromium renders `runs report` pages in tests/it/report_cli.rs
+# Headless Chromium renders `runs report` pages in tests/it/runs/report_cli.rs
 # (every chart must have drawn data); that test fails without it.
 apt_install chromium
 
@@ -45,7 +45,15 @@ log "cargo fmt --check"
 cargo fmt --all -- --check
 
 log "running the test suite"
+# Each heavy area's time with the turn (tests/it/common/turns.rs) is
+# appended to this file; a passing run prints the sums: where the time goes.
+export ENVGEN_TEST_AREA_TIMES="$ENVGEN_TEST_STATE/area-times.tsv"
+: >"$ENVGEN_TEST_AREA_TIMES"
+started_at=$SECONDS
 # Extra arguments go to cargo test (e.g. --no-fail-fast); CI passes none.
 # No backtraces: CI keeps the end of a failure's output, and that end must
-# be the assertion's message, not the harness's frames.
+# be the assertion's message, not the harness's frames (nor this table).
 RUST_BACKTRACE=0 cargo test --workspace --locked "$@"
+log "cargo test took $((SECONDS - started_at)) s; the heavy areas' turns (s):"
+awk -F'\t' '{ s[$1] += $2 } END { for (a in s) printf "%8.0f  %s\n", s[a], a }' \
+  "$ENVGEN_TEST_AREA_TIMES" | sort -rn

@@ -6,7 +6,7 @@
 //! and the command goes on to its normal end and exit code (a training run
 //! whose `| head` closed still finishes and writes its summary). Output is
 //! still flushed line by line, as `println!` does on a terminal.
-//! `tests/it/layering.rs` keeps `println!` out of `src/`.
+//! `tests/it/tree/layering.rs` keeps `println!` out of `src/`.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};

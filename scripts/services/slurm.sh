@@ -4,7 +4,7 @@
 # Exports SLURM_CONF (every Slurm client reads it) and ENVGEN_TEST_SLURM=1.
 
 slurm_start() {
-  # charliecloud-runtime: jobs that run envgen inside ch-run (tests/it/run_slurm.rs).
+  # charliecloud-runtime: jobs that run envgen inside ch-run (tests/it/places/run_slurm.rs).
   apt_install slurm-wlm munge charliecloud-runtime
   local dir="$ENVGEN_TEST_STATE/slurm"
   local node cpus mem

@@ -277,7 +277,7 @@ pub const STAGED_BINARY: &str = "rootfs/usr/local/bin/envgen";
 /// computes it over the whole binary, debug information included, which
 /// records the directory the crate was built in: with it, one commit built in
 /// two checkouts differs in exactly those 20 bytes; without it, the staged
-/// binary — hence the envgen layer — is the same (tests/it/fresh_clone.rs).
+/// binary — hence the envgen layer — is the same (tests/it/places/fresh_clone.rs).
 pub fn stage_binary(binary: &Path, staging: &Path) -> Result<()> {
     let dest = staging.join(STAGED_BINARY);
     if let Some(parent) = dest.parent() {

@@ -17,7 +17,7 @@
 //! Nothing is read into memory as a whole: a shard is checked once with
 //! bounded buffered reads (sha256 for provenance, the largest id), then
 //! mapped; training copies out only the windows it uses, so memory does
-//! not grow with the data set (tests/it/gpt2_data_cli.rs measures it).
+//! not grow with the data set (tests/it/train/gpt2_data_cli.rs measures it).
 
 use std::fs::File;
 use std::io::Read;

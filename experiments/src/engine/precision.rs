@@ -8,7 +8,7 @@
 //!   backend has them. Burn 0.21's CUDA backend does this for f32 matmuls on
 //!   compute capability ≥ 8.0 on its own (cubek-matmul picks TF32 tiles when
 //!   the device supports them, with no switch to turn it off), so on CUDA
-//!   `fp32` and `tf32` compute the same (tests/it/cuda_standin.rs reads it in
+//!   `fp32` and `tf32` compute the same (tests/it/gpu/cuda_standin.rs reads it in
 //!   the PTX); on the CPU both are plain f32.
 //! - `bf16`, `fp16`: autocast (`envgen_kernels::autocast`): projections,
 //!   attention and activations in the half type; normalization, softmax

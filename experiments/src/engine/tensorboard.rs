@@ -16,7 +16,7 @@
 //! fields a scalar or a text summary needs is a few lines of wire format.
 //! CRC-32C is a compile-time table here too: the `crc32c` crate would be
 //! one more download for a fresh clone's `--offline` build
-//! (tests/it/fresh_clone.rs) for twenty lines.
+//! (tests/it/places/fresh_clone.rs) for twenty lines.
 //! Field numbers, as TensorBoard 2.21 declares them (the descriptors of
 //! `tensorboard/compat/proto/{event,summary,tensor,tensor_shape,types}_pb2.py`):
 //! Event: wall_time = 1 (double), step = 2 (int64), file_version = 3,

@@ -12,7 +12,7 @@
 //! `model.safetensors`) is read with [`load_pretrained`] and written with
 //! [`save_pretrained`], so `GPT2LMHeadModel.from_pretrained` loads envgen's
 //! weights and envgen loads any GPT-2 checkpoint from the Hub
-//! (tests/it/gpt2_hf.rs checks both ways against `transformers`).
+//! (tests/it/train/gpt2_hf.rs checks both ways against `transformers`).
 
 use std::path::Path;
 

@@ -15,7 +15,7 @@
 //!
 //! Everything computes in f32 (checkpoints in bf16/f16 are widened on load):
 //! the model is compared with transformers' f32 forward to 1e-4
-//! (tests/it/llama_hf.rs).
+//! (tests/it/train/llama_hf.rs).
 //!
 //! Each projection may carry a LoRA adapter beside it (`q_proj_lora`, …;
 //! `super::lora` attaches and merges them); `None`, as [`Llama::build`]

@@ -18,7 +18,7 @@ pub mod reference;
 pub mod run;
 pub mod turns;
 
-pub(crate) use turns::turn;
+pub(crate) use turns::{heavy_test, turn};
 
 /// This build's `envgen`, without the caller's ENVGEN_RUN_IMAGE (which
 /// would pick the image of `--where docker` runs).

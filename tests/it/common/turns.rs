@@ -7,17 +7,20 @@
 //! speed ratios were measured beside their own tests only; images,
 //! run_docker, run_slurm and fresh_clone all build or use the
 //! `envgen/cpu:VERSION` image and check exactly what a build left behind;
-//! slurm and run_slurm share one node. So each of their tests starts with
-//! `let _turn = turn!();`: it waits while another area has the turn, and
-//! runs beside tests of its own area as before. The quick areas (doctor_*,
+//! slurm and run_slurm share one node. So each of their tests is written
+//! `heavy_test!(name, |tmp| { … })` (or takes `let _turn = turn!();`
+//! itself): it waits while another area has the turn, and runs beside
+//! tests of its own area as before. The quick areas (doctor_*,
 //! verdicts, sudoku_cli) take no turn and run beside anything.
 
+use std::io::Write;
 use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::Instant;
 
-/// Whose turn it is: the area (module path) whose tests are running, and
-/// how many of them.
+/// Whose turn it is: the area (module path) whose tests are running, how
+/// many of them, and since when.
 pub struct Turns {
-    holder: Mutex<Option<(&'static str, usize)>>,
+    holder: Mutex<Option<(&'static str, usize, Instant)>>,
     freed: Condvar,
 }
 
@@ -41,10 +44,10 @@ impl Turns {
         loop {
             match &mut *holder {
                 None => {
-                    *holder = Some((area, 1));
+                    *holder = Some((area, 1, Instant::now()));
                     break;
                 }
-                Some((held, tests)) if *held == area => {
+                Some((held, tests, _)) if *held == area => {
                     *tests += 1;
                     break;
                 }
@@ -63,12 +66,36 @@ impl Turns {
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
         let mut holder = self.0.holder.lock().unwrap_or_else(PoisonError::into_inner);
-        let (_, tests) = holder.as_mut().expect("a turn is held");
+        let (area, tests, since) = holder.as_mut().expect("a turn is held");
         *tests -= 1;
         if *tests == 0 {
+            record_turn(area, since.elapsed().as_secs_f64());
             *holder = None;
             self.0.freed.notify_all();
         }
+    }
+}
+
+/// Appends `AREA<TAB>SECONDS` for a turn that just ended to the file
+/// `ENVGEN_TEST_AREA_TIMES` names (scripts/test.sh sets it and prints the
+/// sums): where the suite's time goes, area by area, in every CI log. An
+/// area that takes its turn more than once has several lines.
+fn record_turn(area: &str, seconds: f64) {
+    let Some(path) = std::env::var_os("ENVGEN_TEST_AREA_TIMES") else {
+        return;
+    };
+    // Only the suite's areas (module paths), not this file's own test's.
+    let Some(area) = area.strip_prefix("it::") else {
+        return;
+    };
+    // One write of a whole line per turn: concurrent appends stay lines.
+    let line = format!("{area}\t{seconds:.1}\n");
+    if let Ok(mut file) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = file.write_all(line.as_bytes());
     }
 }
 
@@ -82,6 +109,31 @@ macro_rules! turn {
     };
 }
 pub(crate) use turn;
+
+/// A test of an area that takes turns, with the preamble each one used to
+/// repeat by hand (ripgrep's `rgtest!` habit): `heavy_test!(name, || { … })`
+/// holds the area's turn for the whole test; `heavy_test!(name, |tmp| { … })`
+/// also gives it a fresh temporary directory `tmp` (a `tempfile::TempDir`,
+/// removed when the test ends, also when it fails). The body is a block, not
+/// a closure: `return` ends the test.
+macro_rules! heavy_test {
+    ($name:ident, || $body:block) => {
+        #[test]
+        fn $name() {
+            let _turn = $crate::common::turn!();
+            $body
+        }
+    };
+    ($name:ident, |$tmp:ident| $body:block) => {
+        #[test]
+        fn $name() {
+            let _turn = $crate::common::turn!();
+            let $tmp = tempfile::tempdir().unwrap();
+            $body
+        }
+    };
+}
+pub(crate) use heavy_test;
 
 #[test]
 fn an_area_shares_its_turn_and_another_area_waits_for_it() {

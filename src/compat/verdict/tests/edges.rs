@@ -355,7 +355,7 @@ fn no_wheel_or_precision_is_ok_on_a_gpu_the_driver_predates_or_dropped() {
 
 #[test]
 fn a_local_image_that_sets_its_own_rule_is_still_gated_by_the_runtime() {
-    // What tests/it/doctor_answer.rs's Docker test builds: env only, CUDA 12.8.1 and
+    // What tests/it/doctor/doctor_answer.rs's Docker test builds: env only, CUDA 12.8.1 and
     // NVIDIA_REQUIRE_CUDA=cuda>=12.8. Not an NGC image: the runtime refuses it
     // on R535 (CUDA 12.2), and R570 runs it.
     let image = local_image(
