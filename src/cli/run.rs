@@ -480,7 +480,18 @@ fn print_command_plan(doc: &Value) {
         None => crate::output::outln!("  not in a git repository (recorded as such)"),
     }
     if let Some(workspace) = doc["workspace"].as_str() {
-        crate::output::outln!("  mounted read-only at /workspace: {workspace}");
+        let mode = match doc["container"]["writable_workspace"].as_bool() {
+            Some(true) => "writable",
+            _ => "read-only",
+        };
+        crate::output::outln!("  mounted {mode} at /workspace: {workspace}");
+    }
+    if let Some(relaxed) = doc["container"]["relaxed"].as_array() {
+        let relaxed: Vec<&str> = relaxed.iter().filter_map(Value::as_str).collect();
+        match relaxed.is_empty() {
+            true => crate::output::outln!("  container hardened: no network, private IPC"),
+            false => crate::output::outln!("  container relaxed: {}", relaxed.join(", ")),
+        }
     }
     crate::output::outln!(
         "  run directory: {}",

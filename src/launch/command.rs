@@ -349,9 +349,17 @@ pub fn dry_run(req: &RunRequest, spec: &CommandSpec) -> Value {
                 })
                 .collect::<Vec<_>>()
         }),
-        // Docker: what is mounted read-only at /workspace (docker.rs).
+        // Docker: what is mounted at /workspace (docker.rs), read-only
+        // unless `--writable-workspace`, and the knobs that relax the
+        // hardened container (issue #39), said before anything starts.
         "workspace": (req.decision.place == Place::Docker).then(|| {
             r.git.as_ref().map_or(&r.workdir, |g| &g.toplevel).clone()
+        }),
+        "container": (req.decision.place == Place::Docker).then(|| {
+            json!({
+                "writable_workspace": req.flags.launch.docker.writable_workspace,
+                "relaxed": req.flags.launch.docker.relaxations(),
+            })
         }),
     })
 }

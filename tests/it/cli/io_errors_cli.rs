@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use crate::common::experiment::stopped_after;
-use crate::common::{envgen, heavy_test};
+use crate::common::{envgen, heavy_test, is_root};
 
 /// A tiny gpt2 run of 4 steps, a checkpoint every 2.
 fn tiny(out: &Path, extra: &[&str]) -> Output {
@@ -69,10 +69,6 @@ fn temp_files(dir: &Path) -> Vec<PathBuf> {
         }
     }
     found
-}
-
-fn is_root() -> bool {
-    std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0
 }
 
 /// A tmpfs mounted at a directory for the test's life (root only).

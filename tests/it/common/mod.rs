@@ -123,3 +123,15 @@ pub fn git(dir: &std::path::Path, args: &[&str]) -> String {
     assert!(out.status.success(), "git {args:?}: {}", text(&out));
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
+
+/// Whether the tests run as root (the suite does; tests that switch to an
+/// unprivileged uid with `setpriv` need it).
+pub fn is_root() -> bool {
+    std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0
+}
+
+/// `chmod MODE PATH`.
+pub fn set_mode(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}

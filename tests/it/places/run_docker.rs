@@ -12,7 +12,7 @@ use crate::common::docker_run::{
 };
 use crate::common::experiment::metric_bits;
 use crate::common::run::*;
-use crate::common::{envgen, heavy_test, json_of, run_dir_of, text};
+use crate::common::{envgen, heavy_test, is_root, json_of, run_dir_of, set_mode, text};
 
 fn image_id(reference: &str) -> String {
     block_on(async {
@@ -507,15 +507,6 @@ heavy_test!(detach_is_for_slurm_only, |tmp| {
         "no run directory"
     );
 });
-
-fn set_mode(path: &Path, mode: u32) {
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
-}
-
-fn is_root() -> bool {
-    std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0
-}
 
 /// A text corpus under `dir` (its own directory 0755, files 0644).
 fn corpus_in(dir: &Path) -> std::path::PathBuf {
