@@ -34,7 +34,7 @@ pub struct Args {
 
 /// `envgen run` as a rerun of `args.source`: the argv it amounts to.
 pub fn run_argv(args: &Args, manifest: &Manifest, dir: &std::path::Path) -> Result<Vec<String>> {
-    let location = manifest.environment.place.clone();
+    let location = manifest.environment.place.name().to_string();
     let mut argv = vec![
         "run".to_string(),
         manifest.experiment.clone(),

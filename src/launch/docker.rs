@@ -16,13 +16,16 @@ use serde_json::json;
 
 use super::mounts::{self, CONTAINER_RUN_DIR};
 use super::plan::{job_args, launched_runs, science_of};
-use super::{mark_ended, Launcher, RunOutcome, RunRequest};
+use super::life::RunLife;
+use super::liveness::{Checker, Liveness};
+use super::{cancel, mark_ended, Launcher, RunOutcome, RunRequest};
 use crate::compat::verdict::{evaluate, CheckRequest, VerdictStatus};
 use crate::compat::{ImageFacts, KnowledgeBase};
 use crate::error::{Result, UserError};
 use crate::host::Host;
 use crate::image::daemon::container::{self, ContainerSpec, GpuRequest, Mount, IMAGE_ENVGEN};
-use crate::runs::manifest::{self, DockerImage, DockerRecord, ImageRecord};
+use crate::runs::lock::LockState;
+use crate::runs::manifest::{self, DockerImage, DockerRecord, ImageRecord, Manifest};
 
 /// A run in a container: what `prepare` found, for `start` and `follow`.
 #[derive(Default)]
@@ -47,7 +50,7 @@ impl Launcher for Docker {
 
     /// Doctor's verdict first, the image (built on demand), then the run directory.
     fn prepare(&mut self, req: &RunRequest) -> Result<Vec<PathBuf>> {
-        let host = crate::probe::probe_host();
+        let host = req.host();
         self.gpus = match &req.gpus {
             Some(gpus) => gpus.clone(),
             // By default all GPUs for the cuda backend, none for cpu.
@@ -61,7 +64,7 @@ impl Launcher for Docker {
         let runtime = crate::image::daemon::runtime()?;
         let (reference, profile) = image_for(&runtime, req, &self.gpus)?;
         let facts = crate::image::profile_facts(profile);
-        check_verdict(&host, &reference, facts)?;
+        check_verdict(host, &reference, facts)?;
         if let Some(dir) = &req.flags.resume {
             // Before the run directory is touched: a container left by an
             // earlier attempt would make this one's creation fail (409).
@@ -452,6 +455,87 @@ pub fn container_name(run_dir: &Path) -> String {
     let path = std::path::absolute(run_dir).unwrap_or_else(|_| run_dir.to_path_buf());
     let digest = sha2::Sha256::digest(path.as_os_str().as_encoded_bytes());
     format!("envgen-{id}-{}", &hex::encode(digest)[..8])
+}
+
+/// A Docker run's life: the daemon is asked about its container.
+pub struct DockerLife;
+
+/// The grace a container gets between SIGTERM and SIGKILL (`runs cancel`).
+const CONTAINER_GRACE_S: i32 = 60;
+
+impl RunLife for DockerLife {
+    fn liveness(&self, checker: &mut Checker, dir: &Path, manifest: &Manifest, _: LockState) -> Liveness {
+        let name = container_of(dir, manifest);
+        let (runtime, daemon) = match checker.daemon() {
+            Ok(connected) => connected,
+            Err(why) => {
+                return Liveness::Unknown(format!(
+                    "cannot ask whether container {name} still runs: {why}"
+                ))
+            }
+        };
+        match runtime.block_on(container::present(daemon, &name)) {
+            Ok(None) if manifest.environment.docker.is_none() => {
+                Liveness::Lost(format!("container {name} was never started"))
+            }
+            Ok(None) => Liveness::Lost(format!("container {name} no longer exists")),
+            // Starting: its envgen has not taken the lock yet.
+            Ok(Some(c)) if c.running => Liveness::Running(format!("container {name} runs")),
+            Ok(Some(c)) => Liveness::Lost(format!(
+                "container {name} is {} (exit code {}) without a summary",
+                c.status,
+                c.exit_code.map_or("?".into(), |c| c.to_string())
+            )),
+            Err(e) => Liveness::Unknown(format!(
+                "cannot ask whether container {name} still runs: {e:#}"
+            )),
+        }
+    }
+
+    fn stop(&self, checker: &mut Checker, dir: &Path, manifest: &Manifest) -> Result<Summary> {
+        if cancel::lock_held_here(dir) {
+            // Its envgen runs on this machine, outside a container (`--launched` by hand).
+            return cancel::stop_process(dir);
+        }
+        stop_container(checker, dir, &container_of(dir, manifest))
+    }
+
+    fn clear_lost(&self, checker: &mut Checker, dir: &Path, manifest: &Manifest) {
+        if let Ok((runtime, daemon)) = checker.daemon() {
+            let name = container_of(dir, manifest);
+            if let Ok(Some(_)) = runtime.block_on(container::present(daemon, &name)) {
+                runtime.block_on(container::remove(daemon, &name));
+                eprintln!("envgen: removed the left-over container {name}");
+            }
+        }
+    }
+}
+
+/// The container a Docker run trains in (as recorded, else as it would be named).
+pub fn container_of(dir: &Path, manifest: &Manifest) -> String {
+    manifest
+        .environment
+        .docker
+        .as_ref()
+        .map(|d| d.container.clone())
+        .unwrap_or_else(|| container_name(dir))
+}
+
+/// Stop the run's container through the daemon (SIGTERM: the run
+/// checkpoints and writes its summary), then remove it.
+fn stop_container(checker: &mut Checker, dir: &Path, name: &str) -> Result<Summary> {
+    let (runtime, daemon) = checker
+        .daemon()
+        .map_err(crate::image::daemon::unreachable)?;
+    eprintln!("envgen: stopping container {name} (SIGTERM, {CONTAINER_GRACE_S} s grace)");
+    let code = runtime.block_on(container::stop_and_remove(daemon, name, CONTAINER_GRACE_S))?;
+    cancel::ended_summary(
+        dir,
+        &format!(
+            "container {name} was stopped by `envgen runs cancel` (exit code {}) before the run wrote its summary",
+            code.map_or("?".into(), |c| c.to_string())
+        ),
+    )
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ use crate::error::{Result, UserError};
 pub fn plan(req: &RunRequest) -> Result<Value> {
     let flags = &req.flags;
     let backend = planned_backend(req)?;
-    let host = crate::probe::probe_host();
+    let host = req.host();
     let world = &req.world;
     // Each run's config, for the job script's container binds.
     let mut sciences = Vec::new();
@@ -32,7 +32,7 @@ pub fn plan(req: &RunRequest) -> Result<Value> {
         Some(dir) => vec![resumed_plan(req, dir, &mut sciences)?],
         None => {
             let setup = Setup {
-                host: &host,
+                host,
                 backend: backend.name,
                 device: backend.device,
                 threads: Some(
@@ -71,7 +71,7 @@ pub fn plan(req: &RunRequest) -> Result<Value> {
     // What an sbatch writer wants to read first: the script itself.
     let sbatch_script = match req.decision.place {
         Place::Slurm => Some(super::slurm::planned_script(req, &sciences)?),
-        _ => None,
+        Place::Native | Place::Docker => None,
     };
     Ok(json!({
         "dry_run": true,

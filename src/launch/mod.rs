@@ -15,11 +15,31 @@
 //! once per rank (`envgen run EXP --launched --resume RUN_DIR`). The
 //! experiments never know where they run. Whether a run without a summary
 //! still trains in its place is [`liveness`]'s question (`runs list`), and
-//! stopping it there is [`cancel`]'s (`runs cancel`). Adding a place (Apptainer outside
-//! Slurm, Podman…) is one file implementing [`Launcher`] plus one arm in
-//! [`launcher_for`]; docs/architecture.md walks through it. A user's own
+//! stopping it there is [`cancel`]'s (`runs cancel`); both ask the run's
+//! place through [`life::RunLife`], picked by [`life_of`]. A user's own
 //! command (`envgen run -- CMD`) is one more kind of run behind the same
 //! sequence ([`command`]).
+//!
+//! A place is a [`Place`](crate::runs::place::Place) (what the manifest's
+//! `"where"` holds), and code asks it by exhaustive `match`es, never by
+//! comparing words. Adding Podman would take:
+//!
+//! - one new file, `src/launch/podman.rs`: a `Podman` implementing
+//!   [`Launcher`] (prepare/start/follow, as `docker.rs` does) and a
+//!   `PodmanLife` implementing [`life::RunLife`] (liveness, stop, clearing
+//!   a left-over container);
+//! - one variant, `Place::Podman` in src/runs/place.rs (and its word in
+//!   [`Place::name`](crate::runs::place::Place::name));
+//! - one arm each in the matches the compiler then lists as
+//!   non-exhaustive (no `match` on a `Place` has a `_` arm): [`launcher_for`]
+//!   and [`life_of`] here, `Place::name`, `resume_command`
+//!   (src/cli/runs/mod.rs), the dry run's script (`dry_run.rs`), the Slurm
+//!   GPUs of `world_plan` (`request.rs`); and a `Where::Podman` for
+//!   `--where podman`, which `decide_where` (`request.rs`) then lists.
+//!
+//! Not yet behind the seam (issue #41, left): the per-place flag checks of
+//! `request.rs`, `ranks.rs` and `cli/run.rs` test a `Place` with `==`
+//! (typed, no words), so the compiler does not list them for a new place.
 
 pub mod auto;
 pub mod cancel;
@@ -27,6 +47,7 @@ pub mod command;
 pub mod command_exec;
 pub mod docker;
 pub mod dry_run;
+pub mod life;
 pub mod liveness;
 pub mod mounts;
 pub mod native;
@@ -107,6 +128,17 @@ fn launcher_for(req: &RunRequest) -> Box<dyn Launcher> {
         Place::Native => Box::new(native::Native::default()),
         Place::Docker => Box::new(docker::Docker::default()),
         Place::Slurm => Box::new(slurm::Slurm::default()),
+    }
+}
+
+/// The life of a run that was started in `place` (whether it still
+/// trains, how to stop it): the one `match` that picks a place's ways for
+/// a run `runs list`, `show` and `cancel` look at.
+pub fn life_of(place: Place) -> &'static dyn life::RunLife {
+    match place {
+        Place::Native => &native::NativeLife,
+        Place::Docker => &docker::DockerLife,
+        Place::Slurm => &slurm::SlurmLife,
     }
 }
 

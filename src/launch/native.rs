@@ -4,17 +4,21 @@
 //! a run directory, then start this on the node, in the container or once
 //! per rank.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use envgen_experiments::backend::{self, Resolved};
-use envgen_experiments::engine::{self, rundir, RunControl};
+use envgen_experiments::engine::{self, rundir, RunControl, Summary};
 use serde_json::json;
 
 use super::plan::{config_of_run, create_run, fresh_knobs, resumed_knobs, NewDir, Setup};
 use super::request::{not_data_parallel, RunRequest};
-use super::{mounts, Launcher, RunOutcome};
+use super::life::RunLife;
+use super::liveness::{self, Checker, Liveness};
+use super::{cancel, mounts, Launcher, RunOutcome};
+use crate::runs::lock::LockState;
+use crate::runs::manifest::Manifest;
 use crate::error::{Result, UserError};
 use crate::profiles::Precision;
 use crate::runs::gpu_sampler::GpuSampler;
@@ -78,10 +82,9 @@ impl Launcher for Native {
         self.leader = engine::distributed::writes_files(self.world.as_ref());
         let world_size = self.world.as_ref().map_or(1, |w| w.size);
         self.threads = configure_threads(flags.threads)?;
-        let host = crate::probe::probe_host();
         let resolved = backend::resolve(flags.backend)?;
         let setup = Setup {
-            host: &host,
+            host: req.host(),
             backend: resolved.name(),
             device: resolved.device(),
             threads: Some(self.threads),
@@ -352,3 +355,16 @@ fn configure_threads(requested: Option<u16>) -> Result<usize> {
 /// How often NVML is sampled on GPU hosts (W&B's system metrics default: 10-15 s;
 /// a run of minutes wants finer).
 const GPU_SAMPLE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A run on this machine: its lock says whether its envgen still trains it.
+pub struct NativeLife;
+
+impl RunLife for NativeLife {
+    fn liveness(&self, _: &mut Checker, _: &Path, _: &Manifest, lock: LockState) -> Liveness {
+        liveness::by_lock(lock)
+    }
+
+    fn stop(&self, _: &mut Checker, dir: &Path, _: &Manifest) -> Result<Summary> {
+        cancel::stop_process(dir)
+    }
+}

@@ -16,6 +16,7 @@ use crate::error::{Result, UserError};
 use crate::host::Host;
 use crate::profiles::{HardwareChoice, Precision, Profiles};
 use crate::runs::manifest::{self, Environment, HardwareKnobs, Manifest, SweepRecord};
+use crate::runs::out_dir;
 
 /// The science config named on the command line: a config file, or a preset
 /// (the experiment's default when none is named), with `--set` overrides.
@@ -228,7 +229,7 @@ fn write_run(
         &hash,
     );
     let (run_id, dir) = match new_dir {
-        NewDir::Fresh(out) => manifest::create_run_dir(out, &id)?,
+        NewDir::Fresh(out) => out_dir::create_run_dir(out, &id)?,
         NewDir::Made(dir) => (
             dir.file_name()
                 .map(|n| n.to_string_lossy().into_owned())
@@ -242,7 +243,7 @@ fn write_run(
         loaded.canonical_toml()?.as_bytes(),
     )?;
     let decision = &req.decision;
-    let mut environment = Environment::new(decision.place.name(), &decision.reason, setup.host);
+    let mut environment = Environment::new(decision.place, &decision.reason, setup.host);
     environment.world_size = Some(setup.world_size);
     if decision.place != Place::Native || setup.world_size > 1 {
         // Where-specific flags, so `envgen rerun` launches the same way.
@@ -439,11 +440,10 @@ pub fn launched_runs(req: &RunRequest) -> Result<(Vec<PathBuf>, Option<String>)>
         manifest::keep_attempt(dir)?;
         return Ok((vec![dir.clone()], None));
     }
-    let host = crate::probe::probe_host();
     // The submitting host's choice is provisional: the launched envgen
     // chooses again on the machine it runs on.
     let setup = Setup {
-        host: &host,
+        host: req.host(),
         backend: backend_word(flags.backend),
         device: "-",
         threads: flags.threads.map(usize::from),
@@ -467,7 +467,7 @@ pub fn launched_runs(req: &RunRequest) -> Result<(Vec<PathBuf>, Option<String>)>
         label.as_deref().or(planned[0].loaded.preset.as_deref()),
         &planned[0].hash,
     );
-    let (base, dirs) = manifest::create_sweep_dirs(&flags.out, &base, sweep.values.len())?;
+    let (base, dirs) = out_dir::create_sweep_dirs(&flags.out, &base, sweep.values.len())?;
     for (index, ((value, dir), planned)) in sweep.values.iter().zip(&dirs).zip(planned).enumerate()
     {
         let record = SweepRecord {

@@ -58,9 +58,8 @@ impl Launcher for Ranks {
                 dir.clone()
             }
             None => {
-                let host = crate::probe::probe_host();
                 let setup = Setup {
-                    host: &host,
+                    host: req.host(),
                     backend: resolved.name(),
                     device: resolved.device(),
                     threads: None,

@@ -6,6 +6,7 @@
 //! happens before anything is made.
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
 use envgen_experiments::backend::BackendChoice;
 use envgen_experiments::engine::Precision;
@@ -17,6 +18,7 @@ use super::ranks::{plan_world, WorldPlan};
 use super::slurm::directives::{check_sbatch_arg, gres_gpus};
 use super::slurm::sbatch::{check_directive, check_job_dir, Runtime};
 use crate::error::{Result, UserError};
+use crate::host::Host;
 use crate::image::daemon::container::GpuRequest;
 use crate::image::daemon::options::{ContainerOptions, Ipc};
 use crate::profiles::Profiles;
@@ -126,6 +128,9 @@ pub struct RunRequest {
     pub gpus: Option<GpuRequest>,
     /// A user command to make a new run of (`-- CMD`, or `rerun` of one).
     pub command: Option<CommandSpec>,
+    /// The doctor's snapshot of this machine, probed on first use and then
+    /// shared: the launcher's checks and the manifest see one probe.
+    host: OnceLock<Host>,
 }
 
 impl RunRequest {
@@ -207,7 +212,13 @@ impl RunRequest {
             world,
             gpus,
             command,
+            host: OnceLock::new(),
         })
+    }
+
+    /// This machine, as the doctor sees it (probed once per request).
+    pub fn host(&self) -> &Host {
+        self.host.get_or_init(crate::probe::probe_host)
     }
 
     /// Whether this is a user command's run (`envgen run -- CMD`).
@@ -293,7 +304,7 @@ fn world_plan(flags: &RunFlags, experiment: &dyn Experiment, place: Place) -> Re
     let l = &flags.launch;
     let gpus_per_node = match place {
         Place::Slurm => slurm_resources(flags)?.gpus_per_node,
-        _ => None,
+        Place::Native | Place::Docker => None,
     };
     let plan = plan_world(
         place,

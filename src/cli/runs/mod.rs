@@ -8,6 +8,7 @@ use crate::error::Result;
 use crate::launch::liveness::{self, Checker};
 use crate::launch::{self, slurm};
 use crate::runs::manifest;
+use crate::runs::place::Place;
 use crate::runs::{self, store, store::RunDir};
 
 mod list;
@@ -412,9 +413,12 @@ fn resume_command(manifest: &manifest::Manifest, dir: &Path) -> String {
         "run".into(),
         manifest.experiment.clone(),
     ];
-    let place = &manifest.environment.place;
-    if place != "native" {
-        words.extend(["--where".to_string(), place.clone()]);
+    match manifest.environment.place {
+        // `--where native` is the default.
+        Place::Native => {}
+        place @ (Place::Docker | Place::Slurm) => {
+            words.extend(["--where".to_string(), place.name().to_string()])
+        }
     }
     words.extend(manifest.environment.launch_args.iter().flatten().cloned());
     words.extend(["--resume".to_string(), dir.display().to_string()]);

@@ -26,7 +26,10 @@ use self::sbatch::{JobSpec, JobState, Runtime};
 use super::mounts;
 use super::plan::{job_args, launched_runs, science_of};
 use super::request::SlurmResources;
+use super::life::RunLife;
+use super::liveness::{Checker, Liveness};
 use super::{mark_ended, Launcher, RunOutcome, RunRequest};
+use crate::runs::lock::LockState;
 use crate::error::{Result, UserError};
 use crate::runs::manifest::{self, ClusterImage, ImageRecord, Manifest, SlurmRecord};
 
@@ -548,4 +551,40 @@ pub fn live_state(manifest: &Manifest) -> Option<Value> {
         "job": slurm.job,
         "state": live.unwrap_or_else(|| slurm.state.clone()),
     }))
+}
+
+/// A Slurm run's life: Slurm is asked about its job.
+pub struct SlurmLife;
+
+impl RunLife for SlurmLife {
+    fn liveness(&self, _: &mut Checker, _: &Path, manifest: &Manifest, _: LockState) -> Liveness {
+        job_liveness(manifest)
+    }
+
+    fn stop(&self, _: &mut Checker, dir: &Path, manifest: &Manifest) -> Result<Summary> {
+        Ok(cancel(dir, manifest)?.summary)
+    }
+}
+
+fn job_liveness(manifest: &Manifest) -> Liveness {
+    let Some(record) = &manifest.environment.slurm else {
+        return Liveness::Lost("it was never submitted (no Slurm job in its manifest)".into());
+    };
+    let job = &record.job;
+    let state = match slurm::state(job) {
+        Ok(state) => state,
+        Err(e) => return Liveness::Unknown(format!("cannot ask Slurm about job {job}: {e:#}")),
+    };
+    match state.tasks.first() {
+        Some((_, word)) if state.finished() => {
+            Liveness::Lost(format!("Slurm job {job} ended {word} without a summary"))
+        }
+        Some((_, word)) => Liveness::Running(format!("Slurm job {job} is {word}")),
+        None if slurm::controller_answers() => {
+            Liveness::Lost(format!("Slurm job {job} is not known to Slurm any more"))
+        }
+        None => Liveness::Unknown(format!(
+            "Slurm does not answer (`scontrol ping` fails): cannot ask about job {job}"
+        )),
+    }
 }
