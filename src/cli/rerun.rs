@@ -49,7 +49,7 @@ pub fn run_argv(args: &Args, manifest: &Manifest, dir: &std::path::Path) -> Resu
         // A command run has no backend of envgen's: its own code picks.
         argv.extend(["--backend".into(), manifest.profile.backend.clone()]);
     }
-    let launch = manifest.environment.launch_args.clone().unwrap_or_default();
+    let launch = manifest.environment.launch_words();
     // The image goes by the ID it ran as, not by its (movable) tag.
     let image_id = manifest
         .environment

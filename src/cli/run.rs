@@ -432,7 +432,7 @@ fn resume_command(request: &RunRequest, run_dir: &Path) -> String {
     if request.flags.backend != BackendChoice::Auto && !request.is_command() {
         words.extend(["--backend".into(), request.backend_name().into()]);
     }
-    let launch = launch::plan::launch_args_of(&request.flags.launch);
+    let launch = request.flags.launch.words();
     words.extend(launch.iter().map(|w| quote(w)));
     words.join(" ")
 }
@@ -571,7 +571,7 @@ mod tests {
         let Command::Run(args) = cli.command else {
             panic!("not run")
         };
-        crate::launch::plan::launch_args_of(&args.flags().launch)
+        args.flags().launch.words()
     }
 
     /// The Slurm flags of issue #39 are recorded (`launch_args`) as words

@@ -14,10 +14,10 @@ use envgen_experiments::backend::BackendChoice;
 use envgen_experiments::engine::{rundir, Status, Summary};
 use serde_json::json;
 
-use super::mounts::{self, CONTAINER_RUN_DIR};
-use super::plan::{job_args, launched_runs, science_of};
 use super::life::RunLife;
 use super::liveness::{Checker, Liveness};
+use super::mounts::{self, CONTAINER_RUN_DIR};
+use super::plan::{job_args, launched_runs, science_of};
 use super::{cancel, mark_ended, Launcher, RunOutcome, RunRequest};
 use crate::compat::verdict::{evaluate, CheckRequest, VerdictStatus};
 use crate::compat::{ImageFacts, KnowledgeBase};
@@ -464,7 +464,13 @@ pub struct DockerLife;
 const CONTAINER_GRACE_S: i32 = 60;
 
 impl RunLife for DockerLife {
-    fn liveness(&self, checker: &mut Checker, dir: &Path, manifest: &Manifest, _: LockState) -> Liveness {
+    fn liveness(
+        &self,
+        checker: &mut Checker,
+        dir: &Path,
+        manifest: &Manifest,
+        _: LockState,
+    ) -> Liveness {
         let name = container_of(dir, manifest);
         let (runtime, daemon) = match checker.daemon() {
             Ok(connected) => connected,

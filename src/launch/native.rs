@@ -12,17 +12,17 @@ use envgen_experiments::backend::{self, Resolved};
 use envgen_experiments::engine::{self, rundir, RunControl, Summary};
 use serde_json::json;
 
-use super::plan::{config_of_run, create_run, fresh_knobs, resumed_knobs, NewDir, Setup};
-use super::request::{not_data_parallel, RunRequest};
 use super::life::RunLife;
 use super::liveness::{self, Checker, Liveness};
+use super::plan::{config_of_run, create_run, fresh_knobs, resumed_knobs, NewDir, Setup};
+use super::request::{not_data_parallel, RunRequest};
 use super::{cancel, mounts, Launcher, RunOutcome};
-use crate::runs::lock::LockState;
-use crate::runs::manifest::Manifest;
 use crate::error::{Result, UserError};
 use crate::profiles::Precision;
 use crate::runs::gpu_sampler::GpuSampler;
+use crate::runs::lock::LockState;
 use crate::runs::lock::{lock_run, RunLock};
+use crate::runs::manifest::Manifest;
 use crate::runs::manifest::{self, DistributedRecord, HardwareKnobs};
 
 /// This process trains (`--where native`, or launched by another place).

@@ -11,7 +11,7 @@ use envgen_experiments::engine::{self, rundir};
 use envgen_experiments::registry::{Experiment, ResolvedConfig};
 
 use super::auto::Place;
-use super::request::{backend_word, Container, LaunchFlags, RunRequest};
+use super::request::{backend_word, RunRequest};
 use crate::error::{Result, UserError};
 use crate::host::Host;
 use crate::profiles::{HardwareChoice, Precision, Profiles};
@@ -247,7 +247,8 @@ fn write_run(
     environment.world_size = Some(setup.world_size);
     if decision.place != Place::Native || setup.world_size > 1 {
         // Where-specific flags, so `envgen rerun` launches the same way.
-        environment.launch_args = Some(launch_args_of(&req.flags.launch));
+        environment.launch_args = Some(req.flags.launch.words());
+        environment.launch = Some(req.flags.launch.clone());
     }
     environment.rerun_of = req.flags.from_run.clone();
     if let Some(command) = &req.command {
@@ -351,55 +352,6 @@ pub fn science_of(dir: &Path) -> Result<toml::Value> {
     let text = std::fs::read_to_string(&path)
         .map_err(|e| anyhow::Error::new(e).context(format!("reading {}", path.display())))?;
     Ok(toml::from_str(&text)?)
-}
-
-/// The flags of `launch` as words (recorded for `rerun`).
-pub fn launch_args_of(launch: &LaunchFlags) -> Vec<String> {
-    let mut words = Vec::new();
-    let mut push = |flag: &str, value: Option<String>| {
-        if let Some(value) = value {
-            words.push(flag.to_string());
-            words.push(value);
-        }
-    };
-    push("--image", launch.image.clone());
-    if launch.container != Container::None {
-        push("--container", Some(launch.container.name().into()));
-    }
-    push("--partition", launch.partition.clone());
-    push("--account", launch.account.clone());
-    push("--time", launch.time.clone());
-    push("--nodes", launch.nodes.map(|n| n.to_string()));
-    push("--ranks", launch.ranks.map(|n| n.to_string()));
-    if !launch.devices.is_empty() {
-        push("--devices", Some(launch.devices.join(",")));
-    }
-    push(
-        "--gpus-per-node",
-        launch.gpus_per_node.map(|n| n.to_string()),
-    );
-    push(
-        "--cpus-per-task",
-        launch.cpus_per_task.map(|n| n.to_string()),
-    );
-    push("--mem", launch.mem.clone());
-    push("--qos", launch.qos.clone());
-    push("--gres", launch.gres.clone());
-    push("--constraint", launch.constraint.clone());
-    push("--job-name", launch.job_name.clone());
-    push("--gpus", launch.gpus.clone());
-    // One word each: a value starting with `--` must not read as a flag.
-    words.extend(
-        launch
-            .sbatch_args
-            .iter()
-            .map(|a| format!("--sbatch-arg={a}")),
-    );
-    if launch.cdi {
-        words.push("--cdi".into());
-    }
-    words.extend(launch.docker.flags());
-    words
 }
 
 /// Flags every launched envgen gets: the hardware knobs the user chose.

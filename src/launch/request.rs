@@ -20,7 +20,7 @@ use super::slurm::sbatch::{check_directive, check_job_dir, Runtime};
 use crate::error::{Result, UserError};
 use crate::host::Host;
 use crate::image::daemon::container::GpuRequest;
-use crate::image::daemon::options::{ContainerOptions, Ipc};
+use crate::image::daemon::options::Ipc;
 use crate::profiles::Profiles;
 
 /// `--where`.
@@ -32,54 +32,9 @@ pub enum Where {
     Slurm,
 }
 
-/// `--container` (Slurm): how the job runs envgen on the node.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum Container {
-    #[default]
-    None,
-    Charliecloud,
-    Apptainer,
-    Pyxis,
-}
-
-impl Container {
-    pub fn name(self) -> &'static str {
-        match self {
-            Container::None => "none",
-            Container::Charliecloud => "charliecloud",
-            Container::Apptainer => "apptainer",
-            Container::Pyxis => "pyxis",
-        }
-    }
-}
-
-/// The where-specific flags, as given. Recorded in the manifest
-/// (`launch_args`) so `envgen rerun` launches the same way.
-#[derive(Debug, Clone, Default)]
-pub struct LaunchFlags {
-    pub image: Option<String>,
-    pub container: Container,
-    pub partition: Option<String>,
-    pub account: Option<String>,
-    pub time: Option<String>,
-    pub nodes: Option<u32>,
-    pub gpus_per_node: Option<u32>,
-    pub ranks: Option<u32>,
-    pub devices: Vec<String>,
-    pub cpus_per_task: Option<u32>,
-    pub mem: Option<String>,
-    pub qos: Option<String>,
-    pub gres: Option<String>,
-    pub constraint: Option<String>,
-    pub job_name: Option<String>,
-    /// `--sbatch-arg`: raw `#SBATCH` options, in the order given.
-    pub sbatch_args: Vec<String>,
-    pub gpus: Option<String>,
-    pub cdi: bool,
-    /// `--network`, `--ipc`, `--shm-size`, `--home-size`,
-    /// `--writable-workspace` (Docker; issue #39): hardened by default.
-    pub docker: ContainerOptions,
-}
+/// The where-specific flags (`runs::launch_flags`: they are recorded in
+/// the manifest, typed, so `envgen rerun` launches the same way).
+pub use crate::runs::launch_flags::{Container, LaunchFlags};
 
 /// `envgen run`'s flags as plain values (the CLI's job: parse them).
 #[derive(Debug, Clone)]

@@ -21,12 +21,14 @@ use serde_json::Value;
 use crate::error::{Result, UserError};
 use crate::host::Host;
 use crate::image::daemon::options::ContainerOptions;
-pub use crate::runs::place::Place;
 pub use crate::runs::command_record::{CommandRecord, GitRecord};
+pub use crate::runs::launch_flags::LaunchFlags;
+pub use crate::runs::place::Place;
 
 /// The manifest format this envgen writes. 1: no `manifest_version` field
 /// (envgen before the typed manifest); 2: the same fields, versioned;
-/// 3: `where` is a [`Place`] (the same words, now refused when unknown).
+/// 3: `where` is a [`Place`] (the same words, now refused when unknown),
+/// and the launch flags are recorded typed too (`launch`).
 pub const MANIFEST_VERSION: u32 = 3;
 
 pub const MANIFEST_FILE: &str = "manifest.json";
@@ -95,9 +97,14 @@ pub struct Environment {
     pub host: Host,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world_size: Option<usize>,
-    /// Where-specific flags (`--image`, `--partition`, `--ranks`…), replayed by `envgen rerun`.
+    /// Where-specific flags (`--image`, `--partition`, `--ranks`…) as
+    /// words; what `envgen rerun` replays for a manifest without `launch`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launch_args: Option<Vec<String>>,
+    /// The same flags, typed (manifest_version 3): what `rerun` and the
+    /// `--resume` command replay ([`Environment::launch_words`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch: Option<LaunchFlags>,
     /// The run directory this one re-creates (`envgen rerun`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rerun_of: Option<PathBuf>,
@@ -241,6 +248,17 @@ impl Environment {
             where_reason: where_reason.into(),
             host: host.clone(),
             ..Default::default()
+        }
+    }
+}
+
+impl Environment {
+    /// The run's where-specific flags as `envgen run` words: from the typed
+    /// `launch` (version 3), else the words older manifests recorded.
+    pub fn launch_words(&self) -> Vec<String> {
+        match &self.launch {
+            Some(flags) => flags.words(),
+            None => self.launch_args.clone().unwrap_or_default(),
         }
     }
 }

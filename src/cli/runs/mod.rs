@@ -420,7 +420,7 @@ fn resume_command(manifest: &manifest::Manifest, dir: &Path) -> String {
             words.extend(["--where".to_string(), place.name().to_string()])
         }
     }
-    words.extend(manifest.environment.launch_args.iter().flatten().cloned());
+    words.extend(manifest.environment.launch_words());
     words.extend(["--resume".to_string(), dir.display().to_string()]);
     shlex::try_join(words.iter().map(String::as_str)).unwrap_or_else(|_| words.join(" "))
 }

@@ -23,14 +23,14 @@ use serde_json::{json, Value};
 
 use self::sbatch as slurm;
 use self::sbatch::{JobSpec, JobState, Runtime};
+use super::life::RunLife;
+use super::liveness::{Checker, Liveness};
 use super::mounts;
 use super::plan::{job_args, launched_runs, science_of};
 use super::request::SlurmResources;
-use super::life::RunLife;
-use super::liveness::{Checker, Liveness};
 use super::{mark_ended, Launcher, RunOutcome, RunRequest};
-use crate::runs::lock::LockState;
 use crate::error::{Result, UserError};
+use crate::runs::lock::LockState;
 use crate::runs::manifest::{self, ClusterImage, ImageRecord, Manifest, SlurmRecord};
 
 /// A run as a Slurm job: the submission `prepare` wrote, for `start`.
