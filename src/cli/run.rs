@@ -334,7 +334,7 @@ pub fn execute(args: Args) -> Result<i32> {
     let (dry_run, as_json) = (args.dry_run, args.json);
     let request = RunRequest::new(args.flags())?;
     if let (true, Some(spec)) = (dry_run, &request.command) {
-        let mut plan = launch::command::dry_run(&request, spec);
+        let mut plan = launch::dry_run::of_command(&request, spec);
         if request.decision.place == Place::Slurm {
             plan["sbatch_script"] = launch::slurm::planned_script(&request, &[])?.into();
         }

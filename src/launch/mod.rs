@@ -45,8 +45,10 @@ pub mod auto;
 pub mod cancel;
 pub mod command;
 pub mod command_exec;
+pub mod data_files;
 pub mod docker;
 pub mod dry_run;
+pub mod flags;
 pub mod life;
 pub mod liveness;
 pub mod mounts;
@@ -57,6 +59,7 @@ pub mod ranks;
 pub mod request;
 pub mod signals;
 pub mod slurm;
+pub mod world;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -177,7 +177,7 @@ pub fn plan_run(req: &RunRequest, setup: &Setup, extra: &[String]) -> Result<Pla
     };
     // Before any directory is made: a data folder the run would refuse
     // leaves nothing behind.
-    super::dry_run::check_data_files(&loaded.science)?;
+    super::data_files::check_data_files(&loaded.science)?;
     let hash = loaded.config_hash()?;
     let knobs = fresh_knobs(req, setup, &loaded, loaded.preset.as_deref())?;
     Ok(PlannedRun {

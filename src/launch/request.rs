@@ -9,66 +9,23 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use envgen_experiments::backend::BackendChoice;
-use envgen_experiments::engine::Precision;
 use envgen_experiments::registry::Experiment;
 
 use super::auto::{self, Decision, Place};
 use super::command::{self, CommandSpec};
-use super::ranks::{plan_world, WorldPlan};
 use super::slurm::directives::{check_sbatch_arg, gres_gpus};
 use super::slurm::sbatch::{check_directive, check_job_dir, Runtime};
+use super::world::{plan_world, WorldPlan};
 use crate::error::{Result, UserError};
 use crate::host::Host;
 use crate::image::daemon::container::GpuRequest;
 use crate::image::daemon::options::Ipc;
 use crate::profiles::Profiles;
 
-/// `--where`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Where {
-    Auto,
-    Native,
-    Docker,
-    Slurm,
-}
-
+pub use super::flags::{RunFlags, Where};
 /// The where-specific flags (`runs::launch_flags`: they are recorded in
 /// the manifest, typed, so `envgen rerun` launches the same way).
 pub use crate::runs::launch_flags::{Container, LaunchFlags};
-
-/// `envgen run`'s flags as plain values (the CLI's job: parse them).
-#[derive(Debug, Clone)]
-pub struct RunFlags {
-    /// The experiment's name; `command` for a user command.
-    pub experiment: String,
-    /// `-- CMD ARGS…`: a user command instead of an experiment (issue #25).
-    pub command: Vec<String>,
-    /// `--nproc-per-node N`: the command under torchrun, N processes.
-    pub nproc_per_node: Option<u32>,
-    /// `--tensorboard-dir DIR`: the command's event files, imported at its end.
-    pub tensorboard_dir: Option<PathBuf>,
-    pub preset: Option<String>,
-    pub config: Option<PathBuf>,
-    pub overrides: Vec<String>,
-    pub place: Where,
-    pub backend: BackendChoice,
-    pub micro_batch: Option<usize>,
-    /// `--gen-batch N`: rows per generation call (rft).
-    pub gen_batch: Option<usize>,
-    pub threads: Option<u16>,
-    pub precision: Option<Precision>,
-    pub profile: Option<String>,
-    pub out: PathBuf,
-    pub resume: Option<PathBuf>,
-    pub sweep: Option<String>,
-    pub detach: bool,
-    pub launch: LaunchFlags,
-    pub stop_after: Option<u64>,
-    pub launched: bool,
-    pub from_run: Option<PathBuf>,
-    /// Progress bars (off with --json).
-    pub progress: bool,
-}
 
 /// A run request every place can act on: the flags plus what was decided
 /// from them once (the experiment, where and why, the sweep, the world, the
