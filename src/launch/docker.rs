@@ -17,7 +17,7 @@ use serde_json::json;
 use super::life::RunLife;
 use super::liveness::{Checker, Liveness};
 use super::mounts::{self, CONTAINER_RUN_DIR};
-use super::plan::{job_args, launched_runs, science_of};
+use super::plan::{job_args, launched_runs};
 use super::{cancel, mark_ended, Launcher, RunOutcome, RunRequest};
 use crate::compat::verdict::{evaluate, CheckRequest, VerdictStatus};
 use crate::compat::{ImageFacts, KnowledgeBase};
@@ -74,12 +74,15 @@ impl Launcher for Docker {
                 clear_leftover(&daemon, &name, dir).await
             })?;
         }
-        let (runs, _) = launched_runs(req)?;
-        self.data_dirs = mounts::data_dirs(&science_of(&runs[0])?);
-        self.workspace = manifest::read(&runs[0])?
+        let (mut prepared, _) = launched_runs(req)?;
+        let run = prepared.remove(0);
+        self.data_dirs = mounts::data_dirs(&run.science);
+        self.workspace = run
+            .manifest
             .environment
             .command
             .map(|c| c.git.map_or(c.workdir, |g| g.toplevel));
+        let runs = vec![run.dir];
         self.image = reference;
         self.runtime = Some(runtime);
         crate::output::notice!("envgen: run directory {}", runs[0].display());

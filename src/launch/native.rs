@@ -14,7 +14,9 @@ use serde_json::json;
 
 use super::life::RunLife;
 use super::liveness::{self, Checker, Liveness};
-use super::plan::{config_of_run, create_run, fresh_knobs, resumed_knobs, NewDir, Setup};
+use super::plan::{
+    config_of_run, create_run, fresh_knobs, resumed_knobs, NewDir, PreparedRun, Setup,
+};
 use super::request::{not_data_parallel, RunRequest};
 use super::{cancel, mounts, Launcher, RunOutcome};
 use crate::error::{Result, UserError};
@@ -93,12 +95,15 @@ impl Launcher for Native {
         let (run_dir, prepared) = match &flags.resume {
             Some(dir) => (dir.clone(), self.reopen(req, dir, &setup)?),
             None => {
-                let (dir, science, knobs) =
-                    create_run(req, &setup, &[], NewDir::Fresh(&flags.out), None)?;
+                let PreparedRun {
+                    dir,
+                    science,
+                    manifest,
+                } = create_run(req, &setup, &[], NewDir::Fresh(&flags.out), None)?;
                 self.lock = Some(lock_run(&dir)?);
                 let prepared = Prepared {
                     science,
-                    knobs,
+                    knobs: manifest.profile,
                     resume: false,
                 };
                 (dir, prepared)

@@ -194,6 +194,16 @@ pub enum NewDir<'a> {
     Made(PathBuf),
 }
 
+/// A run directory as it was prepared: what its config.toml and
+/// manifest.json hold, kept so the launcher does not read them back.
+#[derive(Debug, Clone)]
+pub struct PreparedRun {
+    pub dir: PathBuf,
+    /// The science config (config.toml).
+    pub science: toml::Value,
+    pub manifest: Manifest,
+}
+
 /// A new run directory with config.toml and manifest.json, for a run here
 /// or launched elsewhere. `extra` are overrides added to --set (a sweep value).
 pub fn create_run(
@@ -202,7 +212,7 @@ pub fn create_run(
     extra: &[String],
     new_dir: NewDir,
     sweep: Option<SweepRecord>,
-) -> Result<(PathBuf, toml::Value, HardwareKnobs)> {
+) -> Result<PreparedRun> {
     let planned = plan_run(req, setup, extra)?;
     write_run(req, setup, planned, new_dir, sweep)
 }
@@ -215,7 +225,7 @@ fn write_run(
     planned: PlannedRun,
     new_dir: NewDir,
     sweep: Option<SweepRecord>,
-) -> Result<(PathBuf, toml::Value, HardwareKnobs)> {
+) -> Result<PreparedRun> {
     let PlannedRun {
         loaded,
         hash,
@@ -274,13 +284,17 @@ fn write_run(
         experiment: req.experiment.name().into(),
         preset: loaded.preset.clone(),
         config_hash: hash,
-        profile: knobs.clone(),
+        profile: knobs,
         started_at: rundir::now_rfc3339(),
         finished_at: None,
         environment,
     };
     manifest::write(&dir, &record)?;
-    Ok((dir, loaded.science, knobs))
+    Ok(PreparedRun {
+        dir,
+        science: loaded.science,
+        manifest: record,
+    })
 }
 
 /// The science config and manifest of an existing run directory, checked
@@ -346,14 +360,6 @@ pub fn config_of_run(
     Ok((loaded, record))
 }
 
-/// The science config of a run directory, as written.
-pub fn science_of(dir: &Path) -> Result<toml::Value> {
-    let path = dir.join("config.toml");
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| anyhow::Error::new(e).context(format!("reading {}", path.display())))?;
-    Ok(toml::from_str(&text)?)
-}
-
 /// Flags every launched envgen gets: the hardware knobs the user chose.
 pub fn job_args(req: &RunRequest) -> Vec<String> {
     let flags = &req.flags;
@@ -382,15 +388,20 @@ pub fn job_args(req: &RunRequest) -> Vec<String> {
 /// The run directories a launcher trains into: the one given with
 /// `--resume` (launched again), or new ones (one per sweep value). Returns
 /// them and, for a sweep, their base name.
-pub fn launched_runs(req: &RunRequest) -> Result<(Vec<PathBuf>, Option<String>)> {
+pub fn launched_runs(req: &RunRequest) -> Result<(Vec<PreparedRun>, Option<String>)> {
     let flags = &req.flags;
     if let Some(dir) = &flags.resume {
-        config_of_run(req.experiment, dir)?;
+        let (loaded, manifest) = config_of_run(req.experiment, dir)?;
         crate::runs::lock::ensure_not_training(dir)?;
         // Launched again: what the last attempt ended with is kept aside,
         // so this attempt's outcome is read from its own summary.
         manifest::keep_attempt(dir)?;
-        return Ok((vec![dir.clone()], None));
+        let resumed = PreparedRun {
+            dir: dir.clone(),
+            science: loaded.science,
+            manifest,
+        };
+        return Ok((vec![resumed], None));
     }
     // The submitting host's choice is provisional: the launched envgen
     // chooses again on the machine it runs on.
@@ -402,8 +413,8 @@ pub fn launched_runs(req: &RunRequest) -> Result<(Vec<PathBuf>, Option<String>)>
         world_size: req.world.size,
     };
     let Some(sweep) = &req.sweep else {
-        let (dir, _, _) = create_run(req, &setup, &[], NewDir::Fresh(&flags.out), None)?;
-        return Ok((vec![dir], None));
+        let run = create_run(req, &setup, &[], NewDir::Fresh(&flags.out), None)?;
+        return Ok((vec![run], None));
     };
     // Every value is planned (and refused) before any directory is made.
     let planned = sweep
@@ -420,6 +431,7 @@ pub fn launched_runs(req: &RunRequest) -> Result<(Vec<PathBuf>, Option<String>)>
         &planned[0].hash,
     );
     let (base, dirs) = out_dir::create_sweep_dirs(&flags.out, &base, sweep.values.len())?;
+    let mut runs = Vec::new();
     for (index, ((value, dir), planned)) in sweep.values.iter().zip(&dirs).zip(planned).enumerate()
     {
         let record = SweepRecord {
@@ -428,13 +440,13 @@ pub fn launched_runs(req: &RunRequest) -> Result<(Vec<PathBuf>, Option<String>)>
             index,
             of: sweep.values.len(),
         };
-        write_run(
+        runs.push(write_run(
             req,
             &setup,
             planned,
             NewDir::Made(dir.clone()),
             Some(record),
-        )?;
+        )?);
     }
-    Ok((dirs, Some(base)))
+    Ok((runs, Some(base)))
 }

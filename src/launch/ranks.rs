@@ -64,7 +64,7 @@ impl Launcher for Ranks {
                     threads: None,
                     world_size: size,
                 };
-                create_run(req, &setup, &[], NewDir::Fresh(&req.flags.out), None)?.0
+                create_run(req, &setup, &[], NewDir::Fresh(&req.flags.out), None)?.dir
             }
         };
         crate::output::notice!(

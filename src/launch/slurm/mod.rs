@@ -26,7 +26,7 @@ use self::sbatch::{JobSpec, JobState, Runtime};
 use super::life::RunLife;
 use super::liveness::{Checker, Liveness};
 use super::mounts;
-use super::plan::{job_args, launched_runs, science_of};
+use super::plan::{job_args, launched_runs};
 use super::request::SlurmResources;
 use super::{mark_ended, Launcher, RunOutcome, RunRequest};
 use crate::error::{Result, UserError};
@@ -60,15 +60,15 @@ impl Launcher for Slurm {
                 resources.partition.as_deref(),
             )?;
         }
-        let (runs, sweep_base) = launched_runs(req)?;
+        let (prepared, sweep_base) = launched_runs(req)?;
         let output = match &sweep_base {
             Some(base) => sweep_output(base),
             None => JOB_OUTPUT.into(),
         };
-        let mut sciences = Vec::new();
-        for run in &runs {
-            sciences.push(science_of(run)?);
-        }
+        let (runs, sciences): (Vec<PathBuf>, Vec<toml::Value>) = prepared
+            .into_iter()
+            .map(|run| (run.dir, run.science))
+            .unzip();
         let submission = submission_of(req, runs.clone(), output, &sciences, runtime)?;
         if let Some(image) = image_provenance(&submission.runtime)? {
             for run in &runs {
