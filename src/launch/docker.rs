@@ -14,11 +14,13 @@ use envgen_experiments::backend::BackendChoice;
 use envgen_experiments::engine::{rundir, Status, Summary};
 use serde_json::json;
 
+use super::launcher::{mark_ended, Launcher, RunOutcome};
 use super::life::RunLife;
 use super::liveness::{Checker, Liveness};
 use super::mounts::{self, CONTAINER_RUN_DIR};
 use super::plan::{job_args, launched_runs};
-use super::{cancel, mark_ended, Launcher, RunOutcome, RunRequest};
+use super::request::RunRequest;
+use super::stop;
 use crate::compat::verdict::{evaluate, CheckRequest, VerdictStatus};
 use crate::compat::{ImageFacts, KnowledgeBase};
 use crate::error::{Result, UserError};
@@ -502,9 +504,9 @@ impl RunLife for DockerLife {
     }
 
     fn stop(&self, checker: &mut Checker, dir: &Path, manifest: &Manifest) -> Result<Summary> {
-        if cancel::lock_held_here(dir) {
+        if stop::lock_held_here(dir) {
             // Its envgen runs on this machine, outside a container (`--launched` by hand).
-            return cancel::stop_process(dir);
+            return stop::stop_process(dir);
         }
         stop_container(checker, dir, &container_of(dir, manifest))
     }
@@ -538,7 +540,7 @@ fn stop_container(checker: &mut Checker, dir: &Path, name: &str) -> Result<Summa
         .map_err(crate::image::daemon::unreachable)?;
     eprintln!("envgen: stopping container {name} (SIGTERM, {CONTAINER_GRACE_S} s grace)");
     let code = runtime.block_on(container::stop_and_remove(daemon, name, CONTAINER_GRACE_S))?;
-    cancel::ended_summary(
+    stop::ended_summary(
         dir,
         &format!(
             "container {name} was stopped by `envgen runs cancel` (exit code {}) before the run wrote its summary",

@@ -17,7 +17,7 @@ use super::command::{with_sweep_values, CommandSpec, NAME as COMMAND};
 pub use super::data_files::check_data_files;
 use super::plan::{config_of_run, plan_run, resumed_knobs, Setup};
 use super::request::backend_word;
-use super::RunRequest;
+use super::request::RunRequest;
 use crate::error::Result;
 
 /// What `req` would run, as the JSON document `--dry-run --json` prints;

@@ -14,7 +14,6 @@ use bollard::Docker as Daemon;
 use envgen_experiments::engine::{rundir, Status, Summary};
 
 use crate::runs::lock::{self, LockState};
-use crate::runs::manifest::Manifest;
 
 /// What is known about a run without a final summary.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,16 +57,6 @@ pub struct Checker {
 }
 
 impl Checker {
-    /// Whether the run in `dir` (which has no final summary) still trains.
-    pub fn check(&mut self, dir: &Path, manifest: &Manifest) -> Liveness {
-        let lock = lock::lock_state(dir);
-        if let LockState::Held(_) = &lock {
-            // The trainer itself (natively, in the container or on the node).
-            return by_lock(lock);
-        }
-        super::life_of(manifest.environment.place).liveness(self, dir, manifest, lock)
-    }
-
     /// The daemon (connected on first use), or why it cannot be reached.
     pub fn daemon(&mut self) -> std::result::Result<(&tokio::runtime::Runtime, &Daemon), String> {
         let connected = self.docker.get_or_insert_with(|| {

@@ -12,13 +12,14 @@ use envgen_experiments::backend::{self, Resolved};
 use envgen_experiments::engine::{self, rundir, RunControl, Summary};
 use serde_json::json;
 
+use super::launcher::{failed_summary, Launcher, RunOutcome};
 use super::life::RunLife;
 use super::liveness::{self, Checker, Liveness};
 use super::plan::{
     config_of_run, create_run, fresh_knobs, resumed_knobs, NewDir, PreparedRun, Setup,
 };
 use super::request::{not_data_parallel, RunRequest};
-use super::{cancel, mounts, Launcher, RunOutcome};
+use super::{mounts, stop};
 use crate::error::{Result, UserError};
 use crate::profiles::Precision;
 use crate::runs::gpu_sampler::GpuSampler;
@@ -172,7 +173,7 @@ impl Launcher for Native {
                 if self.leader {
                     let _ = rundir::write_json(
                         &run_dir.join("summary.json"),
-                        &super::failed_summary(&run_dir, &err),
+                        &failed_summary(&run_dir, &err),
                     );
                 }
                 return Err(err);
@@ -370,6 +371,6 @@ impl RunLife for NativeLife {
     }
 
     fn stop(&self, _: &mut Checker, dir: &Path, _: &Manifest) -> Result<Summary> {
-        cancel::stop_process(dir)
+        stop::stop_process(dir)
     }
 }

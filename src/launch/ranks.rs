@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 use envgen_experiments::backend;
 use envgen_experiments::engine::{rundir, Status, Summary};
 
+use super::launcher::{mark_ended, Launcher, RunOutcome};
 use super::plan::{config_of_run, create_run, job_args, NewDir, Setup};
-use super::{mark_ended, Launcher, RunOutcome, RunRequest};
+use super::request::RunRequest;
 use crate::error::{Result, UserError};
 use crate::runs::lock::LAUNCHER_PID_ENV;
 

@@ -197,7 +197,7 @@ pub(super) fn explain(dir: &Path, checker: &mut Checker) -> Result<Value> {
             s.metrics.get("reason").cloned().unwrap_or(Value::Null),
         ),
         None => {
-            let live = checker.check(dir, &manifest);
+            let live = launch::liveness_of(checker, dir, &manifest);
             (json!(live.status()), json!(live.reason()))
         }
     };

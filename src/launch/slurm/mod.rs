@@ -23,12 +23,13 @@ use serde_json::{json, Value};
 
 use self::sbatch as slurm;
 use self::sbatch::{JobSpec, JobState, Runtime};
+use super::launcher::{mark_ended, Launcher, RunOutcome};
 use super::life::RunLife;
 use super::liveness::{Checker, Liveness};
 use super::mounts;
 use super::plan::{job_args, launched_runs};
+use super::request::RunRequest;
 use super::request::SlurmResources;
-use super::{mark_ended, Launcher, RunOutcome, RunRequest};
 use crate::error::{Result, UserError};
 use crate::runs::lock::LockState;
 use crate::runs::manifest::{self, ClusterImage, ImageRecord, Manifest, SlurmRecord};
