@@ -332,7 +332,7 @@ impl Args {
 
 pub fn execute(args: Args) -> Result<i32> {
     let (dry_run, as_json) = (args.dry_run, args.json);
-    let request = RunRequest::new(args.flags())?;
+    let request = launch::request(args.flags())?;
     if let (true, Some(spec)) = (dry_run, &request.command) {
         let mut plan = launch::dry_run::of_command(&request, spec);
         if request.decision.place == Place::Slurm {

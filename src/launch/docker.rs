@@ -14,18 +14,21 @@ use envgen_experiments::backend::BackendChoice;
 use envgen_experiments::engine::{rundir, Status, Summary};
 use serde_json::json;
 
+use super::command;
+use super::flags::RunFlags;
 use super::launcher::{mark_ended, Launcher, RunOutcome};
 use super::life::RunLife;
 use super::liveness::{Checker, Liveness};
 use super::mounts::{self, CONTAINER_RUN_DIR};
 use super::plan::{job_args, launched_runs};
-use super::request::RunRequest;
+use super::request::{PlaceOptions, RunRequest};
 use super::stop;
 use crate::compat::verdict::{evaluate, CheckRequest, VerdictStatus};
 use crate::compat::{ImageFacts, KnowledgeBase};
 use crate::error::{Result, UserError};
 use crate::host::Host;
 use crate::image::daemon::container::{self, ContainerSpec, GpuRequest, Mount, IMAGE_ENVGEN};
+use crate::image::daemon::options::Ipc;
 use crate::runs::lock::LockState;
 use crate::runs::manifest::{self, DockerImage, DockerRecord, ImageRecord, Manifest};
 
@@ -53,8 +56,12 @@ impl Launcher for Docker {
     /// Doctor's verdict first, the image (built on demand), then the run directory.
     fn prepare(&mut self, req: &RunRequest) -> Result<Vec<PathBuf>> {
         let host = req.host();
-        self.gpus = match &req.gpus {
-            Some(gpus) => gpus.clone(),
+        let asked = match &req.options {
+            PlaceOptions::Docker { gpus } => gpus.clone(),
+            PlaceOptions::Native | PlaceOptions::Slurm { .. } => None,
+        };
+        self.gpus = match asked {
+            Some(gpus) => gpus,
             // By default all GPUs for the cuda backend, none for cpu.
             None => match req.flags.backend {
                 BackendChoice::Cpu => GpuRequest::None,
@@ -462,6 +469,60 @@ pub fn container_name(run_dir: &Path) -> String {
     format!("envgen-{id}-{}", &hex::encode(digest)[..8])
 }
 
+/// The Docker place's flags, checked (`launch::place_options`): `--gpus`
+/// parsed, and the combinations Docker would silently ignore refused.
+pub fn check_flags(flags: &RunFlags) -> Result<Option<GpuRequest>> {
+    let gpus = flags.launch.gpus.as_deref().map(parse_gpus).transpose()?;
+    let options = &flags.launch.docker;
+    if options.ipc == Ipc::Host && options.shm_size_bytes.is_some() {
+        return Err(UserError::usage(
+            "--shm-size with --ipc host: the container uses the host's /dev/shm, so the size would be ignored",
+        )
+        .with_fix("keep one: --ipc host (the host's /dev/shm) or --shm-size SIZE (its own)")
+        .into());
+    }
+    if options.writable_workspace && flags.experiment != command::NAME {
+        return Err(UserError::usage(format!(
+            "--writable-workspace is for your own command's code; envgen run {} mounts none",
+            flags.experiment
+        ))
+        .with_fix("drop it (a bundled experiment writes into its run directory), or run your code: envgen run --where docker --writable-workspace -- python train.py")
+        .into());
+    }
+    if flags.detach {
+        return Err(UserError::usage(
+            "--detach is for Slurm jobs: a Docker run is followed until it ends",
+        )
+        .with_fix("drop --detach (Ctrl-C stops the container and keeps the run resumable), or use --where slurm")
+        .into());
+    }
+    Ok(gpus)
+}
+
+/// `--gpus` for Docker: all, a count, or device IDs.
+fn parse_gpus(spec: &str) -> Result<GpuRequest> {
+    if spec == "all" {
+        return Ok(GpuRequest::All);
+    }
+    if let Ok(n) = spec.parse::<i64>() {
+        if n > 0 {
+            return Ok(GpuRequest::Count(n));
+        }
+    }
+    let ids: Vec<String> = spec.split(',').map(str::trim).map(str::to_owned).collect();
+    if ids
+        .iter()
+        .any(|id| id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+    {
+        return Err(UserError::usage(format!(
+            "--gpus {spec:?}: not `all`, a count, or device IDs"
+        ))
+        .with_fix("e.g. --gpus all, --gpus 2, --gpus 0,1 or --gpus GPU-<uuid>")
+        .into());
+    }
+    Ok(GpuRequest::Devices(ids))
+}
+
 /// A Docker run's life: the daemon is asked about its container.
 pub struct DockerLife;
 
@@ -552,6 +613,20 @@ fn stop_container(checker: &mut Checker, dir: &Path, name: &str) -> Result<Summa
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gpus_are_all_a_count_or_ids() {
+        assert_eq!(parse_gpus("all").unwrap(), GpuRequest::All);
+        assert_eq!(parse_gpus("2").unwrap(), GpuRequest::Count(2));
+        assert_eq!(
+            parse_gpus("0,GPU-ab").unwrap(),
+            GpuRequest::Devices(vec!["0".into(), "GPU-ab".into()])
+        );
+        for bad in ["", "0,,1", "a b", "$(x)"] {
+            let err = parse_gpus(bad).unwrap_err();
+            assert_eq!(crate::error::exit_code_of(&err), 2, "{bad}");
+        }
+    }
 
     #[test]
     fn an_image_doctor_fails_is_refused_with_doctors_reasons() {

@@ -75,6 +75,27 @@ pub use launcher::{exit_code, failed_summary, mark_ended, Launched, Launcher, Ru
 use liveness::{Checker, Liveness};
 pub use request::RunRequest;
 
+/// A checked request for `flags` (`RunRequest::new`), each place
+/// checking its own flags ([`place_options`]).
+pub fn request(flags: flags::RunFlags) -> Result<RunRequest> {
+    RunRequest::new(flags, place_options)
+}
+
+/// The place's own check of its flags, in its file: the one `match` that
+/// sends the flags to the place they are for.
+fn place_options(flags: &flags::RunFlags, place: Place) -> Result<request::PlaceOptions> {
+    use request::PlaceOptions;
+    Ok(match place {
+        Place::Native => PlaceOptions::Native,
+        Place::Docker => PlaceOptions::Docker {
+            gpus: docker::check_flags(flags)?,
+        },
+        Place::Slurm => PlaceOptions::Slurm {
+            resources: slurm::resources::check_flags(flags)?,
+        },
+    })
+}
+
 /// The launcher for the request's place.
 fn launcher_for(req: &RunRequest) -> Box<dyn Launcher> {
     match req.decision.place {

@@ -8,6 +8,7 @@
 
 pub mod directives;
 mod refusal;
+pub mod resources;
 pub mod sbatch;
 
 use std::collections::BTreeMap;
@@ -28,11 +29,12 @@ use super::life::RunLife;
 use super::liveness::{Checker, Liveness};
 use super::mounts;
 use super::plan::{job_args, launched_runs};
+use super::request::PlaceOptions;
 use super::request::RunRequest;
-use super::request::SlurmResources;
 use crate::error::{Result, UserError};
 use crate::runs::lock::LockState;
 use crate::runs::manifest::{self, ClusterImage, ImageRecord, Manifest, SlurmRecord};
+use resources::SlurmResources;
 
 /// A run as a Slurm job: the submission `prepare` wrote, for `start`.
 #[derive(Default)]
@@ -51,8 +53,8 @@ impl Launcher for Slurm {
     fn prepare(&mut self, req: &RunRequest) -> Result<Vec<PathBuf>> {
         // Every flag is checked before a run directory is made (a refused
         // --partition must leave none behind).
-        let resources = req.slurm_resources()?;
-        let runtime = req.slurm_runtime()?;
+        let resources = checked_resources(req);
+        let runtime = resources::runtime_of(&req.flags.launch, true)?;
         if let Some(spec) = &req.command {
             let line = &spec.config.command;
             crate::launch::preflight::before_submit(
@@ -156,11 +158,21 @@ fn submission_of(
         resources: SlurmResources {
             nodes: Some(req.world.nodes as u32),
             tasks_per_node: req.world.per_node as u32,
-            ..req.slurm_resources()?
+            ..checked_resources(req)
         },
         runtime,
         data_dirs: data,
     })
+}
+
+/// The resources `slurm::resources::check_flags` checked with the request.
+fn checked_resources(req: &RunRequest) -> SlurmResources {
+    match &req.options {
+        PlaceOptions::Slurm { resources } => resources.clone(),
+        // Not a Slurm request (a dry run of another place renders no job):
+        // the flags as they are, unchecked defaults.
+        PlaceOptions::Native | PlaceOptions::Docker { .. } => SlurmResources::default(),
+    }
 }
 
 /// The name `--dry-run` gives the run directory the job would start in:
@@ -183,7 +195,7 @@ pub fn planned_script(req: &RunRequest, sciences: &[toml::Value]) -> Result<Stri
         ),
         (None, None) => (vec![out.join(PLANNED_RUN_DIR)], JOB_OUTPUT.to_string()),
     };
-    let runtime = req.planned_slurm_runtime()?;
+    let runtime = resources::runtime_of(&req.flags.launch, false)?;
     let submission = submission_of(req, runs, output, sciences, runtime)?;
     let (spec, first) = job_spec(&submission)?;
     slurm::render_with_path(&spec, &first.join(JOB_SCRIPT).display().to_string())
