@@ -7,9 +7,12 @@
 //! themselves are in [`sbatch`].
 
 pub mod directives;
+mod life;
 mod refusal;
 pub mod resources;
 pub mod sbatch;
+
+pub use life::SlurmLife;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -25,14 +28,11 @@ use serde_json::{json, Value};
 use self::sbatch as slurm;
 use self::sbatch::{JobSpec, JobState, Runtime};
 use super::launcher::{mark_ended, Launcher, RunOutcome};
-use super::life::RunLife;
-use super::liveness::{Checker, Liveness};
 use super::mounts;
 use super::plan::{job_args, launched_runs};
 use super::request::PlaceOptions;
 use super::request::RunRequest;
 use crate::error::{Result, UserError};
-use crate::runs::lock::LockState;
 use crate::runs::manifest::{self, ClusterImage, ImageRecord, Manifest, SlurmRecord};
 use resources::SlurmResources;
 
@@ -564,40 +564,4 @@ pub fn live_state(manifest: &Manifest) -> Option<Value> {
         "job": slurm.job,
         "state": live.unwrap_or_else(|| slurm.state.clone()),
     }))
-}
-
-/// A Slurm run's life: Slurm is asked about its job.
-pub struct SlurmLife;
-
-impl RunLife for SlurmLife {
-    fn liveness(&self, _: &mut Checker, _: &Path, manifest: &Manifest, _: LockState) -> Liveness {
-        job_liveness(manifest)
-    }
-
-    fn stop(&self, _: &mut Checker, dir: &Path, manifest: &Manifest) -> Result<Summary> {
-        Ok(cancel(dir, manifest)?.summary)
-    }
-}
-
-fn job_liveness(manifest: &Manifest) -> Liveness {
-    let Some(record) = &manifest.environment.slurm else {
-        return Liveness::Lost("it was never submitted (no Slurm job in its manifest)".into());
-    };
-    let job = &record.job;
-    let state = match slurm::state(job) {
-        Ok(state) => state,
-        Err(e) => return Liveness::Unknown(format!("cannot ask Slurm about job {job}: {e:#}")),
-    };
-    match state.tasks.first() {
-        Some((_, word)) if state.finished() => {
-            Liveness::Lost(format!("Slurm job {job} ended {word} without a summary"))
-        }
-        Some((_, word)) => Liveness::Running(format!("Slurm job {job} is {word}")),
-        None if slurm::controller_answers() => {
-            Liveness::Lost(format!("Slurm job {job} is not known to Slurm any more"))
-        }
-        None => Liveness::Unknown(format!(
-            "Slurm does not answer (`scontrol ping` fails): cannot ask about job {job}"
-        )),
-    }
 }

@@ -4,6 +4,12 @@
 //! --launched --resume /run/envgen/run`, paths in `mounts`). The image's ID
 //! and digest go into the manifest; the container is followed to its end.
 
+mod flags;
+mod life;
+
+pub use flags::check_flags;
+pub use life::{container_of, DockerLife};
+
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,23 +20,16 @@ use envgen_experiments::backend::BackendChoice;
 use envgen_experiments::engine::{rundir, Status, Summary};
 use serde_json::json;
 
-use super::command;
-use super::flags::RunFlags;
 use super::launcher::{mark_ended, Launcher, RunOutcome};
-use super::life::RunLife;
-use super::liveness::{Checker, Liveness};
 use super::mounts::{self, CONTAINER_RUN_DIR};
 use super::plan::{job_args, launched_runs};
 use super::request::{PlaceOptions, RunRequest};
-use super::stop;
 use crate::compat::verdict::{evaluate, CheckRequest, VerdictStatus};
 use crate::compat::{ImageFacts, KnowledgeBase};
 use crate::error::{Result, UserError};
 use crate::host::Host;
 use crate::image::daemon::container::{self, ContainerSpec, GpuRequest, Mount, IMAGE_ENVGEN};
-use crate::image::daemon::options::Ipc;
-use crate::runs::lock::LockState;
-use crate::runs::manifest::{self, DockerImage, DockerRecord, ImageRecord, Manifest};
+use crate::runs::manifest::{self, DockerImage, DockerRecord, ImageRecord};
 
 /// A run in a container: what `prepare` found, for `start` and `follow`.
 #[derive(Default)]
@@ -469,164 +468,9 @@ pub fn container_name(run_dir: &Path) -> String {
     format!("envgen-{id}-{}", &hex::encode(digest)[..8])
 }
 
-/// The Docker place's flags, checked (`launch::place_options`): `--gpus`
-/// parsed, and the combinations Docker would silently ignore refused.
-pub fn check_flags(flags: &RunFlags) -> Result<Option<GpuRequest>> {
-    let gpus = flags.launch.gpus.as_deref().map(parse_gpus).transpose()?;
-    let options = &flags.launch.docker;
-    if options.ipc == Ipc::Host && options.shm_size_bytes.is_some() {
-        return Err(UserError::usage(
-            "--shm-size with --ipc host: the container uses the host's /dev/shm, so the size would be ignored",
-        )
-        .with_fix("keep one: --ipc host (the host's /dev/shm) or --shm-size SIZE (its own)")
-        .into());
-    }
-    if options.writable_workspace && flags.experiment != command::NAME {
-        return Err(UserError::usage(format!(
-            "--writable-workspace is for your own command's code; envgen run {} mounts none",
-            flags.experiment
-        ))
-        .with_fix("drop it (a bundled experiment writes into its run directory), or run your code: envgen run --where docker --writable-workspace -- python train.py")
-        .into());
-    }
-    if flags.detach {
-        return Err(UserError::usage(
-            "--detach is for Slurm jobs: a Docker run is followed until it ends",
-        )
-        .with_fix("drop --detach (Ctrl-C stops the container and keeps the run resumable), or use --where slurm")
-        .into());
-    }
-    Ok(gpus)
-}
-
-/// `--gpus` for Docker: all, a count, or device IDs.
-fn parse_gpus(spec: &str) -> Result<GpuRequest> {
-    if spec == "all" {
-        return Ok(GpuRequest::All);
-    }
-    if let Ok(n) = spec.parse::<i64>() {
-        if n > 0 {
-            return Ok(GpuRequest::Count(n));
-        }
-    }
-    let ids: Vec<String> = spec.split(',').map(str::trim).map(str::to_owned).collect();
-    if ids
-        .iter()
-        .any(|id| id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
-    {
-        return Err(UserError::usage(format!(
-            "--gpus {spec:?}: not `all`, a count, or device IDs"
-        ))
-        .with_fix("e.g. --gpus all, --gpus 2, --gpus 0,1 or --gpus GPU-<uuid>")
-        .into());
-    }
-    Ok(GpuRequest::Devices(ids))
-}
-
-/// A Docker run's life: the daemon is asked about its container.
-pub struct DockerLife;
-
-/// The grace a container gets between SIGTERM and SIGKILL (`runs cancel`).
-const CONTAINER_GRACE_S: i32 = 60;
-
-impl RunLife for DockerLife {
-    fn liveness(
-        &self,
-        checker: &mut Checker,
-        dir: &Path,
-        manifest: &Manifest,
-        _: LockState,
-    ) -> Liveness {
-        let name = container_of(dir, manifest);
-        let (runtime, daemon) = match checker.daemon() {
-            Ok(connected) => connected,
-            Err(why) => {
-                return Liveness::Unknown(format!(
-                    "cannot ask whether container {name} still runs: {why}"
-                ))
-            }
-        };
-        match runtime.block_on(container::present(daemon, &name)) {
-            Ok(None) if manifest.environment.docker.is_none() => {
-                Liveness::Lost(format!("container {name} was never started"))
-            }
-            Ok(None) => Liveness::Lost(format!("container {name} no longer exists")),
-            // Starting: its envgen has not taken the lock yet.
-            Ok(Some(c)) if c.running => Liveness::Running(format!("container {name} runs")),
-            Ok(Some(c)) => Liveness::Lost(format!(
-                "container {name} is {} (exit code {}) without a summary",
-                c.status,
-                c.exit_code.map_or("?".into(), |c| c.to_string())
-            )),
-            Err(e) => Liveness::Unknown(format!(
-                "cannot ask whether container {name} still runs: {e:#}"
-            )),
-        }
-    }
-
-    fn stop(&self, checker: &mut Checker, dir: &Path, manifest: &Manifest) -> Result<Summary> {
-        if stop::lock_held_here(dir) {
-            // Its envgen runs on this machine, outside a container (`--launched` by hand).
-            return stop::stop_process(dir);
-        }
-        stop_container(checker, dir, &container_of(dir, manifest))
-    }
-
-    fn clear_lost(&self, checker: &mut Checker, dir: &Path, manifest: &Manifest) {
-        if let Ok((runtime, daemon)) = checker.daemon() {
-            let name = container_of(dir, manifest);
-            if let Ok(Some(_)) = runtime.block_on(container::present(daemon, &name)) {
-                runtime.block_on(container::remove(daemon, &name));
-                eprintln!("envgen: removed the left-over container {name}");
-            }
-        }
-    }
-}
-
-/// The container a Docker run trains in (as recorded, else as it would be named).
-pub fn container_of(dir: &Path, manifest: &Manifest) -> String {
-    manifest
-        .environment
-        .docker
-        .as_ref()
-        .map(|d| d.container.clone())
-        .unwrap_or_else(|| container_name(dir))
-}
-
-/// Stop the run's container through the daemon (SIGTERM: the run
-/// checkpoints and writes its summary), then remove it.
-fn stop_container(checker: &mut Checker, dir: &Path, name: &str) -> Result<Summary> {
-    let (runtime, daemon) = checker
-        .daemon()
-        .map_err(crate::image::daemon::unreachable)?;
-    eprintln!("envgen: stopping container {name} (SIGTERM, {CONTAINER_GRACE_S} s grace)");
-    let code = runtime.block_on(container::stop_and_remove(daemon, name, CONTAINER_GRACE_S))?;
-    stop::ended_summary(
-        dir,
-        &format!(
-            "container {name} was stopped by `envgen runs cancel` (exit code {}) before the run wrote its summary",
-            code.map_or("?".into(), |c| c.to_string())
-        ),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn gpus_are_all_a_count_or_ids() {
-        assert_eq!(parse_gpus("all").unwrap(), GpuRequest::All);
-        assert_eq!(parse_gpus("2").unwrap(), GpuRequest::Count(2));
-        assert_eq!(
-            parse_gpus("0,GPU-ab").unwrap(),
-            GpuRequest::Devices(vec!["0".into(), "GPU-ab".into()])
-        );
-        for bad in ["", "0,,1", "a b", "$(x)"] {
-            let err = parse_gpus(bad).unwrap_err();
-            assert_eq!(crate::error::exit_code_of(&err), 2, "{bad}");
-        }
-    }
 
     #[test]
     fn an_image_doctor_fails_is_refused_with_doctors_reasons() {
