@@ -12,7 +12,6 @@ use serde_json::{json, Value};
 
 use crate::error::Result;
 use crate::image::daemon::options::{parse_size, ContainerOptions, Ipc, Network};
-use crate::launch::auto::Place;
 use crate::launch::request::{Container, LaunchFlags, RunFlags, Where};
 use crate::launch::{self, Launched, RunOutcome, RunRequest};
 use crate::profiles::Precision;
@@ -335,7 +334,7 @@ pub fn execute(args: Args) -> Result<i32> {
     let request = launch::request(args.flags())?;
     if let (true, Some(spec)) = (dry_run, &request.command) {
         let mut plan = launch::dry_run::of_command(&request, spec);
-        if request.decision.place == Place::Slurm {
+        if request.decision.place.is_cluster_job() {
             plan["sbatch_script"] = launch::slurm::planned_script(&request, &[])?.into();
         }
         if as_json {
@@ -426,7 +425,7 @@ fn resume_command(request: &RunRequest, run_dir: &Path) -> String {
     if parent != Path::new("runs") {
         words.extend(["--out".into(), quote(&parent.display().to_string())]);
     }
-    if request.decision.place != Place::Native {
+    if !request.decision.place.is_this_machine() {
         words.extend(["--where".into(), request.decision.place.name().into()]);
     }
     if request.flags.backend != BackendChoice::Auto && !request.is_command() {

@@ -99,7 +99,7 @@ pub struct PlannedBackend {
 }
 
 fn planned_backend(req: &RunRequest) -> Result<PlannedBackend> {
-    if req.decision.place != Place::Native {
+    if !req.decision.place.is_this_machine() {
         // As launched_runs: the launched envgen chooses on its machine.
         return Ok(PlannedBackend {
             name: backend_word(req.flags.backend),
@@ -193,7 +193,7 @@ pub fn of_command(req: &RunRequest, spec: &CommandSpec) -> Value {
                 .collect::<Vec<_>>()
         }),
         // Docker: what is mounted read-only at /workspace (docker.rs).
-        "workspace": (req.decision.place == Place::Docker).then(|| {
+        "workspace": req.decision.place.is_local_container().then(|| {
             r.git.as_ref().map_or(&r.workdir, |g| &g.toplevel).clone()
         }),
     })

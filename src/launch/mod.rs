@@ -21,25 +21,25 @@
 //! sequence ([`command`]).
 //!
 //! A place is a [`Place`](crate::runs::place::Place) (what the manifest's
-//! `"where"` holds), and code asks it by exhaustive `match`es, never by
-//! comparing words. Adding Podman would take:
+//! `"where"` holds), and code asks it by exhaustive `match`es — none has a
+//! `_` arm — never by comparing words. Adding Podman would take:
 //!
 //! - one new file, `src/launch/podman.rs`: a `Podman` implementing
-//!   [`Launcher`] (prepare/start/follow, as `docker.rs` does) and a
-//!   `PodmanLife` implementing [`life::RunLife`] (liveness, stop, clearing
-//!   a left-over container);
-//! - one variant, `Place::Podman` in src/runs/place.rs (and its word in
-//!   [`Place::name`](crate::runs::place::Place::name));
-//! - one arm each in the matches the compiler then lists as
-//!   non-exhaustive (no `match` on a `Place` has a `_` arm): [`launcher_for`]
-//!   and [`life_of`] here, `Place::name`, `resume_command`
-//!   (src/cli/runs/mod.rs), the dry run's script (`dry_run.rs`), the Slurm
-//!   GPUs of `world_plan` (`request.rs`); and a `Where::Podman` for
-//!   `--where podman`, which `decide_where` (`request.rs`) then lists.
-//!
-//! Not yet behind the seam (issue #41, left): the per-place flag checks of
-//! `request.rs`, `ranks.rs` and `cli/run.rs` test a `Place` with `==`
-//! (typed, no words), so the compiler does not list them for a new place.
+//!   [`Launcher`] (prepare/start/follow, as `docker/mod.rs` does), a
+//!   `PodmanLife` implementing [`life::RunLife`] (liveness, stop, clearing a
+//!   left-over container, as `docker/life.rs` does) and its `check_flags`;
+//! - one variant, `Place::Podman` (src/runs/place.rs), with its options as
+//!   a `PlaceOptions::Podman { … }` variant (src/launch/request.rs) and
+//!   `Where::Podman` for `--where podman` (src/launch/flags.rs);
+//! - one arm in each `match` the compiler then lists: here
+//!   [`launcher_for`], [`life_of`] and [`place_options`] (the three that
+//!   pick the place's code); in src/runs/place.rs `name`,
+//!   `is_this_machine`, `is_cluster_job`, `is_local_container` (what the
+//!   place is); and `decide_where`, `world_plan`,
+//!   `refuse_container_knobs_elsewhere` (request.rs), `checked_resources`
+//!   (slurm/mod.rs), the asked GPUs in `docker/mod.rs`'s `prepare`, the
+//!   dry run's job script (dry_run.rs) and `resume_command`
+//!   (src/cli/runs/mod.rs).
 
 pub mod auto;
 pub mod cancel;

@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use envgen_experiments::engine::{self, rundir};
 use envgen_experiments::registry::{Experiment, ResolvedConfig};
 
-use super::auto::Place;
 use super::request::{backend_word, RunRequest};
 use crate::error::{Result, UserError};
 use crate::host::Host;
@@ -255,7 +254,7 @@ fn write_run(
     let decision = &req.decision;
     let mut environment = Environment::new(decision.place, &decision.reason, setup.host);
     environment.world_size = Some(setup.world_size);
-    if decision.place != Place::Native || setup.world_size > 1 {
+    if !decision.place.is_this_machine() || setup.world_size > 1 {
         // Where-specific flags, so `envgen rerun` launches the same way.
         environment.launch_args = Some(req.flags.launch.words());
         environment.launch = Some(req.flags.launch.clone());

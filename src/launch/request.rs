@@ -91,7 +91,7 @@ impl RunRequest {
         if let Some(sweep) = &sweep {
             check_sweep_target(sweep, command.as_ref(), &flags.experiment)?;
         }
-        if sweep.is_some() && decision.place != Place::Slurm {
+        if sweep.is_some() && !decision.place.is_cluster_job() {
             return Err(UserError::usage(format!(
                 "--sweep fans out a Slurm job array, but this run goes to {} ({})",
                 decision.place.name(),
@@ -213,7 +213,7 @@ fn world_plan(
         gpus_per_node
             .filter(|_| flags.backend != BackendChoice::Cpu && flags.experiment != command::NAME),
     )?;
-    if !l.devices.is_empty() && place != Place::Native {
+    if !l.devices.is_empty() && !place.is_this_machine() {
         return Err(
             UserError::usage("--devices picks GPUs for --ranks on this machine")
                 .with_fix("under Slurm, ask for GPUs with --gpus-per-node")

@@ -26,7 +26,7 @@ pub fn plan_world(
     let ranks = ranks.map(|r| r as usize);
     let nodes = nodes.unwrap_or(1).max(1) as usize;
     let gpus = gpus_per_node.filter(|&g| g > 0).map(|g| g as usize);
-    if place != Place::Slurm {
+    if !place.is_cluster_job() {
         if nodes > 1 {
             return Err(UserError::usage(format!(
                 "--nodes {nodes} needs a cluster, but this run goes to {}",
@@ -36,7 +36,7 @@ pub fn plan_world(
             .into());
         }
         let size = ranks.unwrap_or(1);
-        if size > 1 && place == Place::Docker {
+        if size > 1 && place.is_local_container() {
             return Err(
                 UserError::usage("--ranks with --where docker is not supported")
                     .with_fix("run the ranks natively (--where native) or through Slurm")

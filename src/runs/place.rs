@@ -32,6 +32,37 @@ impl Place {
     }
 }
 
+/// What a place is, asked by exhaustive `match`es: a new place must say.
+impl Place {
+    /// Trains on this machine, in envgen's own process tree (no container,
+    /// no job): the default of `--where`, the machine `--devices` picks on,
+    /// the knobs chosen here rather than where the run is launched.
+    pub fn is_this_machine(self) -> bool {
+        match self {
+            Place::Native => true,
+            Place::Docker | Place::Slurm => false,
+        }
+    }
+
+    /// Submitted to a cluster's scheduler: the runs may span `--nodes`,
+    /// a `--sweep` is a job array, a dry run renders the job script.
+    pub fn is_cluster_job(self) -> bool {
+        match self {
+            Place::Slurm => true,
+            Place::Native | Place::Docker => false,
+        }
+    }
+
+    /// A container on this machine: one rank, a command's code mounted at
+    /// `/workspace`.
+    pub fn is_local_container(self) -> bool {
+        match self {
+            Place::Docker => true,
+            Place::Native | Place::Slurm => false,
+        }
+    }
+}
+
 impl std::fmt::Display for Place {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
