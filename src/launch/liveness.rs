@@ -2,11 +2,13 @@
 //! summary when it ends, however it ends — unless it could not: kill -9, a
 //! lost Docker daemon, a Slurm job that vanished. Such a run is `lost`, a
 //! state derived here for `runs list`/`show` (never written into the run:
-//! `runs cancel` does that). Each place is asked in its own terms: the
+//! `runs cancel` does that). Each place is asked in its own terms, by its
+//! [`RunLife`](super::life::RunLife) (`launch::liveness_of` picks it): the
 //! run's lock (`runs::lock`) for this machine's runs, the daemon for the
-//! container, Slurm for the job (each place's [`RunLife`](super::life::RunLife)). When the place cannot be asked (the
+//! container, Slurm for the job. When the place cannot be asked (the
 //! daemon or the controller does not answer), the answer is `unknown`,
-//! never `lost`.
+//! never `lost`. Here: the answer's type, the daemon connection shared by
+//! many runs ([`Checker`]) and what a lock alone says ([`by_lock`]).
 
 use std::path::Path;
 

@@ -57,7 +57,8 @@ impl RunLife for DockerLife {
 
     fn stop(&self, checker: &mut Checker, dir: &Path, manifest: &Manifest) -> Result<Summary> {
         if stop::lock_held_here(dir) {
-            // Its envgen runs on this machine, outside a container (`--launched` by hand).
+            // The lock is held on this host, not by the container's envgen
+            // (its own hostname): signal that process, as for a native run.
             return stop::stop_process(dir);
         }
         stop_container(checker, dir, &container_of(dir, manifest))
