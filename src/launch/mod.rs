@@ -91,7 +91,7 @@ fn place_options(flags: &flags::RunFlags, place: Place) -> Result<request::Place
             gpus: docker::check_flags(flags)?,
         },
         Place::Slurm => PlaceOptions::Slurm {
-            resources: slurm::resources::check_flags(flags)?,
+            resources: Box::new(slurm::resources::check_flags(flags)?),
         },
     })
 }

@@ -33,8 +33,9 @@ pub enum PlaceOptions {
         gpus: Option<GpuRequest>,
     },
     Slurm {
-        /// The job's resources (flags, then the profile's `[slurm]`).
-        resources: SlurmResources,
+        /// The job's resources (flags, then the profile's `[slurm]`);
+        /// boxed, being much the largest.
+        resources: Box<SlurmResources>,
     },
 }
 

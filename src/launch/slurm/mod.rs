@@ -168,7 +168,7 @@ fn submission_of(
 /// The resources `slurm::resources::check_flags` checked with the request.
 fn checked_resources(req: &RunRequest) -> SlurmResources {
     match &req.options {
-        PlaceOptions::Slurm { resources } => resources.clone(),
+        PlaceOptions::Slurm { resources } => SlurmResources::clone(resources),
         // Not a Slurm request (a dry run of another place renders no job):
         // the flags as they are, unchecked defaults.
         PlaceOptions::Native | PlaceOptions::Docker { .. } => SlurmResources::default(),
