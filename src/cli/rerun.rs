@@ -34,7 +34,7 @@ pub struct Args {
 
 /// `envgen run` as a rerun of `args.source`: the argv it amounts to.
 pub fn run_argv(args: &Args, manifest: &Manifest, dir: &std::path::Path) -> Result<Vec<String>> {
-    let location = manifest.environment.place.clone();
+    let location = manifest.environment.place.name().to_string();
     let mut argv = vec![
         "run".to_string(),
         manifest.experiment.clone(),
@@ -49,7 +49,7 @@ pub fn run_argv(args: &Args, manifest: &Manifest, dir: &std::path::Path) -> Resu
         // A command run has no backend of envgen's: its own code picks.
         argv.extend(["--backend".into(), manifest.profile.backend.clone()]);
     }
-    let launch = manifest.environment.launch_args.clone().unwrap_or_default();
+    let launch = manifest.environment.launch_words();
     // The image goes by the ID it ran as, not by its (movable) tag.
     let image_id = manifest
         .environment

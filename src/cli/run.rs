@@ -12,7 +12,6 @@ use serde_json::{json, Value};
 
 use crate::error::Result;
 use crate::image::daemon::options::{parse_size, ContainerOptions, Ipc, Network};
-use crate::launch::auto::Place;
 use crate::launch::request::{Container, LaunchFlags, RunFlags, Where};
 use crate::launch::{self, Launched, RunOutcome, RunRequest};
 use crate::profiles::Precision;
@@ -332,10 +331,10 @@ impl Args {
 
 pub fn execute(args: Args) -> Result<i32> {
     let (dry_run, as_json) = (args.dry_run, args.json);
-    let request = RunRequest::new(args.flags())?;
+    let request = launch::request(args.flags())?;
     if let (true, Some(spec)) = (dry_run, &request.command) {
-        let mut plan = launch::command::dry_run(&request, spec);
-        if request.decision.place == Place::Slurm {
+        let mut plan = launch::dry_run::of_command(&request, spec);
+        if request.decision.place.is_cluster_job() {
             plan["sbatch_script"] = launch::slurm::planned_script(&request, &[])?.into();
         }
         if as_json {
@@ -426,13 +425,13 @@ fn resume_command(request: &RunRequest, run_dir: &Path) -> String {
     if parent != Path::new("runs") {
         words.extend(["--out".into(), quote(&parent.display().to_string())]);
     }
-    if request.decision.place != Place::Native {
+    if !request.decision.place.is_this_machine() {
         words.extend(["--where".into(), request.decision.place.name().into()]);
     }
     if request.flags.backend != BackendChoice::Auto && !request.is_command() {
         words.extend(["--backend".into(), request.backend_name().into()]);
     }
-    let launch = launch::plan::launch_args_of(&request.flags.launch);
+    let launch = request.flags.launch.words();
     words.extend(launch.iter().map(|w| quote(w)));
     words.join(" ")
 }
@@ -582,7 +581,7 @@ mod tests {
         let Command::Run(args) = cli.command else {
             panic!("not run")
         };
-        crate::launch::plan::launch_args_of(&args.flags().launch)
+        args.flags().launch.words()
     }
 
     /// The Slurm flags of issue #39 are recorded (`launch_args`) as words

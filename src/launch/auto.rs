@@ -6,23 +6,7 @@ use std::time::Duration;
 
 use crate::probe::command::run_tool;
 
-/// Where a run goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Place {
-    Native,
-    Docker,
-    Slurm,
-}
-
-impl Place {
-    pub fn name(self) -> &'static str {
-        match self {
-            Place::Native => "native",
-            Place::Docker => "docker",
-            Place::Slurm => "slurm",
-        }
-    }
-}
+pub use crate::runs::place::Place;
 
 /// A place and why it was chosen.
 #[derive(Debug, Clone, PartialEq, Eq)]

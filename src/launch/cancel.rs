@@ -3,21 +3,13 @@
 //! summary), and end a lost one for good. A run that ended is refused.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use envgen_experiments::engine::{Status, Summary};
 
-use super::liveness::{container_of, final_summary, Checker, Liveness};
-use super::{last_checkpoint_state, mark_ended, slurm, RunOutcome};
+use super::launcher::{last_checkpoint_state, mark_ended, RunOutcome};
+use super::liveness::{final_summary, Checker, Liveness};
 use crate::error::{Result, UserError};
-use crate::image::daemon::container;
-use crate::runs::lock::{self, LockState};
 use crate::runs::manifest;
-
-/// How long a stopped run may take to checkpoint and end.
-const STOP_WAIT: Duration = Duration::from_secs(120);
-/// The grace a container gets between SIGTERM and SIGKILL.
-const CONTAINER_GRACE_S: i32 = 60;
 
 /// What `runs cancel` did.
 pub struct Cancelled {
@@ -40,8 +32,8 @@ pub fn cancel(dir: &Path) -> Result<Cancelled> {
         .into());
     }
     let mut checker = Checker::default();
-    let liveness = checker.check(dir, &manifest);
-    let place = manifest.environment.place.as_str();
+    let liveness = super::liveness_of(&mut checker, dir, &manifest);
+    let life = super::life_of(manifest.environment.place);
     let (summary, what) = match liveness {
         Liveness::Unknown(why) => {
             return Err(UserError::environment(format!(
@@ -51,15 +43,11 @@ pub fn cancel(dir: &Path) -> Result<Cancelled> {
             .with_fix("start the Docker daemon (or reach the Slurm controller) and cancel again")
             .into())
         }
-        Liveness::Lost(why) => (end_lost(&mut checker, dir, &manifest, &why)?, why),
-        Liveness::Running(what) if place == "slurm" => {
-            (slurm::cancel(dir, &manifest)?.summary, what)
+        Liveness::Lost(why) => {
+            life.clear_lost(&mut checker, dir, &manifest);
+            (end_lost(dir, &why)?, why)
         }
-        Liveness::Running(what) if place == "docker" && !lock_held_here(dir) => {
-            let name = container_of(dir, &manifest);
-            (stop_container(&mut checker, dir, &name)?, what)
-        }
-        Liveness::Running(what) => (stop_process(dir)?, what),
+        Liveness::Running(what) => (life.stop(&mut checker, dir, &manifest)?, what),
     };
     Ok(Cancelled {
         outcome: RunOutcome {
@@ -70,29 +58,9 @@ pub fn cancel(dir: &Path) -> Result<Cancelled> {
     })
 }
 
-/// Whether this machine's process holds the lock (a Docker run's holder
-/// is the container's envgen, stopped through the daemon instead).
-fn lock_held_here(dir: &Path) -> bool {
-    matches!(lock::lock_state(dir), LockState::Held(Some(h)) if h.host == lock::this_host())
-}
-
 /// A lost run ends `interrupted` when it has a checkpoint to resume from,
-/// else `failed`; a container it left behind is removed.
-fn end_lost(
-    checker: &mut Checker,
-    dir: &Path,
-    manifest: &manifest::Manifest,
-    why: &str,
-) -> Result<Summary> {
-    if manifest.environment.place == "docker" {
-        if let Ok((runtime, daemon)) = checker.daemon() {
-            let name = container_of(dir, manifest);
-            if let Ok(Some(_)) = runtime.block_on(container::present(daemon, &name)) {
-                runtime.block_on(container::remove(daemon, &name));
-                eprintln!("envgen: removed the left-over container {name}");
-            }
-        }
-    }
+/// else `failed` (what its place left behind was cleared first).
+fn end_lost(dir: &Path, why: &str) -> Result<Summary> {
     let status = if last_checkpoint_state(dir).is_some() {
         Status::Interrupted
     } else {
@@ -103,115 +71,4 @@ fn end_lost(
         status,
         &format!("lost: {why} (ended by `envgen runs cancel`)"),
     )
-}
-
-/// Stop the run's container through the daemon (SIGTERM: the run
-/// checkpoints and writes its summary), then remove it.
-fn stop_container(checker: &mut Checker, dir: &Path, name: &str) -> Result<Summary> {
-    let (runtime, daemon) = checker
-        .daemon()
-        .map_err(crate::image::daemon::unreachable)?;
-    eprintln!("envgen: stopping container {name} (SIGTERM, {CONTAINER_GRACE_S} s grace)");
-    let code = runtime.block_on(container::stop_and_remove(daemon, name, CONTAINER_GRACE_S))?;
-    ended_summary(
-        dir,
-        &format!(
-            "container {name} was stopped by `envgen runs cancel` (exit code {}) before the run wrote its summary",
-            code.map_or("?".into(), |c| c.to_string())
-        ),
-    )
-}
-
-/// SIGINT to the process that trains here (as Ctrl-C would: it
-/// checkpoints, writes `interrupted` and ends), then wait until it ended.
-fn stop_process(dir: &Path) -> Result<Summary> {
-    let holder = match lock::lock_state(dir) {
-        LockState::Held(Some(holder)) => holder,
-        LockState::Held(None) => {
-            return Err(UserError::usage(format!(
-                "{}: an envgen holds {} but it names no process",
-                dir.display(),
-                lock::LOCK_FILE
-            ))
-            .with_fix("stop that envgen with Ctrl-C where it runs")
-            .into())
-        }
-        // It ended meanwhile.
-        _ => return ended_summary(dir, "its envgen ended without a summary"),
-    };
-    let here = lock::this_host();
-    if holder.host != here {
-        return Err(UserError::usage(format!(
-            "{} is trained by {holder}, not on this host ({here})",
-            dir.display()
-        ))
-        .with_fix(format!(
-            "run `envgen runs cancel {}` on {}",
-            dir.display(),
-            holder.host
-        ))
-        .into());
-    }
-    let pid = holder.stop_pid();
-    if !is_envgen(pid) {
-        return Err(UserError::usage(format!(
-            "{}: the lock names pid {pid}, which is not an envgen process",
-            dir.display()
-        ))
-        .with_fix("stop the envgen that trains it with Ctrl-C")
-        .into());
-    }
-    eprintln!("envgen: sending SIGINT to envgen pid {pid} (it checkpoints and stops)");
-    // SAFETY: kill(2) with a pid and a signal number; no memory is involved.
-    if unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) } != 0 {
-        let err = std::io::Error::last_os_error();
-        return Err(
-            UserError::environment(format!("cannot signal pid {pid}: {err}"))
-                .with_fix("cancel it as the user who started it")
-                .into(),
-        );
-    }
-    let start = Instant::now();
-    while matches!(lock::lock_state(dir), LockState::Held(_)) {
-        if start.elapsed() > STOP_WAIT {
-            return Err(UserError::environment(format!(
-                "pid {pid} did not end within {} s of SIGINT",
-                STOP_WAIT.as_secs()
-            ))
-            .with_fix(format!(
-                "wait for it, or `kill {pid}`; then `envgen runs show {}`",
-                dir.display()
-            ))
-            .into());
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    ended_summary(dir, "its envgen ended after SIGINT without a summary")
-}
-
-/// The summary the stopped run wrote, or one written here when it wrote none.
-fn ended_summary(dir: &Path, why: &str) -> Result<Summary> {
-    match final_summary(dir) {
-        Some(summary) => Ok(summary),
-        None => mark_ended(dir, Status::Interrupted, why),
-    }
-}
-
-/// Whether `pid` runs an envgen binary (a lock file names the pid its
-/// writer chose: never signal anything else).
-fn is_envgen(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .is_ok_and(|comm| comm.trim().starts_with("envgen"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_envgen_processes_are_signalled() {
-        // Cargo names this test binary `envgen-HASH`.
-        assert!(is_envgen(std::process::id()));
-        assert!(!is_envgen(u32::MAX));
-    }
 }

@@ -12,17 +12,15 @@
 //! `/workspace`, `mounts::add_workspace`) and as a Slurm job on the node
 //! (same paths; a Slurm `--container` is refused for now).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use envgen_experiments::backend::{self, BackendChoice};
 use envgen_experiments::engine::{HardwareHint, RunControl, Status, Summary};
 use envgen_experiments::registry::{self, typed, Experiment, ResolvedConfig};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use super::auto::Place;
-use super::request::RunFlags;
-use super::RunRequest;
+use super::flags::RunFlags;
 use crate::error::{Result, UserError};
 use crate::runs::command_record::{self, CommandRecord, DIFF_FILE};
 use crate::runs::manifest::{self, HardwareKnobs};
@@ -30,25 +28,13 @@ use crate::runs::manifest::{self, HardwareKnobs};
 /// The experiment name of a command run (manifest, `runs list`, run ids).
 pub const NAME: &str = "command";
 
+pub use super::command_exec::CommandLine;
+
 /// `config.toml` of a command run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CommandConfig {
     pub command: CommandLine,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CommandLine {
-    pub argv: Vec<String>,
-    pub workdir: PathBuf,
-    /// Processes under torchrun (`--nproc-per-node`); absent: the command alone.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nproc_per_node: Option<u32>,
-    /// The command's TensorBoard directory (`--tensorboard-dir`), relative
-    /// to `workdir` unless absolute: its scalars are imported at the end.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tensorboard_dir: Option<PathBuf>,
 }
 
 /// A command about to become a run: its config, the record for the
@@ -317,51 +303,6 @@ pub fn knobs() -> HardwareKnobs {
         device: "-".into(),
         threads: None,
     }
-}
-
-/// `--dry-run` of a command run: what would run where, and what is recorded.
-pub fn dry_run(req: &RunRequest, spec: &CommandSpec) -> Value {
-    let r = &spec.record;
-    json!({
-        "dry_run": true,
-        "experiment": NAME,
-        "where": req.decision.place.name(),
-        "where_reason": req.decision.reason,
-        "argv": r.argv,
-        "workdir": r.workdir,
-        "nproc_per_node": spec.config.command.nproc_per_node,
-        "tensorboard_dir": spec.config.command.tensorboard_dir,
-        "git": r.git,
-        "env": r.env,
-        "out": req.flags.out,
-        "run_dir": format!("a new one under {}", req.flags.out.display()),
-        // `--sweep` (Slurm): each array task's command line (issue #39).
-        "sweep": req.sweep.as_ref().map(|sweep| {
-            sweep
-                .values
-                .iter()
-                .map(|value| {
-                    let one = [format!("{}={value}", sweep.key)];
-                    let argv = with_sweep_values(&spec.config, &one)
-                        .map(|c| c.command.argv)
-                        .unwrap_or_default();
-                    json!({ "key": sweep.key, "value": value, "argv": argv })
-                })
-                .collect::<Vec<_>>()
-        }),
-        // Docker: what is mounted at /workspace (docker.rs), read-only
-        // unless `--writable-workspace`, and the knobs that relax the
-        // hardened container (issue #39), said before anything starts.
-        "workspace": (req.decision.place == Place::Docker).then(|| {
-            r.git.as_ref().map_or(&r.workdir, |g| &g.toplevel).clone()
-        }),
-        "container": (req.decision.place == Place::Docker).then(|| {
-            json!({
-                "writable_workspace": req.flags.launch.docker.writable_workspace,
-                "relaxed": req.flags.launch.docker.relaxations(),
-            })
-        }),
-    })
 }
 
 /// The prefix of a sweep key that names an environment variable.

@@ -15,10 +15,25 @@ use std::time::{Duration, Instant};
 
 use envgen_experiments::engine::tensorboard::EventsFile;
 use envgen_experiments::engine::{rundir, RunControl, Status, Summary, World};
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use super::command::CommandLine;
 use crate::error::UserError;
+
+/// The command a run runs (`[command]` of its `config.toml`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandLine {
+    pub argv: Vec<String>,
+    pub workdir: PathBuf,
+    /// Processes under torchrun (`--nproc-per-node`); absent: the command alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nproc_per_node: Option<u32>,
+    /// The command's TensorBoard directory (`--tensorboard-dir`), relative
+    /// to `workdir` unless absolute: its scalars are imported at the end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensorboard_dir: Option<PathBuf>,
+}
 
 /// How long a command may take to stop after the forwarded SIGINT before
 /// it is killed (a training script's checkpoint-on-interrupt fits).

@@ -10,21 +10,22 @@
 use std::path::Path;
 
 use envgen_experiments::backend::{self, BackendChoice};
-use envgen_experiments::data::{DataConfig, DataSource};
 use serde_json::{json, Value};
 
 use super::auto::Place;
+use super::command::{with_sweep_values, CommandSpec, NAME as COMMAND};
+pub use super::data_files::check_data_files;
 use super::plan::{config_of_run, plan_run, resumed_knobs, Setup};
 use super::request::backend_word;
-use super::RunRequest;
-use crate::error::{Result, UserError};
+use super::request::RunRequest;
+use crate::error::Result;
 
 /// What `req` would run, as the JSON document `--dry-run --json` prints;
 /// or the error the run would fail with (exit 2).
 pub fn plan(req: &RunRequest) -> Result<Value> {
     let flags = &req.flags;
     let backend = planned_backend(req)?;
-    let host = crate::probe::probe_host();
+    let host = req.host();
     let world = &req.world;
     // Each run's config, for the job script's container binds.
     let mut sciences = Vec::new();
@@ -32,7 +33,7 @@ pub fn plan(req: &RunRequest) -> Result<Value> {
         Some(dir) => vec![resumed_plan(req, dir, &mut sciences)?],
         None => {
             let setup = Setup {
-                host: &host,
+                host,
                 backend: backend.name,
                 device: backend.device,
                 threads: Some(
@@ -71,7 +72,7 @@ pub fn plan(req: &RunRequest) -> Result<Value> {
     // What an sbatch writer wants to read first: the script itself.
     let sbatch_script = match req.decision.place {
         Place::Slurm => Some(super::slurm::planned_script(req, &sciences)?),
-        _ => None,
+        Place::Native | Place::Docker => None,
     };
     Ok(json!({
         "dry_run": true,
@@ -98,7 +99,7 @@ pub struct PlannedBackend {
 }
 
 fn planned_backend(req: &RunRequest) -> Result<PlannedBackend> {
-    if req.decision.place != Place::Native {
+    if !req.decision.place.is_this_machine() {
         // As launched_runs: the launched envgen chooses on its machine.
         return Ok(PlannedBackend {
             name: backend_word(req.flags.backend),
@@ -161,54 +162,47 @@ fn resumed_plan(req: &RunRequest, dir: &Path, sciences: &mut Vec<toml::Value>) -
     }))
 }
 
-/// The files a config names must be there (a real run opens them before its
-/// first step): `[data]` with a source other than `generated` needs `path`,
-/// every `path`, `val_path` and `init_from` given must exist, and the data
-/// files must pass the run's checks short of their tokens
-/// (`data::check::check_files`: shards matched, headers and sizes). Called
-/// by [`plan_run`](super::plan::plan_run), so a run refused here leaves no
-/// run directory, and by `--dry-run`.
-pub fn check_data_files(science: &toml::Value) -> Result<()> {
-    if let Some(table) = science.get("data") {
-        if let Ok(data) = table.clone().try_into::<DataConfig>() {
-            if data.source != DataSource::Generated && data.path.is_none() {
-                let source = table.get("source").and_then(|s| s.as_str()).unwrap_or("?");
-                return Err(UserError::usage(format!(
-                    "[data].path is missing; source = \"{source}\" needs it"
-                ))
-                .with_fix("--set data.path=FILE_OR_DIR, or --set data.source=generated to train on envgen's generated corpus")
-                .into());
-            }
-            for (key, path) in [("data.path", &data.path), ("data.val_path", &data.val_path)] {
-                if let Some(path) = path {
-                    must_exist(key, path)?;
-                }
-            }
-            // The run's own matching and header checks (shards of the
-            // configured format, sizes that agree), short of the tokens.
-            envgen_experiments::data::check::check_files(&data)?;
-        }
-    }
-    if let Some(path) = science.get("init_from").and_then(|p| p.as_str()) {
-        must_exist("init_from", Path::new(path))?;
-    }
-    Ok(())
-}
-
-fn must_exist(key: &str, path: &Path) -> Result<()> {
-    // llm.c shard sources may be globs: their directory must exist.
-    let text = path.to_string_lossy();
-    let checked = if text.contains(['*', '?', '[']) {
-        path.parent().unwrap_or(Path::new("."))
-    } else {
-        path
-    };
-    if checked.as_os_str().is_empty() || checked.exists() {
-        return Ok(());
-    }
-    Err(
-        UserError::usage(format!("{key} = {} does not exist", path.display()))
-            .with_fix(format!("--set {key}=<an existing file or directory>"))
-            .into(),
-    )
+/// `--dry-run` of a user command's run: what would run where, and what is recorded.
+pub fn of_command(req: &RunRequest, spec: &CommandSpec) -> Value {
+    let r = &spec.record;
+    json!({
+        "dry_run": true,
+        "experiment": COMMAND,
+        "where": req.decision.place.name(),
+        "where_reason": req.decision.reason,
+        "argv": r.argv,
+        "workdir": r.workdir,
+        "nproc_per_node": spec.config.command.nproc_per_node,
+        "tensorboard_dir": spec.config.command.tensorboard_dir,
+        "git": r.git,
+        "env": r.env,
+        "out": req.flags.out,
+        "run_dir": format!("a new one under {}", req.flags.out.display()),
+        // `--sweep` (Slurm): each array task's command line (issue #39).
+        "sweep": req.sweep.as_ref().map(|sweep| {
+            sweep
+                .values
+                .iter()
+                .map(|value| {
+                    let one = [format!("{}={value}", sweep.key)];
+                    let argv = with_sweep_values(&spec.config, &one)
+                        .map(|c| c.command.argv)
+                        .unwrap_or_default();
+                    json!({ "key": sweep.key, "value": value, "argv": argv })
+                })
+                .collect::<Vec<_>>()
+        }),
+        // Docker: what is mounted at /workspace (docker/), read-only
+        // unless `--writable-workspace`, and the knobs that relax the
+        // hardened container (issue #39), said before anything starts.
+        "workspace": req.decision.place.is_local_container().then(|| {
+            r.git.as_ref().map_or(&r.workdir, |g| &g.toplevel).clone()
+        }),
+        "container": req.decision.place.is_local_container().then(|| {
+            json!({
+                "writable_workspace": req.flags.launch.docker.writable_workspace,
+                "relaxed": req.flags.launch.docker.relaxations(),
+            })
+        }),
+    })
 }

@@ -15,18 +15,42 @@
 //! once per rank (`envgen run EXP --launched --resume RUN_DIR`). The
 //! experiments never know where they run. Whether a run without a summary
 //! still trains in its place is [`liveness`]'s question (`runs list`), and
-//! stopping it there is [`cancel`]'s (`runs cancel`). Adding a place (Apptainer outside
-//! Slurm, Podman…) is one file implementing [`Launcher`] plus one arm in
-//! [`launcher_for`]; docs/architecture.md walks through it. A user's own
+//! stopping it there is [`cancel`]'s (`runs cancel`); both ask the run's
+//! place through [`life::RunLife`], picked by [`life_of`]. A user's own
 //! command (`envgen run -- CMD`) is one more kind of run behind the same
 //! sequence ([`command`]).
+//!
+//! A place is a [`Place`](crate::runs::place::Place) (what the manifest's
+//! `"where"` holds), and code asks it by exhaustive `match`es — none has a
+//! `_` arm — never by comparing words. Adding Podman would take:
+//!
+//! - one new file, `src/launch/podman.rs`: a `Podman` implementing
+//!   [`Launcher`] (prepare/start/follow, as `docker/mod.rs` does), a
+//!   `PodmanLife` implementing [`life::RunLife`] (liveness, stop, clearing a
+//!   left-over container, as `docker/life.rs` does) and its `check_flags`;
+//! - one variant, `Place::Podman` (src/runs/place.rs), with its options as
+//!   a `PlaceOptions::Podman { … }` variant (src/launch/request.rs) and
+//!   `Where::Podman` for `--where podman` (src/launch/flags.rs);
+//! - one arm in each `match` the compiler then lists: here
+//!   [`launcher_for`], [`life_of`] and [`place_options`] (the three that
+//!   pick the place's code); in src/runs/place.rs `name`,
+//!   `is_this_machine`, `is_cluster_job`, `is_local_container` (what the
+//!   place is); and `decide_where`, `world_plan`,
+//!   `refuse_container_knobs_elsewhere` (request.rs), `checked_resources`
+//!   (slurm/mod.rs), the asked GPUs in `docker/mod.rs`'s `prepare`, the
+//!   dry run's job script (dry_run.rs) and `resume_command`
+//!   (src/cli/runs/mod.rs).
 
 pub mod auto;
 pub mod cancel;
 pub mod command;
 pub mod command_exec;
+pub mod data_files;
 pub mod docker;
 pub mod dry_run;
+pub mod flags;
+pub mod launcher;
+pub mod life;
 pub mod liveness;
 pub mod mounts;
 pub mod native;
@@ -36,65 +60,40 @@ pub mod ranks;
 pub mod request;
 pub mod signals;
 pub mod slurm;
+pub mod stop;
+pub mod world;
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::path::Path;
+use std::sync::atomic::Ordering;
 
-use envgen_experiments::engine::{checkpoint, rundir, Status, Summary};
-use serde_json::{json, Map};
+use envgen_experiments::engine::Summary;
 
 use crate::error::Result;
-use crate::runs::manifest;
+use crate::runs::manifest::{self, Manifest};
 use auto::Place;
+pub use launcher::{exit_code, failed_summary, mark_ended, Launched, Launcher, RunOutcome};
+use liveness::{Checker, Liveness};
 pub use request::RunRequest;
 
-/// How one launched run ended, as its run directory records it.
-#[derive(Debug, Clone)]
-pub struct RunOutcome {
-    pub run_dir: PathBuf,
-    pub summary: Summary,
+/// A checked request for `flags` (`RunRequest::new`), each place
+/// checking its own flags ([`place_options`]).
+pub fn request(flags: flags::RunFlags) -> Result<RunRequest> {
+    RunRequest::new(flags, place_options)
 }
 
-/// What [`run`] ended with.
-#[derive(Debug)]
-pub enum Launched {
-    /// The runs ended; how each did.
-    Ended(Vec<RunOutcome>),
-    /// Submitted and left running (`--detach`): the job and its run directories.
-    Detached { job: String, runs: Vec<PathBuf> },
-    /// A rank other than 0 ended: rank 0 reports the run; this is only its exit status.
-    RankEnded(Vec<RunOutcome>),
-}
-
-/// One place a run can go.
-pub trait Launcher {
-    /// What Ctrl-C does here, said when it comes.
-    fn stop_message(&self) -> &'static str;
-    /// Check what this place needs and make (or reopen) the run directories.
-    fn prepare(&mut self, req: &RunRequest) -> Result<Vec<PathBuf>>;
-    /// Start training them there; a job ID to give back with `--detach`.
-    /// By default nothing: places whose runs train while envgen waits for
-    /// them (this process, the ranks) start in `follow`.
-    fn start(
-        &mut self,
-        _req: &RunRequest,
-        _runs: &[PathBuf],
-        _stop: &Arc<AtomicBool>,
-    ) -> Result<Option<String>> {
-        Ok(None)
-    }
-    /// Wait until they ended; `stop` set means stop them (they checkpoint first).
-    fn follow(
-        &mut self,
-        req: &RunRequest,
-        runs: &[PathBuf],
-        stop: &Arc<AtomicBool>,
-    ) -> Result<Vec<RunOutcome>>;
-    /// Whether this process reports and records the runs (not a rank > 0).
-    fn reports(&self) -> bool {
-        true
-    }
+/// The place's own check of its flags, in its file: the one `match` that
+/// sends the flags to the place they are for.
+fn place_options(flags: &flags::RunFlags, place: Place) -> Result<request::PlaceOptions> {
+    use request::PlaceOptions;
+    Ok(match place {
+        Place::Native => PlaceOptions::Native,
+        Place::Docker => PlaceOptions::Docker {
+            gpus: docker::check_flags(flags)?,
+        },
+        Place::Slurm => PlaceOptions::Slurm {
+            resources: Box::new(slurm::resources::check_flags(flags)?),
+        },
+    })
 }
 
 /// The launcher for the request's place.
@@ -108,6 +107,28 @@ fn launcher_for(req: &RunRequest) -> Box<dyn Launcher> {
         Place::Docker => Box::new(docker::Docker::default()),
         Place::Slurm => Box::new(slurm::Slurm::default()),
     }
+}
+
+/// The life of a run that was started in `place` (whether it still
+/// trains, how to stop it): the one `match` that picks a place's ways for
+/// a run `runs list`, `show` and `cancel` look at.
+pub fn life_of(place: Place) -> &'static dyn life::RunLife {
+    match place {
+        Place::Native => &native::NativeLife,
+        Place::Docker => &docker::DockerLife,
+        Place::Slurm => &slurm::SlurmLife,
+    }
+}
+
+/// Whether the run in `dir`, which has no final summary, still trains:
+/// its lock first (the trainer itself, wherever it runs), else its place.
+pub fn liveness_of(checker: &mut Checker, dir: &Path, manifest: &Manifest) -> Liveness {
+    let lock = crate::runs::lock::lock_state(dir);
+    if let crate::runs::lock::LockState::Held(_) = &lock {
+        // The trainer itself (natively, in the container or on the node).
+        return liveness::by_lock(lock);
+    }
+    life_of(manifest.environment.place).liveness(checker, dir, manifest, lock)
 }
 
 /// Prepare, start, follow and record the run `req` asks for.
@@ -139,65 +160,4 @@ fn record_data_files(run_dir: &Path, summary: &Summary) -> Result<()> {
     };
     let files = serde_json::from_value(files.clone())?;
     manifest::update(run_dir, |m| m.environment.data_files = Some(files))
-}
-
-/// Write the summary of a run that ended without writing its own (killed,
-/// cancelled before it started, container gone), keeping the steps and
-/// losses of its last checkpoint so `--resume` continues from there.
-pub fn mark_ended(dir: &Path, status: Status, why: &str) -> Result<Summary> {
-    let checkpoint = last_checkpoint_state(dir);
-    let mut metrics = Map::new();
-    metrics.insert("reason".into(), json!(why));
-    let steps_done = checkpoint
-        .as_ref()
-        .and_then(|s| s["step"].as_u64())
-        .unwrap_or(0);
-    let summary = Summary {
-        status,
-        wall_s: checkpoint
-            .as_ref()
-            .and_then(|s| s["wall_s"].as_f64())
-            .unwrap_or(0.0),
-        steps_done,
-        metrics,
-    };
-    rundir::write_json(&dir.join("summary.json"), &summary)?;
-    if manifest::read(dir).is_ok() {
-        manifest::stamp_finished(dir)?;
-    }
-    Ok(summary)
-}
-
-/// The summary of a run whose training failed with `err`: its steps and
-/// wall time are those of its last checkpoint (what a resume continues
-/// from), not zero.
-pub fn failed_summary(dir: &Path, err: &anyhow::Error) -> Summary {
-    let mut summary = envgen_experiments::registry::failed_summary(err);
-    if let Some(state) = last_checkpoint_state(dir) {
-        summary.steps_done = state["step"].as_u64().unwrap_or(0);
-        summary.wall_s = state["wall_s"].as_f64().unwrap_or(0.0);
-    }
-    summary
-}
-
-/// The training state of `checkpoints/latest`, if the run has one.
-pub(crate) fn last_checkpoint_state(dir: &Path) -> Option<serde_json::Value> {
-    let latest = checkpoint::latest(&dir.join(checkpoint::CHECKPOINTS)).ok()?;
-    rundir::read_json(&latest.join("state.json")).ok()
-}
-
-/// The process exit code for a set of launched runs: 0 when all completed,
-/// 130 when any was interrupted (and none failed), 1 when any failed.
-pub fn exit_code(outcomes: &[RunOutcome]) -> i32 {
-    let statuses: Vec<Status> = outcomes.iter().map(|o| o.summary.status).collect();
-    if statuses
-        .iter()
-        .any(|s| matches!(s, Status::Failed | Status::Running))
-    {
-        1
-    } else if statuses.contains(&Status::Interrupted) {
-        signals::EXIT_INTERRUPTED
-    } else {
-        0
-    }
 }

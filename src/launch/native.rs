@@ -4,21 +4,28 @@
 //! a run directory, then start this on the node, in the container or once
 //! per rank.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use envgen_experiments::backend::{self, Resolved};
-use envgen_experiments::engine::{self, rundir, RunControl};
+use envgen_experiments::engine::{self, rundir, RunControl, Summary};
 use serde_json::json;
 
-use super::plan::{config_of_run, create_run, fresh_knobs, resumed_knobs, NewDir, Setup};
+use super::launcher::{failed_summary, Launcher, RunOutcome};
+use super::life::RunLife;
+use super::liveness::{self, Checker, Liveness};
+use super::plan::{
+    config_of_run, create_run, fresh_knobs, resumed_knobs, NewDir, PreparedRun, Setup,
+};
 use super::request::{not_data_parallel, RunRequest};
-use super::{mounts, Launcher, RunOutcome};
+use super::{mounts, stop};
 use crate::error::{Result, UserError};
 use crate::profiles::Precision;
 use crate::runs::gpu_sampler::GpuSampler;
+use crate::runs::lock::LockState;
 use crate::runs::lock::{lock_run, RunLock};
+use crate::runs::manifest::Manifest;
 use crate::runs::manifest::{self, DistributedRecord, HardwareKnobs};
 
 /// This process trains (`--where native`, or launched by another place).
@@ -78,10 +85,9 @@ impl Launcher for Native {
         self.leader = engine::distributed::writes_files(self.world.as_ref());
         let world_size = self.world.as_ref().map_or(1, |w| w.size);
         self.threads = configure_threads(flags.threads)?;
-        let host = crate::probe::probe_host();
         let resolved = backend::resolve(flags.backend)?;
         let setup = Setup {
-            host: &host,
+            host: req.host(),
             backend: resolved.name(),
             device: resolved.device(),
             threads: Some(self.threads),
@@ -90,12 +96,15 @@ impl Launcher for Native {
         let (run_dir, prepared) = match &flags.resume {
             Some(dir) => (dir.clone(), self.reopen(req, dir, &setup)?),
             None => {
-                let (dir, science, knobs) =
-                    create_run(req, &setup, &[], NewDir::Fresh(&flags.out), None)?;
+                let PreparedRun {
+                    dir,
+                    science,
+                    manifest,
+                } = create_run(req, &setup, &[], NewDir::Fresh(&flags.out), None)?;
                 self.lock = Some(lock_run(&dir)?);
                 let prepared = Prepared {
                     science,
-                    knobs,
+                    knobs: manifest.profile,
                     resume: false,
                 };
                 (dir, prepared)
@@ -164,7 +173,7 @@ impl Launcher for Native {
                 if self.leader {
                     let _ = rundir::write_json(
                         &run_dir.join("summary.json"),
-                        &super::failed_summary(&run_dir, &err),
+                        &failed_summary(&run_dir, &err),
                     );
                 }
                 return Err(err);
@@ -352,3 +361,16 @@ fn configure_threads(requested: Option<u16>) -> Result<usize> {
 /// How often NVML is sampled on GPU hosts (W&B's system metrics default: 10-15 s;
 /// a run of minutes wants finer).
 const GPU_SAMPLE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A run on this machine: its lock says whether its envgen still trains it.
+pub struct NativeLife;
+
+impl RunLife for NativeLife {
+    fn liveness(&self, _: &mut Checker, _: &Path, _: &Manifest, lock: LockState) -> Liveness {
+        liveness::by_lock(lock)
+    }
+
+    fn stop(&self, _: &mut Checker, dir: &Path, _: &Manifest) -> Result<Summary> {
+        stop::stop_process(dir)
+    }
+}

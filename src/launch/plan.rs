@@ -10,12 +10,12 @@ use std::path::{Path, PathBuf};
 use envgen_experiments::engine::{self, rundir};
 use envgen_experiments::registry::{Experiment, ResolvedConfig};
 
-use super::auto::Place;
-use super::request::{backend_word, Container, LaunchFlags, RunRequest};
+use super::request::{backend_word, RunRequest};
 use crate::error::{Result, UserError};
 use crate::host::Host;
 use crate::profiles::{HardwareChoice, Precision, Profiles};
 use crate::runs::manifest::{self, Environment, HardwareKnobs, Manifest, SweepRecord};
+use crate::runs::out_dir;
 
 /// The science config named on the command line: a config file, or a preset
 /// (the experiment's default when none is named), with `--set` overrides.
@@ -176,7 +176,7 @@ pub fn plan_run(req: &RunRequest, setup: &Setup, extra: &[String]) -> Result<Pla
     };
     // Before any directory is made: a data folder the run would refuse
     // leaves nothing behind.
-    super::dry_run::check_data_files(&loaded.science)?;
+    super::data_files::check_data_files(&loaded.science)?;
     let hash = loaded.config_hash()?;
     let knobs = fresh_knobs(req, setup, &loaded, loaded.preset.as_deref())?;
     Ok(PlannedRun {
@@ -193,6 +193,16 @@ pub enum NewDir<'a> {
     Made(PathBuf),
 }
 
+/// A run directory as it was prepared: what its config.toml and
+/// manifest.json hold, kept so the launcher does not read them back.
+#[derive(Debug, Clone)]
+pub struct PreparedRun {
+    pub dir: PathBuf,
+    /// The science config (config.toml).
+    pub science: toml::Value,
+    pub manifest: Manifest,
+}
+
 /// A new run directory with config.toml and manifest.json, for a run here
 /// or launched elsewhere. `extra` are overrides added to --set (a sweep value).
 pub fn create_run(
@@ -201,7 +211,7 @@ pub fn create_run(
     extra: &[String],
     new_dir: NewDir,
     sweep: Option<SweepRecord>,
-) -> Result<(PathBuf, toml::Value, HardwareKnobs)> {
+) -> Result<PreparedRun> {
     let planned = plan_run(req, setup, extra)?;
     write_run(req, setup, planned, new_dir, sweep)
 }
@@ -214,7 +224,7 @@ fn write_run(
     planned: PlannedRun,
     new_dir: NewDir,
     sweep: Option<SweepRecord>,
-) -> Result<(PathBuf, toml::Value, HardwareKnobs)> {
+) -> Result<PreparedRun> {
     let PlannedRun {
         loaded,
         hash,
@@ -228,7 +238,7 @@ fn write_run(
         &hash,
     );
     let (run_id, dir) = match new_dir {
-        NewDir::Fresh(out) => manifest::create_run_dir(out, &id)?,
+        NewDir::Fresh(out) => out_dir::create_run_dir(out, &id)?,
         NewDir::Made(dir) => (
             dir.file_name()
                 .map(|n| n.to_string_lossy().into_owned())
@@ -242,11 +252,12 @@ fn write_run(
         loaded.canonical_toml()?.as_bytes(),
     )?;
     let decision = &req.decision;
-    let mut environment = Environment::new(decision.place.name(), &decision.reason, setup.host);
+    let mut environment = Environment::new(decision.place, &decision.reason, setup.host);
     environment.world_size = Some(setup.world_size);
-    if decision.place != Place::Native || setup.world_size > 1 {
+    if !decision.place.is_this_machine() || setup.world_size > 1 {
         // Where-specific flags, so `envgen rerun` launches the same way.
-        environment.launch_args = Some(launch_args_of(&req.flags.launch));
+        environment.launch_args = Some(req.flags.launch.words());
+        environment.launch = Some(req.flags.launch.clone());
     }
     environment.rerun_of = req.flags.from_run.clone();
     if let Some(command) = &req.command {
@@ -272,13 +283,17 @@ fn write_run(
         experiment: req.experiment.name().into(),
         preset: loaded.preset.clone(),
         config_hash: hash,
-        profile: knobs.clone(),
+        profile: knobs,
         started_at: rundir::now_rfc3339(),
         finished_at: None,
         environment,
     };
     manifest::write(&dir, &record)?;
-    Ok((dir, loaded.science, knobs))
+    Ok(PreparedRun {
+        dir,
+        science: loaded.science,
+        manifest: record,
+    })
 }
 
 /// The science config and manifest of an existing run directory, checked
@@ -344,63 +359,6 @@ pub fn config_of_run(
     Ok((loaded, record))
 }
 
-/// The science config of a run directory, as written.
-pub fn science_of(dir: &Path) -> Result<toml::Value> {
-    let path = dir.join("config.toml");
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| anyhow::Error::new(e).context(format!("reading {}", path.display())))?;
-    Ok(toml::from_str(&text)?)
-}
-
-/// The flags of `launch` as words (recorded for `rerun`).
-pub fn launch_args_of(launch: &LaunchFlags) -> Vec<String> {
-    let mut words = Vec::new();
-    let mut push = |flag: &str, value: Option<String>| {
-        if let Some(value) = value {
-            words.push(flag.to_string());
-            words.push(value);
-        }
-    };
-    push("--image", launch.image.clone());
-    if launch.container != Container::None {
-        push("--container", Some(launch.container.name().into()));
-    }
-    push("--partition", launch.partition.clone());
-    push("--account", launch.account.clone());
-    push("--time", launch.time.clone());
-    push("--nodes", launch.nodes.map(|n| n.to_string()));
-    push("--ranks", launch.ranks.map(|n| n.to_string()));
-    if !launch.devices.is_empty() {
-        push("--devices", Some(launch.devices.join(",")));
-    }
-    push(
-        "--gpus-per-node",
-        launch.gpus_per_node.map(|n| n.to_string()),
-    );
-    push(
-        "--cpus-per-task",
-        launch.cpus_per_task.map(|n| n.to_string()),
-    );
-    push("--mem", launch.mem.clone());
-    push("--qos", launch.qos.clone());
-    push("--gres", launch.gres.clone());
-    push("--constraint", launch.constraint.clone());
-    push("--job-name", launch.job_name.clone());
-    push("--gpus", launch.gpus.clone());
-    // One word each: a value starting with `--` must not read as a flag.
-    words.extend(
-        launch
-            .sbatch_args
-            .iter()
-            .map(|a| format!("--sbatch-arg={a}")),
-    );
-    if launch.cdi {
-        words.push("--cdi".into());
-    }
-    words.extend(launch.docker.flags());
-    words
-}
-
 /// Flags every launched envgen gets: the hardware knobs the user chose.
 pub fn job_args(req: &RunRequest) -> Vec<String> {
     let flags = &req.flags;
@@ -429,29 +387,33 @@ pub fn job_args(req: &RunRequest) -> Vec<String> {
 /// The run directories a launcher trains into: the one given with
 /// `--resume` (launched again), or new ones (one per sweep value). Returns
 /// them and, for a sweep, their base name.
-pub fn launched_runs(req: &RunRequest) -> Result<(Vec<PathBuf>, Option<String>)> {
+pub fn launched_runs(req: &RunRequest) -> Result<(Vec<PreparedRun>, Option<String>)> {
     let flags = &req.flags;
     if let Some(dir) = &flags.resume {
-        config_of_run(req.experiment, dir)?;
+        let (loaded, manifest) = config_of_run(req.experiment, dir)?;
         crate::runs::lock::ensure_not_training(dir)?;
         // Launched again: what the last attempt ended with is kept aside,
         // so this attempt's outcome is read from its own summary.
         manifest::keep_attempt(dir)?;
-        return Ok((vec![dir.clone()], None));
+        let resumed = PreparedRun {
+            dir: dir.clone(),
+            science: loaded.science,
+            manifest,
+        };
+        return Ok((vec![resumed], None));
     }
-    let host = crate::probe::probe_host();
     // The submitting host's choice is provisional: the launched envgen
     // chooses again on the machine it runs on.
     let setup = Setup {
-        host: &host,
+        host: req.host(),
         backend: backend_word(flags.backend),
         device: "-",
         threads: flags.threads.map(usize::from),
         world_size: req.world.size,
     };
     let Some(sweep) = &req.sweep else {
-        let (dir, _, _) = create_run(req, &setup, &[], NewDir::Fresh(&flags.out), None)?;
-        return Ok((vec![dir], None));
+        let run = create_run(req, &setup, &[], NewDir::Fresh(&flags.out), None)?;
+        return Ok((vec![run], None));
     };
     // Every value is planned (and refused) before any directory is made.
     let planned = sweep
@@ -467,7 +429,8 @@ pub fn launched_runs(req: &RunRequest) -> Result<(Vec<PathBuf>, Option<String>)>
         label.as_deref().or(planned[0].loaded.preset.as_deref()),
         &planned[0].hash,
     );
-    let (base, dirs) = manifest::create_sweep_dirs(&flags.out, &base, sweep.values.len())?;
+    let (base, dirs) = out_dir::create_sweep_dirs(&flags.out, &base, sweep.values.len())?;
+    let mut runs = Vec::new();
     for (index, ((value, dir), planned)) in sweep.values.iter().zip(&dirs).zip(planned).enumerate()
     {
         let record = SweepRecord {
@@ -476,13 +439,13 @@ pub fn launched_runs(req: &RunRequest) -> Result<(Vec<PathBuf>, Option<String>)>
             index,
             of: sweep.values.len(),
         };
-        write_run(
+        runs.push(write_run(
             req,
             &setup,
             planned,
             NewDir::Made(dir.clone()),
             Some(record),
-        )?;
+        )?);
     }
-    Ok((dirs, Some(base)))
+    Ok((runs, Some(base)))
 }

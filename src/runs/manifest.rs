@@ -1,6 +1,7 @@
 //! `manifest.json`, typed, and the one module that writes it: what a run is
 //! (experiment, preset, `config_hash`), the hardware knobs it trained with
-//! and where it ran (the [`Environment`]). It also makes run directories.
+//! and where it ran (the [`Environment`]). Run directories are made by
+//! `runs::out_dir`.
 //! Every other module reads and changes a manifest through these types, so
 //! a misspelt field is a compile error, not lost provenance.
 //!
@@ -17,14 +18,18 @@ use envgen_experiments::engine::rundir::{self, now_rfc3339};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::error::{ErrorKind, Result, UserError};
+use crate::error::{Result, UserError};
 use crate::host::Host;
 use crate::image::daemon::options::ContainerOptions;
 pub use crate::runs::command_record::{CommandRecord, GitRecord};
+pub use crate::runs::launch_flags::LaunchFlags;
+pub use crate::runs::place::Place;
 
 /// The manifest format this envgen writes. 1: no `manifest_version` field
-/// (envgen before the typed manifest); 2: the same fields, versioned.
-pub const MANIFEST_VERSION: u32 = 2;
+/// (envgen before the typed manifest); 2: the same fields, versioned;
+/// 3: `where` is a [`Place`] (the same words, now refused when unknown),
+/// and the launch flags are recorded typed too (`launch`).
+pub const MANIFEST_VERSION: u32 = 3;
 
 pub const MANIFEST_FILE: &str = "manifest.json";
 
@@ -81,9 +86,9 @@ pub struct Environment {
     pub git_revision: Option<String>,
     /// The image the run's envgen ran in (null: natively).
     pub image: Option<ImageRecord>,
-    /// `native`, `docker` or `slurm`.
+    /// Where it trains (`"native"`, `"docker"`, `"slurm"`).
     #[serde(rename = "where")]
-    pub place: String,
+    pub place: Place,
     /// Why there: `--where docker`, `--where auto: …`, `launched`.
     pub where_reason: String,
     /// The doctor's host snapshot of the machine that trains (the node's or
@@ -92,9 +97,14 @@ pub struct Environment {
     pub host: Host,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world_size: Option<usize>,
-    /// Where-specific flags (`--image`, `--partition`, `--ranks`…), replayed by `envgen rerun`.
+    /// Where-specific flags (`--image`, `--partition`, `--ranks`…) as
+    /// words; what `envgen rerun` replays for a manifest without `launch`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launch_args: Option<Vec<String>>,
+    /// The same flags, typed (manifest_version 3): what `rerun` and the
+    /// `--resume` command replay ([`Environment::launch_words`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch: Option<LaunchFlags>,
     /// The run directory this one re-creates (`envgen rerun`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rerun_of: Option<PathBuf>,
@@ -229,12 +239,12 @@ pub struct DockerRecord {
 
 impl Environment {
     /// A new run's environment: this envgen, the place and why.
-    pub fn new(place: &str, where_reason: &str, host: &Host) -> Environment {
+    pub fn new(place: Place, where_reason: &str, host: &Host) -> Environment {
         Environment {
             envgen_version: env!("CARGO_PKG_VERSION").into(),
             git_revision: option_env!("ENVGEN_GIT_REVISION").map(str::to_owned),
             image: None,
-            place: place.into(),
+            place,
             where_reason: where_reason.into(),
             host: host.clone(),
             ..Default::default()
@@ -242,9 +252,22 @@ impl Environment {
     }
 }
 
+impl Environment {
+    /// The run's where-specific flags as `envgen run` words: from the typed
+    /// `launch` (version 3), else the words older manifests recorded.
+    pub fn launch_words(&self) -> Vec<String> {
+        match &self.launch {
+            Some(flags) => flags.words(),
+            None => self.launch_args.clone().unwrap_or_default(),
+        }
+    }
+}
+
 /// Bring a manifest of an older format up to [`MANIFEST_VERSION`].
-/// Version 1 has the same fields without the version, so only the number
-/// changes; later formats add their steps here.
+/// Version 1 has the same fields without the version; version 2's `where`
+/// is a string, which serde already read into a [`Place`] (the words did
+/// not change; one that is no place is refused by [`read`], naming it).
+/// So only the number changes; later formats add their steps here.
 pub fn migrate(mut manifest: Manifest) -> Manifest {
     if manifest.manifest_version < MANIFEST_VERSION {
         manifest.manifest_version = MANIFEST_VERSION;
@@ -311,51 +334,6 @@ pub fn stamp_finished(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Create `out/<run_id>` (suffixing `-2`, `-3`… if taken): the one place a
-/// run directory is made. Returns the id it got and the directory.
-pub fn create_run_dir(out: &Path, run_id: &str) -> Result<(String, PathBuf)> {
-    create_out(out)?;
-    for n in 1.. {
-        let id = if n == 1 {
-            run_id.to_string()
-        } else {
-            format!("{run_id}-{n}")
-        };
-        let dir = out.join(&id);
-        match std::fs::create_dir(&dir) {
-            Ok(()) => return Ok((id, dir)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(cannot_create(&dir, &e)),
-        }
-    }
-    unreachable!("the loop returns")
-}
-
-/// The run directories of a sweep: `<base>-s0`, `<base>-s1`… so that sbatch
-/// can name each task's output with `%a`. Picks a `base` none of them exist
-/// for and creates them all.
-pub fn create_sweep_dirs(out: &Path, base: &str, n: usize) -> Result<(String, Vec<PathBuf>)> {
-    create_out(out)?;
-    for attempt in 1..1000 {
-        let candidate = if attempt == 1 {
-            base.to_string()
-        } else {
-            format!("{base}-{attempt}")
-        };
-        let dirs: Vec<PathBuf> = (0..n)
-            .map(|i| out.join(format!("{candidate}-s{i}")))
-            .collect();
-        if dirs.iter().any(|d| d.exists()) {
-            continue;
-        }
-        for dir in &dirs {
-            std::fs::create_dir(dir).map_err(|e| cannot_create(dir, &e))?;
-        }
-        return Ok((candidate, dirs));
-    }
-    Err(UserError::environment(format!("no free sweep name under {}", out.display())).into())
-}
-
 /// Move the summary of an earlier attempt (interrupted, failed) aside
 /// before the run goes on: to `attempts/summary-N.json`, N counting from 1.
 /// A stale summary must not describe a run that is going on again, and a
@@ -381,29 +359,10 @@ pub fn keep_attempt(dir: &Path) -> Result<()> {
     unreachable!("the loop returns")
 }
 
-fn create_out(out: &Path) -> Result<()> {
-    crate::runs::out_dir::create(out).map_err(|e| cannot_create(out, &e))
-}
-
-/// A run directory (or `--out`) that cannot be made: a full disk or a
-/// read-only parent is the environment (exit 3), a file in the way is the
-/// user's `--out` (exit 2); see `io_class`.
-fn cannot_create(dir: &Path, e: &std::io::Error) -> anyhow::Error {
-    UserError::from_io(
-        format!("cannot create {}", dir.display()),
-        e,
-        (
-            ErrorKind::Environment,
-            "pass a writable directory with --out",
-        ),
-    )
-    .into()
-}
-
 /// A complete manifest, for tests of its readers.
 #[cfg(test)]
 pub(crate) fn example() -> Manifest {
-    let mut environment = Environment::new("docker", "--where docker", &Host::default());
+    let mut environment = Environment::new(Place::Docker, "--where docker", &Host::default());
     environment.world_size = Some(1);
     environment.image = Some(ImageRecord::Docker(DockerImage {
         reference: "envgen/cpu:x".into(),
@@ -546,7 +505,7 @@ mod tests {
         std::fs::write(dir.path().join(MANIFEST_FILE), text).unwrap();
         let manifest = read(dir.path()).unwrap();
         assert_eq!(manifest.manifest_version, MANIFEST_VERSION);
-        assert_eq!(manifest.environment.place, "native");
+        assert_eq!(manifest.environment.place, Place::Native);
         assert_eq!(manifest.profile.threads, None);
         update(dir.path(), |m| m.environment.world_size = Some(2)).unwrap();
         let value: Value =
@@ -554,6 +513,45 @@ mod tests {
                 .unwrap();
         assert_eq!(value["manifest_version"], MANIFEST_VERSION);
         assert_eq!(value["world_size"], 2);
+    }
+
+    /// A run directory written before issue #41 (`"where"` a string,
+    /// manifest_version 2), as tests/fixtures/run-v2 keeps it.
+    const V2_RUN: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/run-v2/gpt2-tiny-20261127-233332-a8268a0a"
+    );
+
+    #[test]
+    fn a_version_two_manifest_is_read_with_a_typed_place() {
+        let text = std::fs::read_to_string(Path::new(V2_RUN).join(MANIFEST_FILE)).unwrap();
+        let old: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(old["manifest_version"], 2);
+        for (word, place) in [
+            ("native", Place::Native),
+            ("docker", Place::Docker),
+            ("slurm", Place::Slurm),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut value = old.clone();
+            value["where"] = word.into();
+            rundir::write_json(&dir.path().join(MANIFEST_FILE), &value).unwrap();
+            let manifest = read(dir.path()).unwrap();
+            assert_eq!(manifest.manifest_version, MANIFEST_VERSION);
+            assert_eq!(manifest.environment.place, place);
+            assert_eq!(manifest.run_id, old["run_id"]);
+            // Written back, the place is the same word.
+            update(dir.path(), |_| ()).unwrap();
+            let back: Value = rundir::read_json(&dir.path().join(MANIFEST_FILE)).unwrap();
+            assert_eq!(back["where"], word);
+            assert_eq!(back["manifest_version"], MANIFEST_VERSION);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut value = old;
+        value["where"] = "podman".into();
+        rundir::write_json(&dir.path().join(MANIFEST_FILE), &value).unwrap();
+        let err = format!("{:#}", read(dir.path()).unwrap_err());
+        assert!(err.contains("podman"), "{err}");
     }
 
     #[test]
@@ -573,19 +571,5 @@ mod tests {
             (kept(1).as_str(), kept(2).as_str()),
             ("interrupted", "failed")
         );
-    }
-
-    #[test]
-    fn run_directories_get_a_free_name() {
-        let out = tempfile::tempdir().unwrap();
-        let (a, _) = create_run_dir(out.path(), "r").unwrap();
-        let (b, dir) = create_run_dir(out.path(), "r").unwrap();
-        assert_eq!((a.as_str(), b.as_str()), ("r", "r-2"));
-        assert!(dir.is_dir());
-        let (base, dirs) = create_sweep_dirs(out.path(), "r", 2).unwrap();
-        assert_eq!(base, "r");
-        assert!(dirs[1].ends_with("r-s1") && dirs[1].is_dir());
-        let (again, _) = create_sweep_dirs(out.path(), "r", 2).unwrap();
-        assert_eq!(again, "r-2");
     }
 }

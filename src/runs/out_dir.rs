@@ -10,11 +10,14 @@
 //!   `--exclude-caches`, borg and restic `--exclude-caches` skip the folder.
 //!
 //! Both are written once, when envgen makes the folder or finds it without
-//! them; a file of the user's with either name is never replaced.
+//! them; a file of the user's with either name is never replaced. Run
+//! directories are made here too ([`create_run_dir`], [`create_sweep_dirs`]).
 
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+
+use crate::error::{ErrorKind, Result, UserError};
 
 /// The tag's first line, fixed by the specification.
 const CACHEDIR_SIGNATURE: &str = "Signature: 8a477f597d28d172789f06886806bc55";
@@ -42,6 +45,70 @@ pub fn create(out: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(out)?;
     mark(out);
     Ok(())
+}
+
+/// Create `out/<run_id>` (suffixing `-2`, `-3`… if taken): the one place a
+/// run directory is made. Returns the id it got and the directory.
+pub fn create_run_dir(out: &Path, run_id: &str) -> Result<(String, PathBuf)> {
+    create_marked(out)?;
+    for n in 1.. {
+        let id = if n == 1 {
+            run_id.to_string()
+        } else {
+            format!("{run_id}-{n}")
+        };
+        let dir = out.join(&id);
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok((id, dir)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(cannot_create(&dir, &e)),
+        }
+    }
+    unreachable!("the loop returns")
+}
+
+/// The run directories of a sweep: `<base>-s0`, `<base>-s1`… so that sbatch
+/// can name each task's output with `%a`. Picks a `base` none of them exist
+/// for and creates them all.
+pub fn create_sweep_dirs(out: &Path, base: &str, n: usize) -> Result<(String, Vec<PathBuf>)> {
+    create_marked(out)?;
+    for attempt in 1..1000 {
+        let candidate = if attempt == 1 {
+            base.to_string()
+        } else {
+            format!("{base}-{attempt}")
+        };
+        let dirs: Vec<PathBuf> = (0..n)
+            .map(|i| out.join(format!("{candidate}-s{i}")))
+            .collect();
+        if dirs.iter().any(|d| d.exists()) {
+            continue;
+        }
+        for dir in &dirs {
+            std::fs::create_dir(dir).map_err(|e| cannot_create(dir, &e))?;
+        }
+        return Ok((candidate, dirs));
+    }
+    Err(UserError::environment(format!("no free sweep name under {}", out.display())).into())
+}
+
+fn create_marked(out: &Path) -> Result<()> {
+    create(out).map_err(|e| cannot_create(out, &e))
+}
+
+/// A run directory (or `--out`) that cannot be made: a full disk or a
+/// read-only parent is the environment (exit 3), a file in the way is the
+/// user's `--out` (exit 2); see `io_class`.
+fn cannot_create(dir: &Path, e: &std::io::Error) -> anyhow::Error {
+    UserError::from_io(
+        format!("cannot create {}", dir.display()),
+        e,
+        (
+            ErrorKind::Environment,
+            "pass a writable directory with --out",
+        ),
+    )
+    .into()
 }
 
 /// Write the `.gitignore` and `CACHEDIR.TAG` that are missing.
@@ -141,5 +208,19 @@ mod tests {
         ];
         let kept = without_envgen_files(top, listed.iter().map(|s| s.to_string()).collect());
         assert_eq!(kept, ["train.py", "src/model.py", "src/CACHEDIR.TAG"]);
+    }
+
+    #[test]
+    fn run_directories_get_a_free_name() {
+        let out = tempfile::tempdir().unwrap();
+        let (a, _) = create_run_dir(out.path(), "r").unwrap();
+        let (b, dir) = create_run_dir(out.path(), "r").unwrap();
+        assert_eq!((a.as_str(), b.as_str()), ("r", "r-2"));
+        assert!(dir.is_dir());
+        let (base, dirs) = create_sweep_dirs(out.path(), "r", 2).unwrap();
+        assert_eq!(base, "r");
+        assert!(dirs[1].ends_with("r-s1") && dirs[1].is_dir());
+        let (again, _) = create_sweep_dirs(out.path(), "r", 2).unwrap();
+        assert_eq!(again, "r-2");
     }
 }

@@ -8,6 +8,7 @@ use crate::error::Result;
 use crate::launch::liveness::{self, Checker};
 use crate::launch::{self, slurm};
 use crate::runs::manifest;
+use crate::runs::place::Place;
 use crate::runs::{self, store, store::RunDir};
 
 mod list;
@@ -196,7 +197,7 @@ pub(super) fn explain(dir: &Path, checker: &mut Checker) -> Result<Value> {
             s.metrics.get("reason").cloned().unwrap_or(Value::Null),
         ),
         None => {
-            let live = checker.check(dir, &manifest);
+            let live = launch::liveness_of(checker, dir, &manifest);
             (json!(live.status()), json!(live.reason()))
         }
     };
@@ -412,11 +413,14 @@ fn resume_command(manifest: &manifest::Manifest, dir: &Path) -> String {
         "run".into(),
         manifest.experiment.clone(),
     ];
-    let place = &manifest.environment.place;
-    if place != "native" {
-        words.extend(["--where".to_string(), place.clone()]);
+    match manifest.environment.place {
+        // `--where native` is the default.
+        Place::Native => {}
+        place @ (Place::Docker | Place::Slurm) => {
+            words.extend(["--where".to_string(), place.name().to_string()])
+        }
     }
-    words.extend(manifest.environment.launch_args.iter().flatten().cloned());
+    words.extend(manifest.environment.launch_words());
     words.extend(["--resume".to_string(), dir.display().to_string()]);
     shlex::try_join(words.iter().map(String::as_str)).unwrap_or_else(|_| words.join(" "))
 }

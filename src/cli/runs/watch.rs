@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::error::{Result, UserError};
+use crate::launch;
 use crate::launch::liveness::{self, Checker, Liveness};
 use crate::runs::manifest;
 use crate::runs::store::{self, RunDir};
@@ -55,7 +56,7 @@ pub fn execute(args: Args) -> Result<i32> {
         width: (mode == Mode::Terminal).then(terminal_width).flatten(),
     };
     let mut checker = Checker::default();
-    let mut probe = || match checker.check(&run.path, &run.manifest) {
+    let mut probe = || match launch::liveness_of(&mut checker, &run.path, &run.manifest) {
         Liveness::Running(why) => Probe::Running(why),
         Liveness::Lost(why) => Probe::Lost(why),
         Liveness::Unknown(why) => Probe::Unknown(why),
@@ -75,7 +76,10 @@ fn newest_running(runs_dir: &Path) -> Result<PathBuf> {
         let Ok(manifest) = manifest::read(&dir) else {
             continue;
         };
-        if !matches!(checker.check(&dir, &manifest), Liveness::Running(_)) {
+        if !matches!(
+            launch::liveness_of(&mut checker, &dir, &manifest),
+            Liveness::Running(_)
+        ) {
             continue;
         }
         if newest

@@ -7,8 +7,12 @@
 //! themselves are in [`sbatch`].
 
 pub mod directives;
+mod life;
 mod refusal;
+pub mod resources;
 pub mod sbatch;
+
+pub use life::SlurmLife;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -23,12 +27,14 @@ use serde_json::{json, Value};
 
 use self::sbatch as slurm;
 use self::sbatch::{JobSpec, JobState, Runtime};
+use super::launcher::{mark_ended, Launcher, RunOutcome};
 use super::mounts;
-use super::plan::{job_args, launched_runs, science_of};
-use super::request::SlurmResources;
-use super::{mark_ended, Launcher, RunOutcome, RunRequest};
+use super::plan::{job_args, launched_runs};
+use super::request::PlaceOptions;
+use super::request::RunRequest;
 use crate::error::{Result, UserError};
 use crate::runs::manifest::{self, ClusterImage, ImageRecord, Manifest, SlurmRecord};
+use resources::SlurmResources;
 
 /// A run as a Slurm job: the submission `prepare` wrote, for `start`.
 #[derive(Default)]
@@ -47,8 +53,8 @@ impl Launcher for Slurm {
     fn prepare(&mut self, req: &RunRequest) -> Result<Vec<PathBuf>> {
         // Every flag is checked before a run directory is made (a refused
         // --partition must leave none behind).
-        let resources = req.slurm_resources()?;
-        let runtime = req.slurm_runtime()?;
+        let resources = checked_resources(req);
+        let runtime = resources::runtime_of(&req.flags.launch, true)?;
         if let Some(spec) = &req.command {
             let line = &spec.config.command;
             crate::launch::preflight::before_submit(
@@ -57,15 +63,15 @@ impl Launcher for Slurm {
                 resources.partition.as_deref(),
             )?;
         }
-        let (runs, sweep_base) = launched_runs(req)?;
+        let (prepared, sweep_base) = launched_runs(req)?;
         let output = match &sweep_base {
             Some(base) => sweep_output(base),
             None => JOB_OUTPUT.into(),
         };
-        let mut sciences = Vec::new();
-        for run in &runs {
-            sciences.push(science_of(run)?);
-        }
+        let (runs, sciences): (Vec<PathBuf>, Vec<toml::Value>) = prepared
+            .into_iter()
+            .map(|run| (run.dir, run.science))
+            .unzip();
         let submission = submission_of(req, runs.clone(), output, &sciences, runtime)?;
         if let Some(image) = image_provenance(&submission.runtime)? {
             for run in &runs {
@@ -152,11 +158,21 @@ fn submission_of(
         resources: SlurmResources {
             nodes: Some(req.world.nodes as u32),
             tasks_per_node: req.world.per_node as u32,
-            ..req.slurm_resources()?
+            ..checked_resources(req)
         },
         runtime,
         data_dirs: data,
     })
+}
+
+/// The resources `slurm::resources::check_flags` checked with the request.
+fn checked_resources(req: &RunRequest) -> SlurmResources {
+    match &req.options {
+        PlaceOptions::Slurm { resources } => SlurmResources::clone(resources),
+        // Not a Slurm request (a dry run of another place renders no job):
+        // the flags as they are, unchecked defaults.
+        PlaceOptions::Native | PlaceOptions::Docker { .. } => SlurmResources::default(),
+    }
 }
 
 /// The name `--dry-run` gives the run directory the job would start in:
@@ -179,7 +195,7 @@ pub fn planned_script(req: &RunRequest, sciences: &[toml::Value]) -> Result<Stri
         ),
         (None, None) => (vec![out.join(PLANNED_RUN_DIR)], JOB_OUTPUT.to_string()),
     };
-    let runtime = req.planned_slurm_runtime()?;
+    let runtime = resources::runtime_of(&req.flags.launch, false)?;
     let submission = submission_of(req, runs, output, sciences, runtime)?;
     let (spec, first) = job_spec(&submission)?;
     slurm::render_with_path(&spec, &first.join(JOB_SCRIPT).display().to_string())

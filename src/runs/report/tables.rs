@@ -133,7 +133,7 @@ pub fn environment(runs: &[RunDir], legends: &[String]) -> Table {
             run.status().to_owned(),
             run.config_hash().map_or("-".into(), short_hash),
             profile,
-            env.place.clone(),
+            env.place.name().to_string(),
             image,
             if gpus.is_empty() {
                 "none".into()

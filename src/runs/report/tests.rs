@@ -20,7 +20,7 @@ fn run(root: &Path, id: &str, experiment: &str, summary: Value, lines: &[Value])
     manifest.experiment = experiment.into();
     manifest.preset = Some("tiny".into());
     manifest.config_hash = "sha256:1".into();
-    manifest.environment.place = "native".into();
+    manifest.environment.place = crate::runs::place::Place::Native;
     manifest.environment.image = None;
     crate::runs::manifest::write(&path, &manifest).unwrap();
     std::fs::write(path.join("summary.json"), summary.to_string()).unwrap();

@@ -106,7 +106,7 @@ pub fn watch(
         tail: Tail::new(&run.path.join("metrics.jsonl")),
         total: total_steps(&config, None),
     }];
-    let mut view = View::new(&run.manifest.run_id, &run.manifest.environment.place);
+    let mut view = View::new(&run.manifest.run_id, run.manifest.environment.place.name());
     view.enter_stage(None, sources[0].total);
     view.progress = Plan::of_config(&config).map(RunProgress::new);
     let mut screen = Screen::new(opts);

@@ -12,7 +12,7 @@ use crate::runs::manifest;
 
 fn run_dir(dir: &Path, config: &str) -> RunDir {
     let mut m = manifest::example();
-    m.environment.place = "native".into();
+    m.environment.place = crate::runs::place::Place::Native;
     std::fs::write(dir.join("config.toml"), config).unwrap();
     RunDir {
         path: dir.to_path_buf(),

@@ -265,3 +265,35 @@ fn runs_are_named_by_listed_id_filtered_and_compared_by_science_key() {
         text(&nowhere)
     );
 }
+
+/// A run directory written before issue #41 (manifest_version 2, `"where"`
+/// a string; tests/fixtures/run-v2) is listed, shown, compared and refused
+/// a cancel (it ended) by today's envgen, which reads its place typed.
+#[test]
+fn a_version_two_run_directory_still_lists_shows_compares_and_cancels() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/run-v2");
+    let id = "gpt2-tiny-20261127-233332-a8268a0a";
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = tmp.path().join("runs");
+    for copy in [id, "copy"] {
+        let dir = runs.join(copy);
+        std::fs::create_dir_all(&dir).unwrap();
+        for entry in std::fs::read_dir(fixture.join(id)).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), dir.join(entry.file_name())).unwrap();
+        }
+    }
+    let list = in_dir(tmp.path(), &runs, &["runs", "list", "--json"]);
+    assert!(list.status.success(), "{}", text(&list));
+    let listed = json_of(&list);
+    assert!(listed.to_string().contains(id), "{listed}");
+    assert!(listed.to_string().contains("\"native\""), "{listed}");
+    let show = in_dir(tmp.path(), &runs, &["runs", "show", id]);
+    assert!(show.status.success(), "{}", text(&show));
+    assert!(stdout(&show).contains("native"), "{}", stdout(&show));
+    let compare = in_dir(tmp.path(), &runs, &["runs", "compare", id, "copy"]);
+    assert!(compare.status.success(), "{}", text(&compare));
+    let cancel = in_dir(tmp.path(), &runs, &["runs", "cancel", id]);
+    assert_eq!(cancel.status.code(), Some(2), "{}", text(&cancel));
+    assert!(text(&cancel).contains("already ended"), "{}", text(&cancel));
+}

@@ -4,6 +4,12 @@
 //! --launched --resume /run/envgen/run`, paths in `mounts`). The image's ID
 //! and digest go into the manifest; the container is followed to its end.
 
+mod flags;
+mod life;
+
+pub use flags::check_flags;
+pub use life::{container_of, DockerLife};
+
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,9 +20,10 @@ use envgen_experiments::backend::BackendChoice;
 use envgen_experiments::engine::{rundir, Status, Summary};
 use serde_json::json;
 
+use super::launcher::{mark_ended, Launcher, RunOutcome};
 use super::mounts::{self, CONTAINER_RUN_DIR};
-use super::plan::{job_args, launched_runs, science_of};
-use super::{mark_ended, Launcher, RunOutcome, RunRequest};
+use super::plan::{job_args, launched_runs};
+use super::request::{PlaceOptions, RunRequest};
 use crate::compat::verdict::{evaluate, CheckRequest, VerdictStatus};
 use crate::compat::{ImageFacts, KnowledgeBase};
 use crate::error::{Result, UserError};
@@ -47,9 +54,13 @@ impl Launcher for Docker {
 
     /// Doctor's verdict first, the image (built on demand), then the run directory.
     fn prepare(&mut self, req: &RunRequest) -> Result<Vec<PathBuf>> {
-        let host = crate::probe::probe_host();
-        self.gpus = match &req.gpus {
-            Some(gpus) => gpus.clone(),
+        let host = req.host();
+        let asked = match &req.options {
+            PlaceOptions::Docker { gpus } => gpus.clone(),
+            PlaceOptions::Native | PlaceOptions::Slurm { .. } => None,
+        };
+        self.gpus = match asked {
+            Some(gpus) => gpus,
             // By default all GPUs for the cuda backend, none for cpu.
             None => match req.flags.backend {
                 BackendChoice::Cpu => GpuRequest::None,
@@ -61,7 +72,7 @@ impl Launcher for Docker {
         let runtime = crate::image::daemon::runtime()?;
         let (reference, profile) = image_for(&runtime, req, &self.gpus)?;
         let facts = crate::image::profile_facts(profile);
-        check_verdict(&host, &reference, facts)?;
+        check_verdict(host, &reference, facts)?;
         if let Some(dir) = &req.flags.resume {
             // Before the run directory is touched: a container left by an
             // earlier attempt would make this one's creation fail (409).
@@ -71,12 +82,15 @@ impl Launcher for Docker {
                 clear_leftover(&daemon, &name, dir).await
             })?;
         }
-        let (runs, _) = launched_runs(req)?;
-        self.data_dirs = mounts::data_dirs(&science_of(&runs[0])?);
-        self.workspace = manifest::read(&runs[0])?
+        let (mut prepared, _) = launched_runs(req)?;
+        let run = prepared.remove(0);
+        self.data_dirs = mounts::data_dirs(&run.science);
+        self.workspace = run
+            .manifest
             .environment
             .command
             .map(|c| c.git.map_or(c.workdir, |g| g.toplevel));
+        let runs = vec![run.dir];
         self.image = reference;
         self.runtime = Some(runtime);
         crate::output::notice!("envgen: run directory {}", runs[0].display());
