@@ -46,7 +46,10 @@ fn read_all(dir: &Path, out: &Path) -> Vec<(&'static str, anyhow::Result<()>)> {
         ("tokenizer", HfTokenizer::load(dir, false).map(|_| ())),
         ("chat", ChatTemplate::load(dir).map(|_| ())),
         ("fingerprint", fingerprint(dir).map(|_| ())),
-        ("copy", crate::rft::family::llama_task::copy_companions(dir, out)),
+        (
+            "copy",
+            crate::rft::family::llama_task::copy_companions(dir, out),
+        ),
     ]
 }
 
