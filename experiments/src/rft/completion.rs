@@ -3,6 +3,8 @@
 //! (`super::train` for the GPT, `super::family::llama_task` for Llama)
 //! draw and pad their batches here; they differ in the forward pass alone.
 
+use std::ops::Range;
+
 use burn::prelude::*;
 use burn::tensor::TensorData;
 
@@ -94,6 +96,18 @@ impl<B: Backend> CompletionBatch<B> {
     pub(crate) fn mean(&self, losses: Tensor<B, 1>) -> Tensor<B, 1> {
         (losses * self.weights.clone()).sum() / self.count
     }
+}
+
+/// The rows `rows` of the batch of `step`, drawn from `train` by
+/// [`example_index`]: the batch both models' tasks train on.
+pub(crate) fn batch(
+    train: &[Tokenized],
+    seed: u64,
+    step: u64,
+    rows: Range<usize>,
+) -> Vec<&Tokenized> {
+    rows.map(|row| &train[example_index(seed, step, row, train.len())])
+        .collect()
 }
 
 /// The training example of row `row` of the batch of `step`, out of

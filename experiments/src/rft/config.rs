@@ -303,7 +303,7 @@ impl RftConfig {
             .with_fix("--set model.vocab_size=256")
             .into());
         }
-        if self.model.n_head == 0 || self.model.n_embd % self.model.n_head != 0 {
+        if self.model.n_head == 0 || !self.model.n_embd.is_multiple_of(self.model.n_head) {
             return Err(UserError::usage(format!(
                 "model.n_head = {} does not divide model.n_embd = {}",
                 self.model.n_head, self.model.n_embd

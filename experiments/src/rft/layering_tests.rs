@@ -35,7 +35,7 @@ fn code(src: &str) -> String {
 }
 
 /// The paths after each `prefix` in `code`, `a::{b, c::d}` as `a::b`, `a::c::d`.
-fn paths_after<'a>(code: &'a str, prefix: &str) -> Vec<String> {
+fn paths_after(code: &str, prefix: &str) -> Vec<String> {
     let mut out = Vec::new();
     for (at, _) in code.match_indices(prefix) {
         let rest = &code[at + prefix.len()..];

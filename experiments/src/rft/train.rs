@@ -9,7 +9,7 @@ use burn::prelude::*;
 use burn::tensor::ElementConversion;
 use envgen_kernels::{FusedAutodiffBackend, FusedBackend};
 
-use super::completion::{example_index, mean_validation_loss, CompletionBatch, Tokenized};
+use super::completion::{batch, mean_validation_loss, CompletionBatch, Tokenized};
 use super::config::{RftConfig, StageConfig};
 use super::eval::{ADAPTER_FILE, MODEL_FILE};
 use super::task::Split;
@@ -67,12 +67,6 @@ impl RftTrainTask {
             .collect();
         Self::new(config, &config.pretrain, reference, split, None)
     }
-
-    /// Example of row `row` of the batch of `step`: a pure function of
-    /// (seed, step, row), as the engine requires.
-    fn example_index(&self, step: u64, row: usize) -> usize {
-        example_index(self.stage.train.seed, step, row, self.train.len())
-    }
 }
 
 /// Mean cross-entropy of the GPT over the completion tokens of `examples`
@@ -115,9 +109,7 @@ impl<B: FusedAutodiffBackend> Task<B> for RftTrainTask {
         rows: Range<usize>,
         device: &B::Device,
     ) -> Tensor<B, 1> {
-        let batch: Vec<&Tokenized> = rows
-            .map(|r| &self.train[self.example_index(step, r)])
-            .collect();
+        let batch = batch(&self.train, self.stage.train.seed, step, rows);
         completion_loss(model, &batch, device)
     }
 

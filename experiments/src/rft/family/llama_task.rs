@@ -15,7 +15,7 @@ use envgen_kernels::{FusedAutodiffBackend, FusedBackend};
 use crate::engine::{OptimConfig, Task, TrainConfig};
 use crate::llama::{self, GenerateOptions, Llama};
 use crate::lora::LoraConfig;
-use crate::rft::completion::{example_index, mean_validation_loss, CompletionBatch, Tokenized};
+use crate::rft::completion::{batch, mean_validation_loss, CompletionBatch, Tokenized};
 use crate::rft::config::StageConfig;
 use crate::rft::datagen::{Completion, Row, Sampler};
 use crate::rft::files::copy_files;
@@ -44,13 +44,6 @@ pub struct LlamaRftTask {
     pub(crate) validation: Vec<Tokenized>,
     /// Stage (c) with `finetune.mode = "lora"`.
     pub(crate) lora: Option<LoraConfig>,
-}
-
-impl LlamaRftTask {
-    /// Example of row `row` of the batch of `step` (as `RftTrainTask`'s).
-    fn example_index(&self, step: u64, row: usize) -> usize {
-        example_index(self.stage.train.seed, step, row, self.train.len())
-    }
 }
 
 /// Mean cross-entropy of the Llama over the completion tokens of
@@ -98,9 +91,7 @@ impl<B: FusedAutodiffBackend> Task<B> for LlamaRftTask {
         rows: Range<usize>,
         device: &B::Device,
     ) -> Tensor<B, 1> {
-        let batch: Vec<&Tokenized> = rows
-            .map(|r| &self.train[self.example_index(step, r)])
-            .collect();
+        let batch = batch(&self.train, self.stage.train.seed, step, rows);
         completion_loss(model, &batch, device)
     }
 
