@@ -46,7 +46,10 @@ fn read_all(dir: &Path, out: &Path) -> Vec<(&'static str, anyhow::Result<()>)> {
         ("tokenizer", HfTokenizer::load(dir, false).map(|_| ())),
         ("chat", ChatTemplate::load(dir).map(|_| ())),
         ("fingerprint", fingerprint(dir).map(|_| ())),
-        ("copy", crate::rft::llama_task::copy_companions(dir, out)),
+        (
+            "copy",
+            crate::rft::family::llama_task::copy_companions(dir, out),
+        ),
     ]
 }
 
@@ -352,7 +355,7 @@ fn rft_refuses_a_gpt2_checkpoint_with_a_file_linked_out() {
     let secret = tmp.path().join("elsewhere.txt");
     std::fs::write(&secret, MARK).unwrap();
     std::os::unix::fs::symlink(&secret, dir.join("merges.txt")).unwrap();
-    let err = crate::rft::gpt2_init::check_dir(&dir).unwrap_err();
+    let err = crate::rft::family::gpt2::check_dir(&dir).unwrap_err();
     let text = format!("{err:#}");
     assert_eq!(exit_code_of(&err), 2, "{text}");
     assert!(

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::datagen::DatagenConfig;
+use super::model_path::ModelPath;
 pub use super::pretrained::{Init, RftModel};
 use super::task::{generate_split_with, Split, UnitTable};
 use crate::data::Tokenizer;
@@ -66,12 +67,7 @@ struct RftTable {
 
 impl From<RftTable> for RftConfig {
     fn from(t: RftTable) -> Self {
-        // A GPT-2 checkpoint runs on the GPT's code, its LoRA targets too.
-        let family = match t.model.checkpoint() {
-            Ok(Some(Init::Hf(dir))) if super::gpt2_init::is_gpt2(&dir) => Family::Gpt,
-            _ if t.model.init.is_some() => Family::Llama,
-            _ => Family::Gpt,
-        };
+        let family = ModelPath::lora_family(&t.model);
         RftConfig {
             rounds: t.rounds,
             task: t.task,
@@ -219,10 +215,12 @@ impl RftConfig {
         self.finetune.train.validate(origin, "finetune.train")?;
         self.finetune.optim.validate(origin, "finetune.optim")?;
         self.model.validate()?;
-        let gpt = self.model.init.is_none();
+        // The one place a run's model path is decided before it starts.
+        let path = ModelPath::of(&self.model)?;
+        path.check_checkpoint()?;
         // The GPT's sizes: [model]'s, or a GPT-2 checkpoint's (None: Llama).
-        let sizes = super::gpt2_init::gpt_sizes(&self.model)?;
-        if gpt {
+        let sizes = path.gpt_sizes(&self.model)?;
+        if path == ModelPath::Scratch {
             engine::budget::check(origin, &self.model.memory_parts())?;
         }
         if self.finetune.mode == FinetuneMode::Full && self.finetune.lora.is_some() {
@@ -233,16 +231,7 @@ impl RftConfig {
             .into());
         }
         if let Some(lora) = self.finetune.adapters() {
-            match &sizes {
-                // The GPT, from scratch or from a GPT-2 checkpoint.
-                Some(sizes) => lora.validate(sizes, "finetune.lora")?,
-                // The rank's bound needs the checkpoint's shapes; one that
-                // cannot be read was refused by model.validate() above.
-                None => match super::llama_run::llama_config_of(self) {
-                    Some(cfg) => crate::llama::lora::validate(&lora, &cfg, "finetune.lora")?,
-                    None => lora.check(Family::Llama, "finetune.lora", usize::MAX)?,
-                },
-            }
+            path.check_lora(&lora, sizes.as_ref())?;
         }
         for (key, value) in [
             ("task.train_questions", self.task.train_questions),
@@ -280,12 +269,32 @@ impl RftConfig {
             self.task.train_questions as f64 * oversample * 16.0 + oversample * 24.0,
         );
         engine::budget::check(origin, &[rows])?;
-        super::prompt::check_format(&self.task, &self.model)?;
-        if !gpt {
-            // The checkpoint's context is checked against the tokenized
-            // examples: a GPT-2 one's here, a Llama one's when the run starts.
-            return super::gpt2_init::check_context(self);
+        self.check_prompt_format(&path)?;
+        match path {
+            ModelPath::Scratch => self.check_scratch_model(),
+            _ => path.check_context(&|| self.split(), self.task.max_completion_tokens),
         }
+    }
+
+    /// `task.prompt_format` and `task.system_prompt` against the model:
+    /// chat needs a checkpoint with a template, a system prompt needs chat.
+    /// Exit 2 before any run directory exists.
+    fn check_prompt_format(&self, path: &ModelPath) -> anyhow::Result<()> {
+        if !self.task.prompt_format.is_plain() {
+            return path.chat_template().map(drop);
+        }
+        if self.task.system_prompt.is_some() {
+            return Err(UserError::usage(
+                "task.system_prompt is set, but task.prompt_format = \"plain\" has no system turn",
+            )
+            .with_fix("--set task.prompt_format=chat (with a checkpoint that has a chat template), or remove task.system_prompt")
+            .into());
+        }
+        Ok(())
+    }
+
+    /// The byte-level GPT's sizes against its bytes and the task's examples.
+    fn check_scratch_model(&self) -> anyhow::Result<()> {
         if self.model.vocab_size < Tokenizer::byte().vocab_size() {
             return Err(UserError::usage(format!(
                 "model.vocab_size = {}: the RFT GPT reads bytes (256 tokens)",
@@ -294,7 +303,7 @@ impl RftConfig {
             .with_fix("--set model.vocab_size=256")
             .into());
         }
-        if self.model.n_head == 0 || self.model.n_embd % self.model.n_head != 0 {
+        if self.model.n_head == 0 || !self.model.n_embd.is_multiple_of(self.model.n_head) {
             return Err(UserError::usage(format!(
                 "model.n_head = {} does not divide model.n_embd = {}",
                 self.model.n_head, self.model.n_embd
@@ -354,6 +363,3 @@ pub fn load_config(
     loaded.science.validate(origin)?;
     Ok(loaded)
 }
-
-// ---------------------------------------------------------------------------
-// Training on (prompt, completion) pairs: the loss covers completion tokens.

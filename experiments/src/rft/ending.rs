@@ -1,8 +1,7 @@
 //! How an rft run ends when it does not run to the last stage, and the
 //! summary it ends with: `interrupted` (a stop request: `--resume`
 //! continues) or `failed` (a training stage diverged: issue #40, it was
-//! reported as interrupted). Shared by the three rft paths (from scratch,
-//! Llama-family and GPT-2 checkpoints).
+//! reported as interrupted). `super::recipe` ends every model's run here.
 
 use std::time::Instant;
 

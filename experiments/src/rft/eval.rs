@@ -178,5 +178,64 @@ pub fn load_model<B: FusedBackend>(
     config.init_from::<B>(Some(path), device)
 }
 
-// ---------------------------------------------------------------------------
-// The stages.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rft::datagen::Row;
+    use crate::rft::tokens::tests::merging_tokenizer;
+
+    /// The GPT's sampler in a checkpoint's tokens stops each row right
+    /// after its first completion-ending token (newline text or eos), and
+    /// otherwise runs to the token limit.
+    #[test]
+    fn the_sampler_stops_a_row_at_its_first_ending_token() {
+        use crate::backend::Cpu;
+        use crate::gpt2::ModelConfig;
+
+        let dir = tempfile::tempdir().unwrap();
+        let tokenizer = merging_tokenizer(dir.path());
+        let eos = tokenizer.token_id("<|endoftext|>").unwrap();
+        let tokens = RftTokenizer::Hf {
+            tokenizer,
+            eos: vec![eos],
+            context: 64,
+        };
+        let cfg = ModelConfig {
+            n_layer: 1,
+            n_head: 2,
+            n_embd: 16,
+            block_size: 64,
+            vocab_size: 300,
+            dropout: 0.0,
+        };
+        let model = cfg.init::<Cpu>(&Default::default());
+        let max = 12;
+        let mut sampler =
+            GptSampler::new(&model, &cfg, max, Default::default()).with_tokenizer(&tokens);
+        let rows: Vec<Row> = (0..64)
+            .map(|seed| Row {
+                prompt: "How many grams are in 2 kilograms?\nA: ",
+                seed,
+            })
+            .collect();
+        // A random model at a high temperature: near-uniform draws over
+        // the vocabulary, so some rows end early and some run out.
+        let out = sampler.sample(&rows, 5.0);
+        assert!(sampler.error.is_none());
+        let (mut ended, mut ran_out) = (0, 0);
+        for completion in &out {
+            assert!(completion.tokens >= 1 && completion.tokens <= max);
+            // Only the last token may end the completion: the text holds a
+            // newline only in its trailing whitespace (the last token's; an
+            // eos decodes to nothing).
+            let body = completion.text.trim_end();
+            assert!(!body.contains('\n'), "{completion:?}");
+            if completion.tokens < max {
+                ended += 1;
+            } else {
+                ran_out += 1;
+            }
+        }
+        assert!(ended > 0 && ran_out > 0, "{ended} ended, {ran_out} ran out");
+    }
+}

@@ -9,7 +9,7 @@
 //!   model.safetensors or shards, tokenizer.json) of the Llama family
 //!   (`model_type` llama or qwen2: SmolLM2, Llama 2/3, Qwen2), loaded by
 //!   `crate::llama`, tokenized by its own tokenizer.json; or of GPT-2
-//!   (`model_type` gpt2), run by `super::gpt2_init` on the GPT path;
+//!   (`model_type` gpt2), run on the GPT path (`super::family::gpt2`);
 //! * `init = "random:tiny-llama"`: envgen writes a random-init tiny Llama
 //!   with a byte-level tokenizer into `RUN_DIR/stages/base/` and then loads
 //!   it through the very same `hf:` path.
@@ -202,12 +202,11 @@ impl RftModel {
         }
     }
 
-    /// With `init`: no GPT key beside it, and a checkpoint envgen reads.
-    /// `hf:` directories are checked here, before any run directory exists.
+    /// With `init`: a spec envgen reads, and no GPT key beside it.
     pub fn validate(&self) -> anyhow::Result<()> {
-        let Some(init) = self.checkpoint()? else {
+        if self.checkpoint()?.is_none() {
             return Ok(());
-        };
+        }
         if !self.conflicting.is_empty() {
             let spec = self.init.as_deref().unwrap_or_default();
             return Err(UserError::usage(format!(
@@ -220,15 +219,8 @@ impl RftModel {
             ))
             .into());
         }
-        match init {
-            Init::Hf(dir) if super::gpt2_init::is_gpt2(&dir) => {
-                super::gpt2_init::check_dir(&dir)?;
-            }
-            Init::Hf(dir) => {
-                check_dir(&dir)?;
-            }
-            Init::Random(_) => {}
-        }
+        // The checkpoint's own files are its family's to check
+        // (`super::model_path::ModelPath::check_checkpoint`).
         Ok(())
     }
 }
@@ -261,7 +253,7 @@ pub fn check_dir(dir: &Path) -> anyhow::Result<LlamaConfig> {
     }
     let kind = pretrained::model_type(dir).map_err(named)?;
     if kind == "gpt2" {
-        // GPT-2 checkpoints are checked and run by `super::gpt2_init`.
+        // GPT-2 checkpoints are checked and run on the GPT path.
         return Err(UserError::usage(format!(
             "model.init: {} is a GPT-2 checkpoint, not a Llama-family one",
             dir.display()
@@ -284,7 +276,7 @@ pub fn check_dir(dir: &Path) -> anyhow::Result<LlamaConfig> {
         pretrained::chat::TEMPLATE_FILE,
         "special_tokens_map.json",
     ];
-    super::llama_task::check_files(dir, &names).map_err(named)?;
+    super::files::check_files(dir, &names).map_err(named)?;
     if let Ok(shards) = llama::hf::weight_files(dir) {
         for shard in shards {
             crate::fsutil::user_file(dir, &shard, crate::fsutil::limit::WEIGHTS).map_err(named)?;
@@ -294,6 +286,34 @@ pub fn check_dir(dir: &Path) -> anyhow::Result<LlamaConfig> {
         pretrained::HfTokenizer::load(dir, false).map_err(named)?;
     }
     Ok(cfg)
+}
+
+/// The shape of the Llama-family checkpoint `init` names, when readable.
+pub(crate) fn llama_config(init: &Init) -> Option<LlamaConfig> {
+    match init {
+        Init::Hf(dir) => llama::config::read(dir).ok(),
+        Init::Random(_) => Some(tiny_llama()),
+    }
+}
+
+/// Parameters of the model `cfg` describes.
+pub(crate) fn count_parameters(cfg: &LlamaConfig) -> u64 {
+    let (d, hd, ff) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
+    let (h, kvh, v) = (
+        cfg.num_attention_heads,
+        cfg.num_key_value_heads,
+        cfg.vocab_size,
+    );
+    let bias = |on: bool, n: usize| if on { n } else { 0 };
+    let attn = d * h * hd
+        + 2 * d * kvh * hd
+        + h * hd * d
+        + bias(cfg.qkv_bias, (h + 2 * kvh) * hd)
+        + bias(cfg.o_bias, d);
+    let mlp = 3 * d * ff + bias(cfg.mlp_bias, 2 * ff + d);
+    let layer = attn + mlp + 2 * d;
+    let head = if cfg.tie_word_embeddings { 0 } else { v * d };
+    (v * d + cfg.num_hidden_layers * layer + d + head) as u64
 }
 
 /// A checkpoint error as a `model.init` one: the key first, the fix kept.

@@ -11,68 +11,18 @@
 //!   SmolLM2), which the model then emits to stop.
 //!
 //! Either way the loss covers the completion and its end only
-//! (`super::llama_task::completion_loss`).
+//! (`super::completion::CompletionBatch`).
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::config::{Init, PromptFormat, RftModel, TaskConfig};
-use super::llama_task::LlamaExample;
+use super::completion::Tokenized;
+use super::config::{PromptFormat, TaskConfig};
+use super::model_path::template_of;
 use super::task::{format_prompt, Question, END_OF_COMPLETION, SEPARATOR};
 use crate::error::UserError;
-use crate::pretrained::{chat, ChatTemplate, HfTokenizer, Message};
-
-/// `task.prompt_format` and `task.system_prompt` against the model: chat
-/// needs a checkpoint with a template, a system prompt needs chat. Exit 2
-/// before any run directory exists.
-pub fn check_format(task: &TaskConfig, model: &RftModel) -> anyhow::Result<()> {
-    if task.prompt_format.is_plain() {
-        if task.system_prompt.is_some() {
-            return Err(UserError::usage(
-                "task.system_prompt is set, but task.prompt_format = \"plain\" has no system turn",
-            )
-            .with_fix("--set task.prompt_format=chat (with a checkpoint that has a chat template), or remove task.system_prompt")
-            .into());
-        }
-        return Ok(());
-    }
-    match model.checkpoint()? {
-        None => Err(UserError::usage(
-            "task.prompt_format = \"chat\" needs a pretrained checkpoint's chat template; the byte-level GPT (no model.init) reads plain text",
-        )
-        .with_fix("--set task.prompt_format=plain, or set model.init = \"hf:DIR\" to an instruct checkpoint")
-        .into()),
-        Some(Init::Random(name)) => Err(UserError::usage(format!(
-            "task.prompt_format = \"chat\": model.init = \"random:{name}\" has no chat template"
-        ))
-        .with_fix("--set task.prompt_format=plain, or give an instruct checkpoint with --set model.init=hf:DIR")
-        .into()),
-        // The GPT-2 path tokenizes plain prompts (`rft::tokens`); chat
-        // would be ignored there, so it is refused.
-        Some(Init::Hf(dir)) if super::gpt2_init::is_gpt2(&dir) => Err(UserError::usage(format!(
-            "task.prompt_format = \"chat\": {} is a GPT-2 checkpoint, which rft prompts with plain text; chat prompts are for Llama-family checkpoints",
-            dir.display()
-        ))
-        .with_fix("--set task.prompt_format=plain")
-        .into()),
-        Some(Init::Hf(dir)) => template_of(&dir).map(drop),
-    }
-}
-
-/// The chat template of the checkpoint in `dir`, required.
-fn template_of(dir: &Path) -> anyhow::Result<ChatTemplate> {
-    ChatTemplate::load(dir)?.ok_or_else(|| {
-        UserError::usage(format!(
-            "task.prompt_format = \"chat\": {} has no chat template (looked for {} and for `chat_template` in {})",
-            dir.display(),
-            dir.join(chat::TEMPLATE_FILE).display(),
-            dir.join(chat::CONFIG_FILE).display()
-        ))
-        .with_fix("give the instruct checkpoint (its tokenizer_config.json carries the template), or --set task.prompt_format=plain for a base model")
-        .into()
-    })
-}
+use crate::pretrained::{ChatTemplate, HfTokenizer, Message};
 
 /// Turns questions into the checkpoint's tokens, as `task.prompt_format` says.
 pub struct Prompter<'a> {
@@ -184,13 +134,10 @@ impl<'a> Prompter<'a> {
     /// A training example: the prompt of `question` as generation sees it,
     /// then `completion` and the end of completion, tokenized apart so the
     /// prompt's tokens are exactly those the model is prompted with.
-    pub(crate) fn example(&self, question: &str, completion: &str) -> anyhow::Result<LlamaExample> {
+    pub(crate) fn example(&self, question: &str, completion: &str) -> anyhow::Result<Tokenized> {
         let prompt = self.prompt_ids(&format_prompt(question))?;
         let text = format!("{}{}", completion.trim_end(), self.end_of_completion());
-        Ok(LlamaExample::new(
-            prompt,
-            self.tokenizer.encode_plain(&text)?,
-        ))
+        Ok(Tokenized::new(prompt, self.tokenizer.encode_plain(&text)?))
     }
 
     /// The ids that end a generated completion: the checkpoint's
@@ -259,18 +206,19 @@ pub struct PromptRecord {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::error::exit_code_of;
+    use crate::pretrained::chat;
     use crate::rft::config::{load_config, RftConfig as RftConfigFor, PRESETS};
     use crate::rft::pretrained;
 
     /// SmolLM2-Instruct's template: ChatML with a default system turn.
-    const CHATML: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful assistant<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+    pub(crate) const CHATML: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful assistant<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
     /// The tiny Llama's config and byte tokenizer plus the ChatML tokens
     /// (257, 258) and, when `template`, a tokenizer_config.json with it.
-    fn checkpoint(dir: &Path, template: Option<&str>) {
+    pub(crate) fn checkpoint(dir: &Path, template: Option<&str>) {
         pretrained::write_byte_tokenizer(dir).unwrap();
         let path = dir.join(crate::pretrained::tokenizer::FILE);
         let mut tok = tokenizers::Tokenizer::from_file(&path).unwrap();
@@ -287,7 +235,7 @@ mod tests {
         }
     }
 
-    fn task(format: PromptFormat, system: Option<&str>) -> TaskConfig {
+    pub(crate) fn task(format: PromptFormat, system: Option<&str>) -> TaskConfig {
         let mut config = load_config(PRESETS[0].1, "preset tiny", &[])
             .unwrap()
             .science;
@@ -296,7 +244,7 @@ mod tests {
         config.task
     }
 
-    fn question() -> Question {
+    pub(crate) fn question() -> Question {
         Question {
             text: "How many grams are in 2 kilograms?".into(),
             reasoning: "1 kilogram = 1000 grams, so 2 * 1000 = 2000.".into(),
@@ -361,54 +309,6 @@ mod tests {
             assert_eq!(record.prompt_ids, e.prompt_ids());
             assert_eq!(record.system_prompt.as_deref(), system);
         }
-    }
-
-    /// The sampler of stages (b) and (d) continues the chat ids: its
-    /// greedy completion of a question is that of generating from
-    /// `prompt_ids` directly, and not that of the plain prompt.
-    #[test]
-    fn the_sampler_generates_from_the_chat_prompt() {
-        use crate::llama::{self, GenerateOptions};
-        use crate::rft::datagen::{Row, Sampler};
-        use crate::rft::llama_task::LlamaSampler;
-        type B = crate::backend::Cpu;
-        let dir = tempfile::tempdir().unwrap();
-        checkpoint(dir.path(), Some(CHATML));
-        let tok = HfTokenizer::load(dir.path(), false).unwrap();
-        let prompter = Prompter::new(&tok, dir.path(), &task(PromptFormat::Chat, None)).unwrap();
-        let cfg = llama::LlamaConfig {
-            vocab_size: 259,
-            ..pretrained::tiny_llama()
-        };
-        let device = Default::default();
-        // Large weights: a random model whose continuation depends on its prompt.
-        let mut weights = llama::model::random_weights(5, 0.5);
-        let model = llama::Llama::<B>::build(&cfg, &mut weights, &device).unwrap();
-        let prompt = question().prompt();
-        let mut sampler = LlamaSampler::new(&model, &prompter, 12, device);
-        let rows = [Row {
-            prompt: &prompt,
-            seed: 0,
-        }];
-        let sampled = sampler.sample(&rows, 0.0);
-        assert!(sampler.error.is_none());
-        let greedy = |ids: Vec<u32>| {
-            let opts = GenerateOptions {
-                max_new_tokens: 12,
-                temperature: 0.0,
-                top_p: 1.0,
-                seed: 0,
-                row_seeds: vec![0],
-                eos_token_ids: prompter.stop_ids(&cfg.eos_token_ids),
-                stop_strings: vec![END_OF_COMPLETION.to_string()],
-            };
-            let decode = |ids: &[u32]| tok.decode(ids);
-            let out = llama::generate(&model, &[ids], &opts, Some(&decode), &device).unwrap();
-            tok.decode(&out[0].tokens)
-        };
-        let chat = greedy(prompter.prompt_ids(&prompt).unwrap());
-        assert_eq!(sampled[0].text, chat);
-        assert_ne!(greedy(tok.encode(&prompt).unwrap()), chat);
     }
 
     /// Chat without a template, on the byte-level GPT or a random

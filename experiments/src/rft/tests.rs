@@ -1,8 +1,15 @@
 //! Unit tests of the `rft` config, stages and evaluation.
 
-use super::*;
+use crate::engine;
+use crate::engine::rundir::Status;
 use crate::gpt2::lora::LoraConfig;
 use crate::gpt2::{hf, ModelConfig};
+use crate::rft::completion::Tokenized;
+use crate::rft::config::{load_config, FinetuneMode, RftConfig, StageConfig, PRESETS};
+use crate::rft::eval::{GptSampler, ADAPTER_FILE, MODEL_FILE};
+use crate::rft::stages::train_in;
+use crate::rft::tokens::tokenize;
+use crate::rft::train::{completion_loss, RftTrainTask};
 use burn::tensor::ElementConversion;
 
 fn preset() -> RftConfig {
@@ -179,16 +186,7 @@ fn lora_finetuning_freezes_the_base_and_resumes_bit_exactly() {
     let task = RftTrainTask::new(&config, &stage, examples, &split, Some(base_path));
     assert!(task.lora.is_some());
     let train = |name: &str, resume: bool, stop_after: Option<u64>| {
-        let run_dir = tmp.path().join(name);
-        std::fs::create_dir_all(&run_dir).unwrap();
-        let control = RunControl {
-            run_dir,
-            micro_batch: 4,
-            resume,
-            stop_after,
-            ..Default::default()
-        };
-        engine::train::<B, _>(&task, &control, &Default::default()).unwrap()
+        train_in::<B, _>(&task, tmp.path().join(name), resume, stop_after)
     };
     assert_eq!(train("straight", false, None).status, Status::Completed);
     assert_eq!(train("resumed", false, Some(2)).status, Status::Interrupted);

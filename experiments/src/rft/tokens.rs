@@ -1,13 +1,23 @@
 //! Text to tokens and back for the RFT GPT (`gpt2::Gpt2`): bytes for the
 //! byte-level GPT trained from scratch, or a GPT-2 checkpoint's own
-//! tokenizer (`model.init = "hf:DIR"`, `super::gpt2_run`). Both train with
+//! tokenizer (`model.init = "hf:DIR"`, `super::family::gpt2`). Both train with
 //! the same task (`super::train`) and sample with the same sampler
 //! (`super::eval::GptSampler`); only this choice differs.
 
+use super::completion::Tokenized;
 use super::task::END_OF_COMPLETION;
-use super::train::{tokenize, Tokenized};
 use crate::data::Tokenizer;
 use crate::pretrained::HfTokenizer;
+
+/// `text` (the prompt followed by the completion) in bytes, the completion
+/// starting after `prompt`'s bytes.
+pub(crate) fn tokenize(prompt: &str, text: &str) -> Tokenized {
+    let tokenizer = Tokenizer::byte();
+    Tokenized {
+        tokens: tokenizer.encode(text),
+        completion_start: tokenizer.encode(prompt).len(),
+    }
+}
 
 #[derive(Debug, Clone)]
 pub enum RftTokenizer {
@@ -85,12 +95,12 @@ impl RftTokenizer {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A byte-level BPE trained to merge a run of newlines into one token,
     /// as GPT-2's has "\n\n": a completion may end inside such a token.
-    fn merging_tokenizer(dir: &std::path::Path) -> HfTokenizer {
+    pub(crate) fn merging_tokenizer(dir: &std::path::Path) -> HfTokenizer {
         use tokenizers::decoders::byte_level::ByteLevel as ByteDecoder;
         use tokenizers::models::bpe::{BpeTrainerBuilder, BPE};
         use tokenizers::models::TrainerWrapper;
@@ -159,62 +169,5 @@ mod tests {
         assert!(!bytes.ends_completion(u32::from(b'\n') + 256));
         assert!(!bytes.ends_completion(u32::from(b'A')));
         assert_eq!(bytes.decode(&bytes.encode_prompt(prompt).unwrap()), prompt);
-    }
-
-    /// The GPT's sampler in a checkpoint's tokens stops each row right
-    /// after its first completion-ending token (newline text or eos), and
-    /// otherwise runs to the token limit.
-    #[test]
-    fn the_sampler_stops_a_row_at_its_first_ending_token() {
-        use super::super::datagen::{Row, Sampler};
-        use super::super::eval::GptSampler;
-        use crate::backend::Cpu;
-        use crate::gpt2::ModelConfig;
-
-        let dir = tempfile::tempdir().unwrap();
-        let tokenizer = merging_tokenizer(dir.path());
-        let eos = tokenizer.token_id("<|endoftext|>").unwrap();
-        let tokens = RftTokenizer::Hf {
-            tokenizer,
-            eos: vec![eos],
-            context: 64,
-        };
-        let cfg = ModelConfig {
-            n_layer: 1,
-            n_head: 2,
-            n_embd: 16,
-            block_size: 64,
-            vocab_size: 300,
-            dropout: 0.0,
-        };
-        let model = cfg.init::<Cpu>(&Default::default());
-        let max = 12;
-        let mut sampler =
-            GptSampler::new(&model, &cfg, max, Default::default()).with_tokenizer(&tokens);
-        let rows: Vec<Row> = (0..64)
-            .map(|seed| Row {
-                prompt: "How many grams are in 2 kilograms?\nA: ",
-                seed,
-            })
-            .collect();
-        // A random model at a high temperature: near-uniform draws over
-        // the vocabulary, so some rows end early and some run out.
-        let out = sampler.sample(&rows, 5.0);
-        assert!(sampler.error.is_none());
-        let (mut ended, mut ran_out) = (0, 0);
-        for completion in &out {
-            assert!(completion.tokens >= 1 && completion.tokens <= max);
-            // Only the last token may end the completion: the text holds a
-            // newline only in its trailing whitespace (the last token's; an
-            // eos decodes to nothing).
-            let body = completion.text.trim_end();
-            assert!(!body.contains('\n'), "{completion:?}");
-            if completion.tokens < max {
-                ended += 1;
-            } else {
-                ran_out += 1;
-            }
-        }
-        assert!(ended > 0 && ran_out > 0, "{ended} ended, {ran_out} ran out");
     }
 }

@@ -1,37 +1,22 @@
-//! Training on completions: the engine [`Task`] both training stages run
-//! (pretraining on reference reasoning, fine-tuning on kept samples).
+//! The GPT's training on completions (`gpt2::Gpt2`, byte-level from scratch
+//! or a GPT-2 checkpoint): the engine [`Task`] of stages (a) and (c).
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use burn::module::AutodiffModule;
 use burn::prelude::*;
-use burn::tensor::{ElementConversion, TensorData};
+use burn::tensor::ElementConversion;
 use envgen_kernels::{FusedAutodiffBackend, FusedBackend};
 
-use super::config::*;
-use super::eval::*;
+use super::completion::{batch, mean_validation_loss, CompletionBatch, Tokenized};
+use super::config::{RftConfig, StageConfig};
+use super::eval::{ADAPTER_FILE, MODEL_FILE};
 use super::task::Split;
-use crate::data::Tokenizer;
-use crate::engine::{self, OptimConfig, Task, TrainConfig};
+use super::tokens::tokenize;
+use crate::engine::{OptimConfig, Task, TrainConfig};
 use crate::gpt2::lora::{self, LoraConfig};
 use crate::gpt2::{hf, Gpt2, ModelConfig};
-
-/// A tokenized training example: the bytes of prompt + completion and where
-/// the completion starts.
-#[derive(Debug, Clone)]
-pub(crate) struct Tokenized {
-    pub(crate) tokens: Vec<u32>,
-    pub(crate) completion_start: usize,
-}
-
-pub(crate) fn tokenize(prompt: &str, text: &str) -> Tokenized {
-    let tokenizer = Tokenizer::byte();
-    Tokenized {
-        tokens: tokenizer.encode(text),
-        completion_start: tokenizer.encode(prompt).len(),
-    }
-}
 
 /// The engine task of stages (a) and (c).
 pub struct RftTrainTask {
@@ -82,84 +67,17 @@ impl RftTrainTask {
             .collect();
         Self::new(config, &config.pretrain, reference, split, None)
     }
-
-    /// Example of row `row` of the batch of `step`: a pure function of
-    /// (seed, step, row), as the engine requires.
-    fn example_index(&self, step: u64, row: usize) -> usize {
-        example_index(self.stage.train.seed, step, row, self.train.len())
-    }
 }
 
-/// The training example of row `row` of the batch of `step`, out of
-/// `count`: a pure function of (seed, step, row), as the engine requires.
-/// Both model families' RFT tasks draw their batches with it.
-pub(crate) fn example_index(seed: u64, step: u64, row: usize, count: usize) -> usize {
-    // splitmix64 finalizer: spreads the mixed bits before the modulo.
-    let mut z = engine::row_seed(seed, step, row);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
-    (z % count.max(1) as u64) as usize
-}
-
-/// Mean per-example `loss` over `validation` in micro-batches (each
-/// batch's loss is a mean over its rows): the held-out loss both model
-/// families' RFT tasks report.
-pub(crate) fn mean_validation_loss<T>(
-    validation: &[T],
-    micro_batch: usize,
-    mut loss: impl FnMut(&[&T]) -> f64,
-) -> f64 {
-    let mut total = 0.0;
-    let mut rows = 0usize;
-    for chunk in validation.chunks(micro_batch.max(1)) {
-        let batch: Vec<&T> = chunk.iter().collect();
-        total += loss(&batch) * chunk.len() as f64;
-        rows += chunk.len();
-    }
-    total / rows.max(1) as f64
-}
-
-/// Mean cross-entropy over the completion tokens of `examples` (prompt and
-/// padding positions carry weight 0).
+/// Mean cross-entropy of the GPT over the completion tokens of `examples`
+/// (prompt and padding positions carry weight 0).
 pub(crate) fn completion_loss<B: FusedBackend>(
     model: &Gpt2<B>,
     examples: &[&Tokenized],
     device: &B::Device,
 ) -> Tensor<B, 1> {
-    let t = examples
-        .iter()
-        .map(|e| e.tokens.len() - 1)
-        .max()
-        .unwrap_or(1)
-        .max(1);
-    let b = examples.len();
-    let (mut x, mut y, mut w) = (
-        Vec::with_capacity(b * t),
-        Vec::with_capacity(b * t),
-        Vec::with_capacity(b * t),
-    );
-    for e in examples {
-        for i in 0..t {
-            let inside = i + 1 < e.tokens.len();
-            x.push(e.tokens.get(i).map_or(0, |&v| i64::from(v)));
-            y.push(if inside {
-                i64::from(e.tokens[i + 1])
-            } else {
-                0
-            });
-            w.push(if inside && i + 1 >= e.completion_start {
-                1.0f32
-            } else {
-                0.0
-            });
-        }
-    }
-    let count: f32 = w.iter().sum::<f32>().max(1.0);
-    let x = Tensor::<B, 2, Int>::from_data(TensorData::new(x, [b, t]), device);
-    let y = Tensor::<B, 2, Int>::from_data(TensorData::new(y, [b, t]), device);
-    let w = Tensor::<B, 1>::from_data(TensorData::new(w, [b * t]), device);
-    (model.token_losses(x, y) * w).sum() / count
+    let batch = CompletionBatch::new(examples, device);
+    batch.mean(model.token_losses(batch.inputs.clone(), batch.targets.clone()))
 }
 
 impl<B: FusedAutodiffBackend> Task<B> for RftTrainTask {
@@ -191,9 +109,7 @@ impl<B: FusedAutodiffBackend> Task<B> for RftTrainTask {
         rows: Range<usize>,
         device: &B::Device,
     ) -> Tensor<B, 1> {
-        let batch: Vec<&Tokenized> = rows
-            .map(|r| &self.train[self.example_index(step, r)])
-            .collect();
+        let batch = batch(&self.train, self.stage.train.seed, step, rows);
         completion_loss(model, &batch, device)
     }
 

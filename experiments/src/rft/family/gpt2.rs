@@ -1,58 +1,57 @@
-//! `model.init = "hf:DIR"` naming a GPT-2 checkpoint (config.json
-//! `model_type` "gpt2"): what is checked before a run starts, and which
-//! path runs it. A GPT-2 checkpoint loads into the GPT that the from-scratch
-//! path trains (`gpt2::Gpt2`), so its run is that path's task and sampler
-//! with the checkpoint's sizes and tokenizer (`super::gpt2_run`); every
-//! other checkpoint goes to `super::llama_run`.
+//! A GPT-2 checkpoint (`model.init = "hf:DIR"`, config.json `model_type`
+//! "gpt2"): what is checked before a run starts, the checkpoint's
+//! tokenizer, and the final model written back as a GPT-2 directory. The
+//! checkpoint loads into the GPT the from-scratch path trains
+//! (`gpt2::Gpt2`), so its run is that path's model code (`super::gpt`)
+//! with these sizes and this tokenizer.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use envgen_kernels::FusedAutodiffBackend;
+use envgen_kernels::FusedBackend;
 use serde_json::Value;
 
-use super::config::{Init, RftConfig, RftModel};
-use super::pretrained::named;
-use super::tokens::RftTokenizer;
-use crate::engine::rundir::Summary;
-use crate::engine::RunControl;
 use crate::error::UserError;
 use crate::gpt2::{hf, ModelConfig};
 use crate::pretrained::{self, HfTokenizer};
+use crate::rft::eval::load_model;
+use crate::rft::files::{check_files, copy_files};
+use crate::rft::pretrained::named;
+use crate::rft::task::Split;
+use crate::rft::tokens::RftTokenizer;
+
+/// Files of the base directory besides the weights that the exported
+/// directory keeps: the config (its token ids, its context) and every
+/// tokenizer file transformers or envgen may read.
+pub(crate) const COMPANIONS: [&str; 7] = [
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+];
 
 /// Whether `dir` holds a GPT-2 checkpoint (a readable config.json saying so).
 pub fn is_gpt2(dir: &Path) -> bool {
     pretrained::model_type(dir).is_ok_and(|kind| kind == "gpt2")
 }
 
-/// The GPT-2 checkpoint `model.init` names, if it names one.
-pub fn gpt2_dir(model: &RftModel) -> Option<PathBuf> {
-    match model.checkpoint() {
-        Ok(Some(Init::Hf(dir))) if is_gpt2(&dir) => Some(dir),
-        _ => None,
-    }
-}
-
-/// The sizes of the GPT this run trains: `[model]`'s without `init`, the
-/// checkpoint's config.json for a GPT-2 `init`; None for a Llama-family one.
-pub fn gpt_sizes(model: &RftModel) -> anyhow::Result<Option<ModelConfig>> {
-    if model.init.is_none() {
-        return Ok(Some(model.gpt.clone()));
-    }
-    gpt2_dir(model)
-        .map(|dir| hf::config_of(&dir).map_err(named))
-        .transpose()
+/// The sizes config.json gives the GPT, as a `model.init` error.
+pub fn sizes(dir: &Path) -> anyhow::Result<ModelConfig> {
+    hf::config_of(dir).map_err(named)
 }
 
 /// `dir` is a GPT-2 checkpoint envgen fine-tunes: a config.json envgen's
 /// GPT computes, safetensors weights, and a tokenizer whose ids the
 /// embedding holds (exit 2 otherwise). Its sizes.
 pub fn check_dir(dir: &Path) -> anyhow::Result<ModelConfig> {
-    let sizes = hf::config_of(dir).map_err(named)?;
+    let sizes = sizes(dir)?;
     // What the run reads and copies into RUN/hf/, by the rule for files of
     // a user directory, before a run directory exists (issue #40).
     let weights = ["model.safetensors"];
-    for names in [&super::gpt2_run::COMPANIONS[..], &weights[..]] {
-        super::llama_task::check_files(dir, names).map_err(named)?;
+    for names in [&COMPANIONS[..], &weights[..]] {
+        check_files(dir, names).map_err(named)?;
     }
     if !dir.join("model.safetensors").is_file() {
         return Err(named(
@@ -115,20 +114,16 @@ fn eos_ids(dir: &Path) -> anyhow::Result<Vec<u32>> {
     })
 }
 
-/// With a GPT-2 `init`: every worked answer, and every prompt followed by
-/// `task.max_completion_tokens`, fits the checkpoint's context (its
-/// n_positions), in its own tokens. Ok for every other config.
-pub fn check_context(config: &RftConfig) -> anyhow::Result<()> {
-    let Some(dir) = gpt2_dir(&config.model) else {
-        return Ok(());
-    };
-    let sizes = check_dir(&dir)?;
-    let mut tokens = tokenizer(&dir, &sizes)?;
+/// Every worked answer of `split`, and every prompt followed by
+/// `max_completion` tokens, fits the context (n_positions) of the GPT-2
+/// checkpoint in `dir`, in its own tokens.
+pub fn check_context(dir: &Path, split: &Split, max_completion: usize) -> anyhow::Result<()> {
+    let sizes = check_dir(dir)?;
+    let mut tokens = tokenizer(dir, &sizes)?;
     // Measured whole: `tokenize` cuts examples at the context checked here.
     if let RftTokenizer::Hf { context, .. } = &mut tokens {
         *context = usize::MAX;
     }
-    let split = config.split()?;
     let (mut prompt, mut example) = (0, 0);
     for q in split.train.iter().chain(&split.validation) {
         prompt = prompt.max(tokens.encode_prompt(&q.prompt())?.len());
@@ -148,7 +143,6 @@ pub fn check_context(config: &RftConfig) -> anyhow::Result<()> {
         .with_fix("use a checkpoint with a longer context (n_positions)")
         .into());
     }
-    let max_completion = config.task.max_completion_tokens;
     if prompt + max_completion > context {
         return Err(UserError::usage(format!(
             "{where_} is shorter than the longest prompt ({prompt} tokens) plus task.max_completion_tokens = {max_completion}"
@@ -162,24 +156,18 @@ pub fn check_context(config: &RftConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Parameters of the checkpoint `config` starts from, when readable.
-pub(crate) fn parameters_of(config: &RftConfig) -> Option<u64> {
-    match gpt2_dir(&config.model) {
-        Some(dir) => hf::config_of(&dir).ok().map(|s| s.num_params() as u64),
-        None => super::llama_run::parameters_of(config),
-    }
-}
-
-/// Run (or resume) a pretrained-checkpoint run: GPT-2 on the GPT path,
-/// everything else on the Llama one.
-pub fn run<B: FusedAutodiffBackend>(
-    config: &RftConfig,
-    init: &Init,
-    control: &RunControl,
+/// `hf_dir` as a GPT-2 directory of the weights at `weights`:
+/// transformers' names, and the base's config.json and tokenizer files.
+pub(crate) fn save_pretrained<B: FusedBackend>(
+    weights: &Path,
+    sizes: &ModelConfig,
+    base: &Path,
+    hf_dir: &Path,
     device: &B::Device,
-) -> anyhow::Result<Summary> {
-    match init {
-        Init::Hf(dir) if is_gpt2(dir) => super::gpt2_run::run::<B>(config, dir, control, device),
-        _ => super::llama_run::run::<B>(config, init, control, device),
-    }
+) -> anyhow::Result<()> {
+    let model = load_model::<B>(sizes, weights, device)?;
+    hf::save_pretrained(&model, sizes, hf_dir)?;
+    // The base's config.json replaces the one save_pretrained writes: same
+    // sizes, and the checkpoint's own token ids and settings.
+    copy_files(base, &COMPANIONS, hf_dir)
 }

@@ -1,13 +1,24 @@
-//! Stage (c) with LoRA on a Llama checkpoint (`super`): resumed bit-exactly,
+//! Stage (c) with LoRA on a Llama checkpoint (`super::llama_task`): resumed bit-exactly,
 //! the base frozen, the saved model merged, the adapters in PEFT's layout.
 
 use std::collections::{HashMap, HashSet};
 
 use super::*;
+use crate::engine::rundir::Status;
 use crate::engine::safetensors_io;
 use crate::llama::lora::{ADAPTER_DIR, PEFT_CONFIG, PEFT_WEIGHTS};
 use crate::lora::{Family, LoraConfig};
 use crate::rft::config::{load_config, PRESETS};
+use crate::rft::stages::train_in;
+use crate::rft::task::Question;
+
+/// The worked answers of `questions` as training examples.
+fn reference_examples(prompter: &Prompter, questions: &[Question]) -> Vec<Tokenized> {
+    questions
+        .iter()
+        .map(|q| prompter.example(&q.text, &q.completion()).unwrap())
+        .collect()
+}
 
 #[test]
 fn llama_lora_finetuning_freezes_the_base_and_resumes_bit_exactly() {
@@ -43,21 +54,12 @@ fn llama_lora_finetuning_freezes_the_base_and_resumes_bit_exactly() {
             train: config.finetune.train.clone(),
             optim: config.finetune.optim.clone(),
         },
-        train: reference_examples(&prompter, &split.train).unwrap(),
-        validation: reference_examples(&prompter, &split.validation).unwrap(),
+        train: reference_examples(&prompter, &split.train),
+        validation: reference_examples(&prompter, &split.validation),
         lora: Some(lora.clone()),
     };
     let train = |name: &str, resume: bool, stop_after: Option<u64>| {
-        let run_dir = tmp.path().join(name);
-        std::fs::create_dir_all(&run_dir).unwrap();
-        let control = RunControl {
-            run_dir,
-            micro_batch: 4,
-            resume,
-            stop_after,
-            ..Default::default()
-        };
-        engine::train::<B, _>(&task, &control, &Default::default()).unwrap()
+        train_in::<B, _>(&task, tmp.path().join(name), resume, stop_after)
     };
     assert_eq!(train("straight", false, None).status, Status::Completed);
     assert_eq!(train("resumed", false, Some(2)).status, Status::Interrupted);

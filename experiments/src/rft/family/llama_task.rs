@@ -1,23 +1,26 @@
-//! The RFT stages' model work on a pretrained Llama-family checkpoint:
-//! tokenizing with the checkpoint's tokenizer, the engine [`Task`] of
-//! stages (a) and (c) (full fine-tuning from the base checkpoint with the
-//! completion-only loss of `super::train`), and generation for (b) and (d).
+//! The RFT stages' model work on a pretrained Llama-family checkpoint: the
+//! engine [`Task`] of stages (a) and (c) (fine-tuning the base checkpoint
+//! with the completion-only loss of `crate::rft::completion`) and
+//! generation for (b) and (d). Examples come in the checkpoint's tokens
+//! from `crate::rft::prompt::Prompter`.
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use burn::module::AutodiffModule;
 use burn::prelude::*;
-use burn::tensor::{ElementConversion, TensorData};
+use burn::tensor::ElementConversion;
 use envgen_kernels::{FusedAutodiffBackend, FusedBackend};
 
-use super::config::StageConfig;
-use super::datagen::{Completion, Row, Sampler};
-use super::prompt::Prompter;
-use super::task::END_OF_COMPLETION;
 use crate::engine::{OptimConfig, Task, TrainConfig};
 use crate::llama::{self, GenerateOptions, Llama};
 use crate::lora::LoraConfig;
+use crate::rft::completion::{batch, mean_validation_loss, CompletionBatch, Tokenized};
+use crate::rft::config::StageConfig;
+use crate::rft::datagen::{Completion, Row, Sampler};
+use crate::rft::files::copy_files;
+use crate::rft::prompt::Prompter;
+use crate::rft::task::END_OF_COMPLETION;
 
 /// Files of a Hugging Face directory besides the weights that a fine-tuned
 /// copy keeps (transformers and `envgen sample` read them).
@@ -30,39 +33,6 @@ const COMPANIONS: [&str; 6] = [
     crate::pretrained::chat::TEMPLATE_FILE,
 ];
 
-/// A training example in the checkpoint's tokens: the prompt as generation
-/// sees it, then the completion (its end included), and where the
-/// completion starts (the loss covers it alone). `super::prompt::Prompter`
-/// makes them.
-#[derive(Debug, Clone)]
-pub(crate) struct LlamaExample {
-    tokens: Vec<u32>,
-    completion_start: usize,
-}
-
-impl LlamaExample {
-    pub(crate) fn new(mut prompt: Vec<u32>, completion: Vec<u32>) -> Self {
-        let completion_start = prompt.len();
-        prompt.extend(completion);
-        Self {
-            tokens: prompt,
-            completion_start,
-        }
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.tokens.len()
-    }
-
-    pub(crate) fn prompt_ids(&self) -> &[u32] {
-        &self.tokens[..self.completion_start]
-    }
-
-    pub(crate) fn completion_ids(&self) -> &[u32] {
-        &self.tokens[self.completion_start..]
-    }
-}
-
 /// The engine task of stages (a) and (c): the base checkpoint trained on
 /// `train` (RFT fine-tunes the base model in every round, not the previous
 /// round's weights), every weight of it or, with `lora`, fresh adapters on
@@ -70,62 +40,28 @@ impl LlamaExample {
 pub struct LlamaRftTask {
     pub(crate) base: PathBuf,
     pub(crate) stage: StageConfig,
-    pub(crate) train: Vec<LlamaExample>,
-    pub(crate) validation: Vec<LlamaExample>,
+    pub(crate) train: Vec<Tokenized>,
+    pub(crate) validation: Vec<Tokenized>,
     /// Stage (c) with `finetune.mode = "lora"`.
     pub(crate) lora: Option<LoraConfig>,
 }
 
-impl LlamaRftTask {
-    /// Example of row `row` of the batch of `step` (as `RftTrainTask`'s).
-    fn example_index(&self, step: u64, row: usize) -> usize {
-        super::train::example_index(self.stage.train.seed, step, row, self.train.len())
-    }
-}
-
-/// Mean cross-entropy over the completion tokens of `examples`, right-padded
-/// (prompt and padding positions carry weight 0).
+/// Mean cross-entropy of the Llama over the completion tokens of
+/// `examples`, right-padded (prompt and padding positions carry weight 0).
 pub(crate) fn completion_loss<B: FusedBackend>(
     model: &Llama<B>,
-    examples: &[&LlamaExample],
+    examples: &[&Tokenized],
     device: &B::Device,
 ) -> Tensor<B, 1> {
-    let t = examples
-        .iter()
-        .map(|e| e.tokens.len().saturating_sub(1))
-        .max()
-        .unwrap_or(1)
-        .max(1);
-    let b = examples.len();
-    let (mut x, mut y, mut w) = (
-        Vec::with_capacity(b * t),
-        Vec::with_capacity(b * t),
-        Vec::with_capacity(b * t),
-    );
-    for e in examples {
-        for i in 0..t {
-            let inside = i + 1 < e.tokens.len();
-            x.push(e.tokens.get(i).map_or(0, |&v| i64::from(v)));
-            y.push(if inside {
-                i64::from(e.tokens[i + 1])
-            } else {
-                0
-            });
-            w.push(if inside && i + 1 >= e.completion_start {
-                1.0f32
-            } else {
-                0.0
-            });
-        }
-    }
-    let count: f32 = w.iter().sum::<f32>().max(1.0);
-    let x = Tensor::<B, 2, Int>::from_data(TensorData::new(x, [b, t]), device);
-    let y = Tensor::<B, 1, Int>::from_data(TensorData::new(y, [b * t]), device);
-    let w = Tensor::<B, 1>::from_data(TensorData::new(w, [b * t]), device);
-    let logits = model.forward(x);
+    let batch = CompletionBatch::new(examples, device);
+    let [b, t] = batch.targets.dims();
+    let logits = model.forward(batch.inputs.clone());
     let vocab = logits.dims()[2];
-    let losses = envgen_kernels::cross_entropy(logits.reshape([b * t, vocab]), y);
-    (losses * w).sum() / count
+    let losses = envgen_kernels::cross_entropy(
+        logits.reshape([b * t, vocab]),
+        batch.targets.clone().reshape([b * t]),
+    );
+    batch.mean(losses)
 }
 
 impl<B: FusedAutodiffBackend> Task<B> for LlamaRftTask {
@@ -155,9 +91,7 @@ impl<B: FusedAutodiffBackend> Task<B> for LlamaRftTask {
         rows: Range<usize>,
         device: &B::Device,
     ) -> Tensor<B, 1> {
-        let batch: Vec<&LlamaExample> = rows
-            .map(|r| &self.train[self.example_index(step, r)])
-            .collect();
+        let batch = batch(&self.train, self.stage.train.seed, step, rows);
         completion_loss(model, &batch, device)
     }
 
@@ -167,7 +101,7 @@ impl<B: FusedAutodiffBackend> Task<B> for LlamaRftTask {
         micro_batch: usize,
         device: &burn::tensor::Device<B::InnerBackend>,
     ) -> f64 {
-        super::train::mean_validation_loss(&self.validation, micro_batch, |batch| {
+        mean_validation_loss(&self.validation, micro_batch, |batch| {
             completion_loss(model, batch, device).into_scalar().elem()
         })
     }
@@ -197,35 +131,6 @@ impl<B: FusedAutodiffBackend> Task<B> for LlamaRftTask {
 /// Copy the base's config.json and tokenizer files into `to`.
 pub(crate) fn copy_companions(base: &Path, to: &Path) -> anyhow::Result<()> {
     copy_files(base, &COMPANIONS, to)
-}
-
-/// Copy each of `names` that `base` has into `to`, by fsutil's rule for
-/// files of a user directory: a link out of `base` (`chat_template.jinja →
-/// /etc/shadow`), a FIFO or a device is refused, never copied into the run
-/// directory (issue #40). `exists`, not `is_file`, so such a file is
-/// refused rather than skipped as absent.
-pub(crate) fn copy_files(base: &Path, names: &[&str], to: &Path) -> anyhow::Result<()> {
-    check_files(base, names)?;
-    for name in names {
-        let from = base.join(name);
-        if from.exists() || from.is_symlink() {
-            crate::fsutil::copy_user_file(base, &from, &to.join(name))?;
-        }
-    }
-    Ok(())
-}
-
-/// Each of `names` that `base` has, by the same rule (a stat each, nothing
-/// read): what [`copy_files`] would refuse, refused before a run directory
-/// is made (issue #40).
-pub(crate) fn check_files(base: &Path, names: &[&str]) -> anyhow::Result<()> {
-    for name in names {
-        let path = base.join(name);
-        if path.exists() || path.is_symlink() {
-            crate::fsutil::user_file(base, &path, crate::fsutil::limit::WEIGHTS)?;
-        }
-    }
-    Ok(())
 }
 
 /// Continues prompts with a Llama: each row's question in the tokens
@@ -299,5 +204,60 @@ impl<B: Backend> Sampler for LlamaSampler<'_, B> {
                     .collect()
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pretrained::HfTokenizer;
+    use crate::rft::config::PromptFormat;
+    use crate::rft::pretrained;
+    use crate::rft::prompt::tests::{checkpoint, question, task, CHATML};
+
+    /// The sampler of stages (b) and (d) continues the chat ids: its
+    /// greedy completion of a question is that of generating from
+    /// `prompt_ids` directly, and not that of the plain prompt.
+    #[test]
+    fn the_sampler_generates_from_the_chat_prompt() {
+        use crate::llama::{self, GenerateOptions};
+        type B = crate::backend::Cpu;
+        let dir = tempfile::tempdir().unwrap();
+        checkpoint(dir.path(), Some(CHATML));
+        let tok = HfTokenizer::load(dir.path(), false).unwrap();
+        let prompter = Prompter::new(&tok, dir.path(), &task(PromptFormat::Chat, None)).unwrap();
+        let cfg = llama::LlamaConfig {
+            vocab_size: 259,
+            ..pretrained::tiny_llama()
+        };
+        let device = Default::default();
+        // Large weights: a random model whose continuation depends on its prompt.
+        let mut weights = llama::model::random_weights(5, 0.5);
+        let model = llama::Llama::<B>::build(&cfg, &mut weights, &device).unwrap();
+        let prompt = question().prompt();
+        let mut sampler = LlamaSampler::new(&model, &prompter, 12, device);
+        let rows = [Row {
+            prompt: &prompt,
+            seed: 0,
+        }];
+        let sampled = sampler.sample(&rows, 0.0);
+        assert!(sampler.error.is_none());
+        let greedy = |ids: Vec<u32>| {
+            let opts = GenerateOptions {
+                max_new_tokens: 12,
+                temperature: 0.0,
+                top_p: 1.0,
+                seed: 0,
+                row_seeds: vec![0],
+                eos_token_ids: prompter.stop_ids(&cfg.eos_token_ids),
+                stop_strings: vec![END_OF_COMPLETION.to_string()],
+            };
+            let decode = |ids: &[u32]| tok.decode(ids);
+            let out = llama::generate(&model, &[ids], &opts, Some(&decode), &device).unwrap();
+            tok.decode(&out[0].tokens)
+        };
+        let chat = greedy(prompter.prompt_ids(&prompt).unwrap());
+        assert_eq!(sampled[0].text, chat);
+        assert_ne!(greedy(tok.encode(&prompt).unwrap()), chat);
     }
 }
