@@ -1,6 +1,6 @@
 //! How far a multi-stage run (rft) is as a whole, and how long it has left.
 //!
-//! rft (experiments/src/rft/run.rs) trains `stages/pretrain` for
+//! rft (experiments/src/rft/recipe.rs) trains `stages/pretrain` for
 //! `pretrain.train.steps`, evaluates (`eval-before`; `eval-base` first when
 //! it starts from a checkpoint, `model.init`), then for each of `rounds`
 //! rounds samples (`datagen`), fine-tunes `stages/round-N/finetune` for
