@@ -1,5 +1,5 @@
 //! The shape of the crate stays as docs/architecture.md draws it: layers
-//! point one way (cli → launch → runs → image/probe → compat/profiles →
+//! point one way (cli → tune → launch → runs → image/probe → compat/profiles →
 //! host/error). This reads every `crate::…` path in src/ (code and unit
 //! tests, not comments) and fails naming the file, line and arrow that
 //! points upward or sideways.
@@ -20,7 +20,8 @@ const LAYERS: &[(&str, u8)] = &[
     ("runs", 3),
     ("launch", 4),
     ("warmup", 4),
-    ("cli", 5),
+    ("tune", 5),
+    ("cli", 6),
 ];
 
 fn layer(module: &str) -> Option<u8> {

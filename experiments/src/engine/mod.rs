@@ -14,6 +14,7 @@ pub mod optim;
 pub mod params;
 pub mod precision;
 pub mod progress;
+pub mod run_files;
 pub mod rundir;
 pub mod safetensors_io;
 pub mod tensorboard;
