@@ -406,9 +406,7 @@ mod tests {
             let entry = &lock.profiles[&profile.name];
             let resolution = entry.resolution();
             let digest = resolution.pinnable().unwrap();
-            let files =
-                render::render(&containers, &profile, &entry.base, Some(digest))
-                    .unwrap();
+            let files = render::render(&containers, &profile, &entry.base, Some(digest)).unwrap();
             assert!(files[0]
                 .1
                 .contains(&format!("FROM {}@{digest}\n", entry.base)));

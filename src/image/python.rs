@@ -19,7 +19,7 @@
 //! pins with hashes, comments, continuations) is a few lines.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 

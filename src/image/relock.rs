@@ -49,7 +49,7 @@ pub fn relock(
 }
 
 /// Resolve bases through the daemon when it answers; say why not otherwise.
-fn resolve_all(bases: &[String]) -> Vec<Resolution> {
+pub fn resolve_all(bases: &[String]) -> Vec<Resolution> {
     let runtime = match daemon::runtime() {
         Ok(rt) => rt,
         Err(err) => {

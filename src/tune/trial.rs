@@ -54,14 +54,7 @@ pub(super) fn run(spec: &TrialSpec) -> Result<Outcome> {
     let out_dir = scratch.join(format!("mb-{micro_batch}"));
     let mut command = Command::new(std::env::current_exe()?);
     command
-        .args([
-            "run",
-            experiment,
-            "--preset",
-            preset,
-            "--backend",
-            backend,
-        ])
+        .args(["run", experiment, "--preset", preset, "--backend", backend])
         .args(["--precision", precision.name()])
         .args(["--micro-batch", &micro_batch.to_string()])
         .args(["--stop-after", &(steps + 1).to_string()])
@@ -187,4 +180,3 @@ fn max_gpu_memory_mib(samples: &Path) -> Option<f64> {
         .map(|gb| gb * 1e9 / (1024.0 * 1024.0))
         .reduce(f64::max)
 }
-

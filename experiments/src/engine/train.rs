@@ -248,8 +248,14 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
         let (mut grads, loss_sum, stop_requested) =
             agree_across_ranks::<B, T>(collective.as_ref(), &model, grads, loss_sum, stop)?;
         let update;
-        (model, update) =
-            optimizer_step::<B, T>(model, &mut optimizer, &mut grads, lr, &optim_cfg, &mut state);
+        (model, update) = optimizer_step::<B, T>(
+            model,
+            &mut optimizer,
+            &mut grads,
+            lr,
+            &optim_cfg,
+            &mut state,
+        );
         state.step += 1;
         state.last_train_loss = Some(loss_sum);
         let step_s = started.elapsed().as_secs_f64();
@@ -263,7 +269,15 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
             update,
             step_s,
         };
-        log_step(task, &model, &mut state, &line, &shape, metrics.as_mut(), device)?;
+        log_step(
+            task,
+            &model,
+            &mut state,
+            &line,
+            &shape,
+            metrics.as_mut(),
+            device,
+        )?;
         bar.set_message(format!(
             "loss {loss_sum:.4} {:.0} {}/s",
             shape.units_per_step as f64 / step_s,
@@ -457,7 +471,13 @@ fn optimizer_step<B: AutodiffBackend, T: Task<B>>(
         },
     };
     let ScaledStep::Apply { unscale, .. } = decision else {
-        return (model, Update { decision, norm: None });
+        return (
+            model,
+            Update {
+                decision,
+                norm: None,
+            },
+        );
     };
     let true_norm = scaled_norm * unscale;
     let clip = clip_scale(true_norm, optim_cfg.grad_clip);

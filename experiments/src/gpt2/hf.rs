@@ -81,9 +81,7 @@ impl ModelConfig {
     ) -> anyhow::Result<super::Gpt2<B>> {
         let model = self.init::<B>(device);
         match path {
-            Some(path) if is_pretrained_dir(path) => {
-                load(model, &path.join("model.safetensors"))
-            }
+            Some(path) if is_pretrained_dir(path) => load(model, &path.join("model.safetensors")),
             Some(path) => load(model, path),
             None => Ok(model),
         }

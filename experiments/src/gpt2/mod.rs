@@ -1,8 +1,8 @@
 //! The GPT-2 experiment: config, presets, the training task, Hugging Face
 //! weight interop and sampling.
 
-pub mod generate;
 pub mod eval;
+pub mod generate;
 pub mod hellaswag;
 pub mod hf;
 pub mod lora;

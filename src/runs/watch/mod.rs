@@ -17,7 +17,7 @@ mod view;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use envgen_experiments::engine::rundir::{self, Status, Summary};
 use serde_json::Value;
