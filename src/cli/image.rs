@@ -437,7 +437,10 @@ fn verify_cmd(containers: &Containers, profile: Option<&str>, json: bool) -> Res
     }
     // Re-resolve the bases: a moved tag is drift; an unreachable registry is said, not hidden.
     let bases: Vec<String> = to_resolve.iter().map(|(_, l)| l.base.clone()).collect();
-    for ((name, locked), now) in to_resolve.iter().zip(crate::image::relock::resolve_all(&bases)) {
+    for ((name, locked), now) in to_resolve
+        .iter()
+        .zip(crate::image::relock::resolve_all(&bases))
+    {
         let moved = |now_digest: &str, why: &str| lock::Drift {
             profile: name.clone(),
             entry: "digest".into(),
