@@ -2,7 +2,9 @@
 //! point one way (cli → tune → launch → runs → image/probe → compat/profiles →
 //! host/error). This reads every `crate::…` path in src/ (code and unit
 //! tests, not comments) and fails naming the file, line and arrow that
-//! points upward or sideways.
+//! points upward or sideways. Below that, no files import each other in a
+//! circle (`no_import_circle_between_files`, in src/, experiments/src and
+//! kernels/src).
 
 use std::path::{Path, PathBuf};
 
@@ -295,7 +297,7 @@ fn named_paths(text: &str) -> Vec<Named> {
             i += 1;
             continue;
         }
-        let at_word = i == 0 || !is_ident(bytes[i - 1]) && bytes[i - 1] != b':';
+        let at_word = i == 0 || (!is_ident(bytes[i - 1]) && bytes[i - 1] != b':');
         let rest = &code[i..];
         match bytes[i] {
             b'{' => depth += 1,
@@ -318,7 +320,7 @@ fn named_paths(text: &str) -> Vec<Named> {
             let end = rest.find(';').unwrap_or(rest.len());
             let before = code[..i].trim_end();
             let re_export =
-                before.ends_with("pub") || before.ends_with(')') && before.contains("pub(");
+                before.ends_with("pub") || (before.ends_with(')') && before.contains("pub("));
             for path in expand_use_tree(&rest[4..end]) {
                 found.push(Named {
                     path,
