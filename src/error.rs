@@ -71,16 +71,6 @@ pub fn with_styled_labels(text: &str) -> String {
     out
 }
 
-/// The error for a subcommand whose feature has not landed yet: exit 2,
-/// naming the issue that delivers it.
-pub fn not_yet(command: &str, feature: &str) -> anyhow::Error {
-    UserError::usage(format!(
-        "`envgen {command}` is not implemented yet: it arrives with {feature}"
-    ))
-    .with_fix("see the open issues; until then use the commands listed in README.md")
-    .into()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

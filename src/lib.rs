@@ -16,4 +16,5 @@ pub mod probe;
 pub mod profiles;
 pub mod runs;
 pub mod suggest;
+pub mod tune;
 pub mod warmup;

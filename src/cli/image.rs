@@ -6,7 +6,7 @@ use crate::error::{Result, UserError};
 use crate::image::build::{self, BuildRequest, LockCheck};
 use crate::image::daemon;
 use crate::image::export::{self, Format};
-use crate::image::lock::{self, DigestSource, Lockfile, Resolution};
+use crate::image::lock::{self, DigestSource, Lockfile};
 use crate::image::python;
 use crate::image::{render, Containers};
 use crate::launch::signals::EXIT_INTERRUPTED;
@@ -317,40 +317,6 @@ fn render_cmd(
     Ok(0)
 }
 
-/// Resolve bases through the daemon when it answers; say why not otherwise.
-fn resolve_all(bases: &[String]) -> Vec<Resolution> {
-    let runtime = match daemon::runtime() {
-        Ok(rt) => rt,
-        Err(err) => {
-            return bases
-                .iter()
-                .map(|_| Resolution::unresolved(err.to_string()))
-                .collect()
-        }
-    };
-    runtime.block_on(async {
-        match daemon::connect().await {
-            Ok(docker) => {
-                let mut out = Vec::new();
-                for base in bases {
-                    out.push(daemon::resolve(&docker, base).await);
-                }
-                out
-            }
-            Err(err) => {
-                let reason = format!(
-                    "docker daemon unreachable ({})",
-                    err.to_string().lines().next().unwrap_or("")
-                );
-                bases
-                    .iter()
-                    .map(|_| Resolution::unresolved(reason.clone()))
-                    .collect()
-            }
-        }
-    })
-}
-
 fn selected(
     containers: &Containers,
     profile: Option<&str>,
@@ -370,64 +336,9 @@ fn lock_cmd(containers: &Containers, profile: Option<&str>, base: Option<String>
         .into());
     };
     let profiles = selected(containers, profile)?;
-    let bases: Vec<String> = profiles
-        .iter()
-        .map(|p| base.clone().unwrap_or_else(|| p.base.reference.clone()))
-        .collect();
-    let resolutions = resolve_all(&bases);
-    let mut lockfile = Lockfile::read(&path)?;
-    for ((profile, base), resolution) in profiles.iter().zip(&bases).zip(&resolutions) {
-        let old = lockfile
-            .profiles
-            .get(&profile.name)
-            .filter(|old| old.base == *base)
-            .map(|old| old.resolution());
-        let resolution = merge_resolution(old.as_ref(), resolution);
-        let entry = lock::compute_entry(containers, profile, base, &resolution)?;
-        match &resolution.digest {
-            Some(digest) => eprintln!(
-                "{}: {base} → {digest} ({:?})",
-                profile.name, resolution.source
-            ),
-            None => eprintln!(
-                "warning: {}: {base} unresolved — NOT pinned ({})",
-                profile.name,
-                resolution.reason.as_deref().unwrap_or("")
-            ),
-        }
-        lockfile.profiles.insert(profile.name.clone(), entry);
-    }
-    lockfile.write(&path)?;
+    crate::image::relock::relock(containers, &profiles, base, &path)?;
     crate::output::outln!("{}", path.display());
     Ok(0)
-}
-
-/// What a re-lock writes, given the old entry's resolution and the one found now.
-/// A base that cannot be resolved here (no registry access) keeps the digest
-/// it was locked at rather than losing its pin; a content pin (registry,
-/// RepoDigest, cited) is not replaced by a local image ID (only this daemon's
-/// view); the registry's answer always wins, keeping the amd64 digest when the
-/// index digest is unchanged.
-pub fn merge_resolution(old: Option<&Resolution>, now: &Resolution) -> Resolution {
-    let Some(old) = old else {
-        return now.clone();
-    };
-    let keep = (now.digest.is_none() && old.digest.is_some())
-        || (old.pinnable().is_some() && now.source == DigestSource::ImageId);
-    if keep {
-        eprintln!(
-            "note: keeping the locked digest {} ({:?}): {}",
-            old.digest.as_deref().unwrap_or(""),
-            old.source,
-            now.reason.as_deref().unwrap_or("only a local image ID now")
-        );
-        return old.clone();
-    }
-    let mut now = now.clone();
-    if now.source == DigestSource::Registry && now.digest == old.digest {
-        now.amd64 = now.amd64.or_else(|| old.amd64.clone());
-    }
-    now
 }
 
 /// Re-resolve each locked base at its registry; `None` when offline (with why).
@@ -526,7 +437,10 @@ fn verify_cmd(containers: &Containers, profile: Option<&str>, json: bool) -> Res
     }
     // Re-resolve the bases: a moved tag is drift; an unreachable registry is said, not hidden.
     let bases: Vec<String> = to_resolve.iter().map(|(_, l)| l.base.clone()).collect();
-    for ((name, locked), now) in to_resolve.iter().zip(resolve_all(&bases)) {
+    for ((name, locked), now) in to_resolve
+        .iter()
+        .zip(crate::image::relock::resolve_all(&bases))
+    {
         let moved = |now_digest: &str, why: &str| lock::Drift {
             profile: name.clone(),
             entry: "digest".into(),

@@ -109,7 +109,7 @@ pub fn binary_path(explicit: Option<&Path>) -> Result<PathBuf> {
 pub fn binary_sha256(path: &Path) -> Result<String> {
     let bytes =
         std::fs::read(path).map_err(|err| anyhow::anyhow!("reading {}: {err}", path.display()))?;
-    Ok(lock::sha256_hex(&bytes))
+    Ok(super::hash::sha256_hex(&bytes))
 }
 
 /// Refuse to build when the lock is missing or does not match the inputs.

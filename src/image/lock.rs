@@ -11,9 +11,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest as _, Sha256};
 
-use super::profile::{Containers, ImageProfile};
+use super::profile::{Containers, ImageProfile, EMBEDDED_LOCK_NAME};
 use super::python::{self, RequirementsLock};
 use super::render;
 use crate::error::{Result, UserError};
@@ -21,9 +20,9 @@ use crate::error::{Result, UserError};
 pub const SCHEMA: u32 = 2;
 pub const UNRESOLVED: &str = "unresolved";
 
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
+// Defined below the lock (python.rs hashes with it too); named here as well
+// because callers outside `image` know it by this path.
+pub use super::hash::sha256_hex;
 
 /// How a base reference was pinned.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -179,6 +178,23 @@ impl Lockfile {
         );
         std::fs::write(path, text)
             .map_err(|err| anyhow::anyhow!("writing {}: {err}", path.display()))
+    }
+}
+
+/// The lock of the embedded profiles and templates, so a rendered or built
+/// recipe pins its base by digest outside the repository too (without it,
+/// `FROM` carried the bare tag there).
+const EMBEDDED_LOCK: &str = include_str!("../../containers/envgen.lock");
+// Reading the lock is the lock's concern: `Containers` (profile.rs) only
+// says where the file lives.
+impl Containers {
+    /// The lock of these profiles: `envgen.lock` in the directory (a missing
+    /// file is an empty lock), or the copy embedded with the embedded profiles.
+    pub fn lockfile(&self) -> Result<Lockfile> {
+        match self.lock_path() {
+            Some(path) => Lockfile::read(&path),
+            None => Lockfile::parse(EMBEDDED_LOCK, EMBEDDED_LOCK_NAME),
+        }
     }
 }
 
@@ -378,5 +394,23 @@ mod tests {
                 profile.name
             );
         }
+    }
+
+    /// Outside the repository the embedded lock pins every embedded profile:
+    /// its recipes say `FROM base@sha256:…`, not the bare tag (issue #21).
+    #[test]
+    fn the_embedded_lock_pins_every_embedded_profile() {
+        let containers = Containers::embedded();
+        let lock = containers.lockfile().unwrap();
+        for profile in containers.profiles().unwrap() {
+            let entry = &lock.profiles[&profile.name];
+            let resolution = entry.resolution();
+            let digest = resolution.pinnable().unwrap();
+            let files = render::render(&containers, &profile, &entry.base, Some(digest)).unwrap();
+            assert!(files[0]
+                .1
+                .contains(&format!("FROM {}@{digest}\n", entry.base)));
+        }
+        assert_eq!(containers.lock_name(), EMBEDDED_LOCK_NAME);
     }
 }

@@ -11,9 +11,11 @@ pub mod context;
 pub mod daemon;
 pub mod elf;
 pub mod export;
+pub mod hash;
 pub mod lock;
 pub mod profile;
 pub mod python;
+pub mod relock;
 pub mod render;
 
 pub use build::ensure_built;

@@ -5,7 +5,7 @@
 //! the copy embedded in the binary (read-only: `lock` needs a directory).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
@@ -44,10 +44,6 @@ const EMBEDDED_TEMPLATES: &[(&str, &str)] = &[
     ),
 ];
 
-/// The lock of the embedded profiles and templates, so a rendered or built
-/// recipe pins its base by digest outside the repository too (without it,
-/// `FROM` carried the bare tag there).
-const EMBEDDED_LOCK: &str = include_str!("../../containers/envgen.lock");
 /// How the embedded lock is named in messages.
 pub const EMBEDDED_LOCK_NAME: &str = "<embedded>/envgen.lock";
 
@@ -74,8 +70,55 @@ pub struct ImageProfile {
     pub env: BTreeMap<String, String>,
     /// The profile's own Python dependencies: a hash-pinned requirements file.
     #[serde(default)]
-    pub python: Option<super::python::Python>,
+    pub python: Option<Python>,
     pub user: User,
+}
+
+/// `[python]` in a profile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Python {
+    /// The image's Python ("3.11"): pip downloads the wheels for it.
+    pub version: String,
+    /// The hash-pinned requirements file, relative to the containers directory.
+    pub requirements: String,
+}
+
+impl Python {
+    /// The path must stay inside the containers directory and be inert in
+    /// messages; the version must be `3.N`.
+    pub fn validate(&self, origin: &str) -> Result<()> {
+        let path = Path::new(&self.requirements);
+        let inside = !self.requirements.is_empty()
+            && path
+                .components()
+                .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+        let plain = self
+            .requirements
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c));
+        if !inside || !plain {
+            return Err(UserError::usage(format!(
+                "{origin}: python.requirements = {:?} is not allowed (a path relative to the containers directory, inside it: no `..`, not absolute; letters, digits, / . _ -)",
+                self.requirements
+            ))
+            .with_fix("put the file in the containers directory, e.g. requirements/NAME.txt, and name it so: requirements = \"requirements/NAME.txt\"")
+            .into());
+        }
+        let version_ok = self
+            .version
+            .strip_prefix("3.")
+            .is_some_and(|minor| !minor.is_empty() && minor.chars().all(|c| c.is_ascii_digit()));
+        if !version_ok {
+            return Err(UserError::usage(format!(
+                "{origin}: python.version = {:?} is not allowed (the image's Python as 3.N)",
+                self.version
+            ))
+            .with_fix("write the base image's Python version, e.g. version = \"3.11\" (`python3 --version` in the base)")
+            .into());
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -223,15 +266,6 @@ impl Containers {
             .unwrap_or_else(|| EMBEDDED_LOCK_NAME.into())
     }
 
-    /// The lock of these profiles: `envgen.lock` in the directory (a missing
-    /// file is an empty lock), or the copy embedded with the embedded profiles.
-    pub fn lockfile(&self) -> Result<super::lock::Lockfile> {
-        match self.lock_path() {
-            Some(path) => super::lock::Lockfile::read(&path),
-            None => super::lock::Lockfile::parse(EMBEDDED_LOCK, EMBEDDED_LOCK_NAME),
-        }
-    }
-
     /// The profile's source text, for hashing into the lock.
     pub fn profile_text(&self, name: &str) -> Result<&str> {
         self.check_name(name)?;
@@ -376,26 +410,6 @@ mod tests {
         assert!(cpu.cuda.is_none());
         let cuda = containers.profile("cuda12.8").unwrap();
         assert!(cuda.cuda.unwrap().require.starts_with("cuda>=12.8"));
-    }
-
-    /// Outside the repository the embedded lock pins every embedded profile:
-    /// its recipes say `FROM base@sha256:…`, not the bare tag (issue #21).
-    #[test]
-    fn the_embedded_lock_pins_every_embedded_profile() {
-        let containers = Containers::embedded();
-        let lock = containers.lockfile().unwrap();
-        for profile in containers.profiles().unwrap() {
-            let entry = &lock.profiles[&profile.name];
-            let resolution = entry.resolution();
-            let digest = resolution.pinnable().unwrap();
-            let files =
-                super::super::render::render(&containers, &profile, &entry.base, Some(digest))
-                    .unwrap();
-            assert!(files[0]
-                .1
-                .contains(&format!("FROM {}@{digest}\n", entry.base)));
-        }
-        assert_eq!(containers.lock_name(), EMBEDDED_LOCK_NAME);
     }
 
     #[test]

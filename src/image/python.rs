@@ -19,11 +19,11 @@
 //! pins with hashes, comments, continuations) is a few lines.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::lock::sha256_hex;
+use super::hash::sha256_hex;
 use super::profile::{Containers, ImageProfile};
 use crate::error::{Result, UserError};
 
@@ -35,53 +35,6 @@ pub const CONTEXT_DIR: &str = "python";
 
 /// How to write a file this parser accepts.
 const COMPILE_FIX: &str = "pin every requirement with its hashes: `uv pip compile --generate-hashes requirements.in -o requirements.txt` (or `pip-compile --generate-hashes requirements.in`); see docs/images.md, \"Your Python dependencies\"";
-
-/// `[python]` in a profile.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Python {
-    /// The image's Python ("3.11"): pip downloads the wheels for it.
-    pub version: String,
-    /// The hash-pinned requirements file, relative to the containers directory.
-    pub requirements: String,
-}
-
-impl Python {
-    /// The path must stay inside the containers directory and be inert in
-    /// messages; the version must be `3.N`.
-    pub fn validate(&self, origin: &str) -> Result<()> {
-        let path = Path::new(&self.requirements);
-        let inside = !self.requirements.is_empty()
-            && path
-                .components()
-                .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
-        let plain = self
-            .requirements
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c));
-        if !inside || !plain {
-            return Err(UserError::usage(format!(
-                "{origin}: python.requirements = {:?} is not allowed (a path relative to the containers directory, inside it: no `..`, not absolute; letters, digits, / . _ -)",
-                self.requirements
-            ))
-            .with_fix("put the file in the containers directory, e.g. requirements/NAME.txt, and name it so: requirements = \"requirements/NAME.txt\"")
-            .into());
-        }
-        let version_ok = self
-            .version
-            .strip_prefix("3.")
-            .is_some_and(|minor| !minor.is_empty() && minor.chars().all(|c| c.is_ascii_digit()));
-        if !version_ok {
-            return Err(UserError::usage(format!(
-                "{origin}: python.version = {:?} is not allowed (the image's Python as 3.N)",
-                self.version
-            ))
-            .with_fix("write the base image's Python version, e.g. version = \"3.11\" (`python3 --version` in the base)")
-            .into());
-        }
-        Ok(())
-    }
-}
 
 /// One requirement: `name==version` and its hashes (hex sha256).
 #[derive(Debug, Clone, PartialEq)]

@@ -70,7 +70,7 @@ impl RunDir {
     /// naming the line: a truncated last line from a killed run is skipped).
     pub fn metrics(&self) -> Result<Vec<Value>> {
         let path = self.path.join("metrics.jsonl");
-        let text = envgen_experiments::engine::rundir::read_metrics_text(&path)?;
+        let text = envgen_experiments::engine::run_files::read_metrics_text(&path)?;
         let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
         let mut rows = Vec::with_capacity(lines.len());
         for (i, line) in lines.iter().enumerate() {

@@ -14,8 +14,10 @@ pub mod optim;
 pub mod params;
 pub mod precision;
 pub mod progress;
+pub mod run_files;
 pub mod rundir;
 pub mod safetensors_io;
+pub mod task;
 pub mod tensorboard;
 pub mod train;
 
@@ -23,7 +25,8 @@ pub use config::{config_hash, load, split_batch, HardwareHint, Loaded, OptimConf
 pub use distributed::World;
 pub use precision::{LossScaler, Precision, ScaledStep};
 pub use rundir::{Status, Summary};
-pub use train::{train, train_on, AnyBackendTask, RunControl, Task};
+pub use task::{RunControl, Task};
+pub use train::{train, train_on, AnyBackendTask};
 
 /// A seed that depends on (`seed`, `step`, `row`) only: what a task draws
 /// row `row` of step `step` from, so that a resumed run, or the same batch

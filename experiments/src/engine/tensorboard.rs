@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use serde_json::Value;
 
-use super::rundir::{read_metrics_text, refuse_symlink};
+use super::run_files::{read_metrics_text, refuse_symlink};
 use crate::fsutil::write_atomic;
 
 #[path = "tensorboard_hparams.rs"]

@@ -1,9 +1,7 @@
 //! The iteration-based training loop every experiment shares.
 
-use std::ops::Range;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use burn::module::AutodiffModule;
@@ -13,115 +11,14 @@ use burn::tensor::backend::AutodiffBackend;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use super::config::{OptimConfig, TrainConfig};
+use super::config::OptimConfig;
 use super::distributed::{writes_files, Collective, World};
 use super::optim::{clip_scale, global_grad_norm, learning_rate, AdamW};
-use super::precision::{LossScaler, Precision, ScaledStep};
+use super::precision::{LossScaler, ScaledStep};
 use super::rundir::{finish_run, read_json, write_json, MetricsLog, Status, Summary};
+use super::task::{RunControl, Task};
 use super::{checkpoint, health, safetensors_io};
 use crate::fsutil::write_atomic;
-
-/// What an experiment supplies to the loop. Data order must be a pure
-/// function of (seed, step, row): that is what makes runs repeatable and
-/// resume exact, whatever the micro-batch.
-pub trait Task<B: AutodiffBackend> {
-    type Model: AutodiffModule<B> + Clone;
-
-    fn train_config(&self) -> &TrainConfig;
-    fn optim_config(&self) -> &OptimConfig;
-    /// A freshly initialized model (the backend is already seeded).
-    fn init_model(&self, device: &B::Device) -> anyhow::Result<Self::Model>;
-    /// Mean loss over the rows `rows` of the global batch of `step`.
-    fn loss(
-        &self,
-        model: &Self::Model,
-        step: u64,
-        rows: Range<usize>,
-        device: &B::Device,
-    ) -> Tensor<B, 1>;
-    /// Validation loss (no autodiff).
-    fn evaluate(
-        &self,
-        model: &<Self::Model as AutodiffModule<B>>::InnerModule,
-        micro_batch: usize,
-        device: &burn::tensor::Device<B::InnerBackend>,
-    ) -> f64;
-    /// Units (tokens, samples) one row carries, and their name ("tokens").
-    fn units_per_row(&self) -> (usize, &'static str);
-    /// Extra numbers for summary.json (e.g. the data's entropy bound).
-    fn summary_extras(&self) -> Map<String, Value> {
-        Map::new()
-    }
-    /// Extra fields for the metrics record of `step` (0-based), such as
-    /// where in the data it was (the epoch of a sequential data order).
-    fn step_extras(&self, _step: u64) -> Map<String, Value> {
-        Map::new()
-    }
-    /// Extra evaluations run with the validation loss (logged in the same
-    /// metrics record; the last ones also go to summary.json), e.g. a
-    /// benchmark's accuracy.
-    fn eval_extras(
-        &self,
-        _model: &<Self::Model as AutodiffModule<B>>::InnerModule,
-        _micro_batch: usize,
-        _device: &burn::tensor::Device<B::InnerBackend>,
-    ) -> anyhow::Result<Map<String, Value>> {
-        Ok(Map::new())
-    }
-    /// Called once after the last step (e.g. to export weights).
-    fn finish(&self, _model: &Self::Model, _run_dir: &Path) -> anyhow::Result<()> {
-        Ok(())
-    }
-}
-
-/// How to run (none of it changes the science).
-#[derive(Default)]
-pub struct RunControl {
-    pub run_dir: PathBuf,
-    pub micro_batch: usize,
-    /// Resume from `run_dir/checkpoints/latest`.
-    pub resume: bool,
-    /// Test hook: behave as if interrupted after this many steps.
-    pub stop_after: Option<u64>,
-    /// Set by a signal handler: finish the step, checkpoint, stop.
-    pub stop: Arc<AtomicBool>,
-    pub progress: bool,
-    /// What the arithmetic runs in (a hardware knob, never the science).
-    pub precision: Precision,
-    /// Data-parallel: this process is one rank of these (None: alone).
-    pub world: Option<World>,
-    /// Rows per generation call (`--gen-batch`, the profile's or the
-    /// preset's hint) for experiments that sample, such as rft: a speed
-    /// knob like `micro_batch` (None: the experiment's default).
-    pub gen_batch: Option<usize>,
-    /// The stage this control trains, named before its progress bar
-    /// (`pretrain`, `round-1/finetune`); None for a one-stage run.
-    pub label: Option<String>,
-}
-
-impl RunControl {
-    /// The control of a sub-run in `dir` (an RFT or pruning stage): this
-    /// run's stop flag, progress, precision and generation batch, its own
-    /// micro-batch and stop hook, resumed when `dir` has a checkpoint; its
-    /// label is `dir` below this run's `stages/` (as `runs watch` names it).
-    pub fn stage(&self, dir: &Path, micro_batch: usize, stop_after: Option<u64>) -> RunControl {
-        RunControl {
-            run_dir: dir.to_path_buf(),
-            micro_batch,
-            resume: dir.join(checkpoint::CHECKPOINTS).join("latest").exists(),
-            stop_after,
-            stop: self.stop.clone(),
-            progress: self.progress,
-            precision: self.precision,
-            world: self.world.clone(),
-            gen_batch: self.gen_batch,
-            label: dir
-                .strip_prefix(self.run_dir.join("stages"))
-                .ok()
-                .map(|stage| stage.to_string_lossy().replace('\\', "/")),
-        }
-    }
-}
 
 /// Loop state saved next to the weights.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -169,6 +66,16 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
     // rank r the rows r·share … (r+1)·share, in micro-batches.
     let (share, first_row) = rank_share(train_cfg.batch_size, world)?;
     let (micro_batch, grad_accum) = super::config::split_batch(share, Some(control.micro_batch))?;
+    let (units_per_row, unit) = task.units_per_row();
+    let shape = StepShape {
+        first_row,
+        micro_batch,
+        grad_accum,
+        units_per_step: units_per_row * train_cfg.batch_size,
+        unit,
+        eval_every: train_cfg.eval_every.max(1),
+        steps: train_cfg.steps,
+    };
     let collective = world
         .map(|w| Collective::<B::InnerBackend>::join(w, &inner_device_of::<B>(device)))
         .transpose()?;
@@ -204,11 +111,9 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
         })
         .transpose()?;
     if let (None, Some(metrics)) = (state.initial_val_loss, metrics.as_mut()) {
-        let valid = model.valid();
-        let val = task.evaluate(&valid, micro_batch, &inner_device_of::<B>(device));
+        let (val, extras) = evaluate(task, &model, micro_batch, device)?;
         state.initial_val_loss = Some(val);
         let mut record = json!({"step": 0, "val_loss": val});
-        let extras = task.eval_extras(&valid, micro_batch, &inner_device_of::<B>(device))?;
         merge(&mut record, extras);
         metrics.write(&record)?;
     }
@@ -216,8 +121,6 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
     if state.loss_scaler.is_none() {
         state.loss_scaler = control.precision.loss_scaler();
     }
-    let (units_per_row, unit) = task.units_per_row();
-    let units_per_step = units_per_row * train_cfg.batch_size;
     let bar =
         progress_bar(control.progress && leader, train_cfg.steps, state.step).counting("step");
     if let Some(label) = &control.label {
@@ -234,105 +137,51 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
         let step = state.step;
         let started = Instant::now();
         let lr = learning_rate(&optim_cfg, step, train_cfg.steps);
-        let mut accumulator = GradientsAccumulator::<T::Model>::new();
-        // Each micro-batch's loss stays on the device until the step's
-        // last micro-batch is queued: one read (one GPU sync) a step, not
-        // one a micro-batch; summed in f64 in micro-batch order as before.
-        let mut micro_losses = Vec::with_capacity(grad_accum);
         // fp16: the loss is scaled up before backward (engine::precision).
         let loss_scale = state.loss_scaler.as_ref().map_or(1.0, |s| s.scale);
-        for micro in 0..grad_accum {
-            let start = first_row + micro * micro_batch;
-            let rows = start..start + micro_batch;
-            let loss = task.loss(&model, step, rows, device) / grad_accum as f64;
-            micro_losses.push(loss.clone().detach().reshape([1]));
-            let loss = if loss_scale == 1.0 {
-                loss
-            } else {
-                loss * loss_scale
-            };
-            let grads = GradientsParams::from_grads(loss.backward(), &model);
-            accumulator.accumulate(&model, grads);
-        }
-        let mut grads = accumulator.grads();
-        let mut loss_sum: f64 = Tensor::cat(micro_losses, 0).into_data().iter::<f64>().sum();
-        // Ranks agree on everything that decides what happens next: the
-        // gradients, the loss, and whether any of them was asked to stop.
-        let mut stop_requested = control.stop.load(Ordering::SeqCst);
-        if let Some(collective) = &collective {
-            let stop = if stop_requested { 1.0 } else { 0.0 };
-            let (averaged, scalars) =
-                collective.average::<B, T::Model>(&model, grads, &[loss_sum, stop])?;
-            grads = averaged;
-            loss_sum = scalars[0];
-            stop_requested = scalars[1] > 0.0;
-        }
-        let scaled_norm = global_grad_norm::<B, T::Model>(&model, &grads);
-        let decision = match state.loss_scaler.as_mut() {
-            Some(scaler) => scaler.update(scaled_norm),
-            None => ScaledStep::Apply {
-                unscale: 1.0,
-                raised: false,
-            },
-        };
-        let mut norm = None;
-        if let ScaledStep::Apply { unscale, .. } = decision {
-            let true_norm = scaled_norm * unscale;
-            let clip = clip_scale(true_norm, optim_cfg.grad_clip);
-            let t = state.optimizer_steps.unwrap_or(state.step) + 1;
-            model = optimizer.step::<B, T::Model>(model, &mut grads, lr, t, clip * unscale);
-            state.optimizer_steps = Some(t);
-            norm = Some(true_norm);
-        }
+        let (grads, loss_sum) =
+            accumulate_micro_batches(task, &model, step, &shape, loss_scale, device);
+        let stop = control.stop.load(Ordering::SeqCst);
+        let (mut grads, loss_sum, stop_requested) =
+            agree_across_ranks::<B, T>(collective.as_ref(), &model, grads, loss_sum, stop)?;
+        let update;
+        (model, update) = optimizer_step::<B, T>(
+            model,
+            &mut optimizer,
+            &mut grads,
+            lr,
+            &optim_cfg,
+            &mut state,
+        );
         state.step += 1;
         state.last_train_loss = Some(loss_sum);
         let step_s = started.elapsed().as_secs_f64();
         crate::kernel_cache::step_done();
-        session_units += units_per_step as u64;
-        let mut record = json!({
-            "step": state.step,
-            "loss": loss_sum,
-            "lr": lr,
-            "grad_norm": norm,
-            format!("{unit}_per_s"): units_per_step as f64 / step_s,
-            "step_ms": step_s * 1e3,
-        });
-        if let Some(scaler) = &state.loss_scaler {
-            super::precision::record_step(&mut record, loss_scale, decision, scaler);
-        }
-        merge(&mut record, task.step_extras(step));
-        let eval_due =
-            state.step % train_cfg.eval_every.max(1) == 0 || state.step == train_cfg.steps;
-        if let (true, Some(metrics)) = (eval_due, metrics.as_mut()) {
-            let valid = model.valid();
-            let val = task.evaluate(&valid, micro_batch, &inner_device_of::<B>(device));
-            state.last_val_loss = Some(val);
-            record["val_loss"] = json!(val);
-            let extras = task.eval_extras(&valid, micro_batch, &inner_device_of::<B>(device))?;
-            state.last_eval_extras = Some(extras.clone());
-            merge(&mut record, extras);
-            metrics.write(&record)?;
-        } else if let Some(metrics) = metrics.as_mut() {
-            metrics.write(&record)?;
-        }
+        session_units += shape.units_per_step as u64;
+        let line = StepLine {
+            step,
+            lr,
+            loss_sum,
+            loss_scale,
+            update,
+            step_s,
+        };
+        log_step(
+            task,
+            &model,
+            &mut state,
+            &line,
+            &shape,
+            metrics.as_mut(),
+            device,
+        )?;
         bar.set_message(format!(
-            "loss {loss_sum:.4} {:.0} {unit}/s",
-            units_per_step as f64 / step_s
+            "loss {loss_sum:.4} {:.0} {}/s",
+            shape.units_per_step as f64 / step_s,
+            shape.unit
         ));
         bar.set_position(state.step);
-
-        // A loss that is not a number trains nothing from here on, and a
-        // panic on any thread (a backend's worker) leaves the tensors
-        // untrustworthy: the run fails at this step (its weights are not
-        // checkpointed) instead of going on to "complete". fp16's skipped
-        // overflow steps are not divergence.
-        let applied = matches!(decision, ScaledStep::Apply { .. });
-        let failure = panics.failure(state.step).or_else(|| {
-            applied
-                .then(|| health::diverged(loss_sum, state.step, "optim.lr"))
-                .flatten()
-        });
-        if let Some(why) = failure {
+        if let Some(why) = failure(&panics, &line.update, loss_sum, state.step) {
             diverged = Some(why);
             status = Status::Failed;
             break;
@@ -357,19 +206,48 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
         task.finish(&model, &control.run_dir)?;
     }
     let session_s = session_start.elapsed().as_secs_f64();
-    let wall_s = wall_before + session_s;
+    let session = Session {
+        status,
+        diverged,
+        wall_s: wall_before + session_s,
+        units_per_s: session_units as f64 / session_s.max(1e-9),
+    };
+    let summary = summarize(task, &state, &shape, session, world);
+    if leader {
+        finish_run(&control.run_dir, &summary)?;
+    }
+    Ok(summary)
+}
+
+/// How this session of the run ended, for its summary.
+struct Session {
+    status: Status,
+    /// Why the run failed, when it diverged or a thread panicked.
+    diverged: Option<String>,
+    /// Wall time of every session so far.
+    wall_s: f64,
+    units_per_s: f64,
+}
+
+/// `summary.json`'s content: the final and initial losses, the speed, the
+/// loss scaler's counts, the task's extras and its last evaluations.
+fn summarize<B: AutodiffBackend, T: Task<B>>(
+    task: &T,
+    state: &LoopState,
+    shape: &StepShape,
+    session: Session,
+    world: Option<&World>,
+) -> Summary {
+    let unit = shape.unit;
     let mut m = Map::new();
-    if let Some(why) = &diverged {
+    if let Some(why) = &session.diverged {
         m.insert("error".into(), json!(why));
     }
     m.insert("final_train_loss".into(), json!(state.last_train_loss));
     m.insert("final_val_loss".into(), json!(state.last_val_loss));
     m.insert("initial_val_loss".into(), json!(state.initial_val_loss));
-    m.insert(
-        format!("{unit}_per_s"),
-        json!(session_units as f64 / session_s.max(1e-9)),
-    );
-    m.insert(format!("{unit}_per_step"), json!(units_per_step));
+    m.insert(format!("{unit}_per_s"), json!(session.units_per_s));
+    m.insert(format!("{unit}_per_step"), json!(shape.units_per_step));
     if let Some(scaler) = &state.loss_scaler {
         scaler.summarize(&mut m);
     }
@@ -378,18 +256,207 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
         m.insert(format!("final_{key}"), value);
     }
     let mut summary = Summary {
-        status,
-        wall_s,
+        status: session.status,
+        wall_s: session.wall_s,
         steps_done: state.step,
         metrics: m,
     };
     if let Some(w) = world {
         summary.metrics.insert("world_size".into(), json!(w.size));
     }
-    if leader {
-        finish_run(&control.run_dir, &summary)?;
+    summary
+}
+
+/// How a step is cut up and logged: this rank's rows of every global batch
+/// (`grad_accum` micro-batches of `micro_batch` rows from `first_row` on),
+/// the units a step trains on, and when it evaluates.
+struct StepShape {
+    first_row: usize,
+    micro_batch: usize,
+    grad_accum: usize,
+    units_per_step: usize,
+    unit: &'static str,
+    eval_every: u64,
+    steps: u64,
+}
+
+/// What a step did, for its metrics line.
+struct StepLine {
+    /// The step's index (0-based; the line says `step + 1`).
+    step: u64,
+    lr: f64,
+    loss_sum: f64,
+    loss_scale: f64,
+    update: Update,
+    step_s: f64,
+}
+
+/// What the optimizer did with a step's gradients.
+struct Update {
+    /// fp16's loss scaler's decision (always `Apply` without one).
+    decision: ScaledStep,
+    /// The true (unscaled) gradient norm, when the update was applied.
+    norm: Option<f64>,
+}
+
+/// Forward and backward over this rank's micro-batches of `step`, the
+/// gradients accumulated. Each micro-batch's loss stays on the device until
+/// the step's last micro-batch is queued: one read (one GPU sync) a step,
+/// not one a micro-batch; summed in f64 in micro-batch order.
+fn accumulate_micro_batches<B: AutodiffBackend, T: Task<B>>(
+    task: &T,
+    model: &T::Model,
+    step: u64,
+    shape: &StepShape,
+    loss_scale: f64,
+    device: &B::Device,
+) -> (GradientsParams, f64) {
+    let mut accumulator = GradientsAccumulator::<T::Model>::new();
+    let mut micro_losses = Vec::with_capacity(shape.grad_accum);
+    for micro in 0..shape.grad_accum {
+        let start = shape.first_row + micro * shape.micro_batch;
+        let rows = start..start + shape.micro_batch;
+        let loss = task.loss(model, step, rows, device) / shape.grad_accum as f64;
+        micro_losses.push(loss.clone().detach().reshape([1]));
+        let loss = if loss_scale == 1.0 {
+            loss
+        } else {
+            loss * loss_scale
+        };
+        let grads = GradientsParams::from_grads(loss.backward(), model);
+        accumulator.accumulate(model, grads);
     }
-    Ok(summary)
+    let loss_sum: f64 = Tensor::cat(micro_losses, 0).into_data().iter::<f64>().sum();
+    (accumulator.grads(), loss_sum)
+}
+
+/// Ranks agree on everything that decides what happens next: the
+/// gradients (averaged), the loss, and whether any of them was asked to
+/// stop. Alone, all three pass through.
+fn agree_across_ranks<B: AutodiffBackend, T: Task<B>>(
+    collective: Option<&Collective<B::InnerBackend>>,
+    model: &T::Model,
+    grads: GradientsParams,
+    loss_sum: f64,
+    stop_requested: bool,
+) -> anyhow::Result<(GradientsParams, f64, bool)> {
+    let Some(collective) = collective else {
+        return Ok((grads, loss_sum, stop_requested));
+    };
+    let stop = if stop_requested { 1.0 } else { 0.0 };
+    let (averaged, scalars) = collective.average::<B, T::Model>(model, grads, &[loss_sum, stop])?;
+    Ok((averaged, scalars[0], scalars[1] > 0.0))
+}
+
+/// The optimizer update: fp16's loss scaler decides whether it is applied
+/// (an overflowing step is skipped) and by how much the gradients are
+/// unscaled; the true norm is clipped to `optim.grad_clip`.
+fn optimizer_step<B: AutodiffBackend, T: Task<B>>(
+    model: T::Model,
+    optimizer: &mut AdamW<B::InnerBackend>,
+    grads: &mut GradientsParams,
+    lr: f64,
+    optim_cfg: &OptimConfig,
+    state: &mut LoopState,
+) -> (T::Model, Update) {
+    let scaled_norm = global_grad_norm::<B, T::Model>(&model, grads);
+    let decision = match state.loss_scaler.as_mut() {
+        Some(scaler) => scaler.update(scaled_norm),
+        None => ScaledStep::Apply {
+            unscale: 1.0,
+            raised: false,
+        },
+    };
+    let ScaledStep::Apply { unscale, .. } = decision else {
+        return (
+            model,
+            Update {
+                decision,
+                norm: None,
+            },
+        );
+    };
+    let true_norm = scaled_norm * unscale;
+    let clip = clip_scale(true_norm, optim_cfg.grad_clip);
+    let t = state.optimizer_steps.unwrap_or(state.step) + 1;
+    let model = optimizer.step::<B, T::Model>(model, grads, lr, t, clip * unscale);
+    state.optimizer_steps = Some(t);
+    let update = Update {
+        decision,
+        norm: Some(true_norm),
+    };
+    (model, update)
+}
+
+/// The step's metrics line, with the validation loss and the task's
+/// evaluations when one is due (every `eval_every` steps and at the end).
+/// Only the leader has a metrics log; the others log nothing.
+fn log_step<B: AutodiffBackend, T: Task<B>>(
+    task: &T,
+    model: &T::Model,
+    state: &mut LoopState,
+    line: &StepLine,
+    shape: &StepShape,
+    metrics: Option<&mut MetricsLog>,
+    device: &B::Device,
+) -> anyhow::Result<()> {
+    let unit = shape.unit;
+    let mut record = json!({
+        "step": state.step,
+        "loss": line.loss_sum,
+        "lr": line.lr,
+        "grad_norm": line.update.norm,
+        format!("{unit}_per_s"): shape.units_per_step as f64 / line.step_s,
+        "step_ms": line.step_s * 1e3,
+    });
+    if let Some(scaler) = &state.loss_scaler {
+        super::precision::record_step(&mut record, line.loss_scale, line.update.decision, scaler);
+    }
+    merge(&mut record, task.step_extras(line.step));
+    let Some(metrics) = metrics else {
+        return Ok(());
+    };
+    if state.step % shape.eval_every == 0 || state.step == shape.steps {
+        let (val, extras) = evaluate(task, model, shape.micro_batch, device)?;
+        state.last_val_loss = Some(val);
+        record["val_loss"] = json!(val);
+        state.last_eval_extras = Some(extras.clone());
+        merge(&mut record, extras);
+    }
+    metrics.write(&record)
+}
+
+/// The validation loss and the task's other evaluations, on the model
+/// without autodiff.
+fn evaluate<B: AutodiffBackend, T: Task<B>>(
+    task: &T,
+    model: &T::Model,
+    micro_batch: usize,
+    device: &B::Device,
+) -> anyhow::Result<(f64, Map<String, Value>)> {
+    let valid = model.valid();
+    let val = task.evaluate(&valid, micro_batch, &inner_device_of::<B>(device));
+    let extras = task.eval_extras(&valid, micro_batch, &inner_device_of::<B>(device))?;
+    Ok((val, extras))
+}
+
+/// Why the run fails at this step, if it does: a loss that is not a number
+/// trains nothing from here on, and a panic on any thread (a backend's
+/// worker) leaves the tensors untrustworthy, so the run stops here (its
+/// weights are not checkpointed) instead of going on to "complete".
+/// fp16's skipped overflow steps are not divergence.
+fn failure(
+    panics: &health::PanicWatch,
+    update: &Update,
+    loss_sum: f64,
+    step: u64,
+) -> Option<String> {
+    let applied = matches!(update.decision, ScaledStep::Apply { .. });
+    panics.failure(step).or_else(|| {
+        applied
+            .then(|| health::diverged(loss_sum, step, "optim.lr"))
+            .flatten()
+    })
 }
 
 /// How many rows of each global batch this rank trains on, and the first

@@ -1,7 +1,11 @@
 //! Tests of the shared training loop (engine::train).
 
+use std::ops::Range;
+
 use super::*;
 use crate::backend::CpuTrain;
+use crate::engine::config::TrainConfig;
+use crate::engine::precision::Precision;
 use burn::nn::{Linear, LinearConfig};
 
 #[derive(Module, Debug)]

@@ -69,6 +69,25 @@ pub fn load_tensors<B: Backend>(
     params::replace::<B, _>(model, origin, &lookup)
 }
 
+// Loading saved weights is this file's concern, so the model's loading
+// constructor lives here, and the model (`model.rs`) knows nothing of files.
+impl ModelConfig {
+    /// A fresh model, or the weights saved at `path` ([`save`]'s layout,
+    /// or a Hugging Face model directory holding `model.safetensors`).
+    pub fn init_from<B: Backend>(
+        &self,
+        path: Option<&std::path::Path>,
+        device: &B::Device,
+    ) -> anyhow::Result<super::Gpt2<B>> {
+        let model = self.init::<B>(device);
+        match path {
+            Some(path) if is_pretrained_dir(path) => load(model, &path.join("model.safetensors")),
+            Some(path) => load(model, path),
+            None => Ok(model),
+        }
+    }
+}
+
 /// GPT-2's activations in `transformers`' `config.json`: the tanh
 /// approximation of GELU that envgen's MLP computes.
 const TANH_GELUS: [&str; 2] = ["gelu_new", "gelu_pytorch_tanh"];

@@ -1,8 +1,8 @@
 //! The GPT-2 experiment: config, presets, the training task, Hugging Face
 //! weight interop and sampling.
 
-pub mod batch;
 pub mod eval;
+pub mod generate;
 pub mod hellaswag;
 pub mod hf;
 pub mod lora;
@@ -24,7 +24,7 @@ use crate::data::{self, Batches, DataConfig, DataOrder, TokenData};
 use crate::engine::{self, OptimConfig, RunControl, Summary, Task, TrainConfig};
 use crate::error::UserError;
 use crate::experiment::{self, Experiment, ExperimentInfo, TypedExperiment};
-pub use batch::{sample_batch, sample_rows, sample_rows_until, BatchSampleOptions};
+pub use generate::{sample_batch, sample_rows, sample_rows_until, BatchSampleOptions};
 pub use model::{Gpt2, ModelConfig};
 
 pub const EXPERIMENT: &str = "gpt2";

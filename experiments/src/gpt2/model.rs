@@ -120,23 +120,6 @@ impl ModelConfig {
         Ok(())
     }
 
-    /// A fresh model, or the weights saved at `path` (`hf::save`'s layout,
-    /// or a Hugging Face model directory holding `model.safetensors`).
-    pub fn init_from<B: Backend>(
-        &self,
-        path: Option<&std::path::Path>,
-        device: &B::Device,
-    ) -> anyhow::Result<Gpt2<B>> {
-        let model = self.init::<B>(device);
-        match path {
-            Some(path) if super::hf::is_pretrained_dir(path) => {
-                super::hf::load(model, &path.join("model.safetensors"))
-            }
-            Some(path) => super::hf::load(model, path),
-            None => Ok(model),
-        }
-    }
-
     pub fn init<B: Backend>(&self, device: &B::Device) -> Gpt2<B> {
         self.init_shaped(self.n_head, 4 * self.n_embd, device)
     }

@@ -273,20 +273,6 @@ pub async fn import_rootfs(
     Ok(())
 }
 
-/// Load a docker-archive (`docker load`).
-pub async fn load_archive(docker: &Docker, archive: &Path) -> Result<()> {
-    let bytes = tokio::fs::read(archive).await?;
-    let mut stream = docker.import_image(
-        bollard::query_parameters::ImportImageOptions::default(),
-        bollard::body_full(bytes.into()),
-        None,
-    );
-    while let Some(item) = stream.next().await {
-        item.map_err(|err| UserError::failed(format!("loading {}: {err}", archive.display())))?;
-    }
-    Ok(())
-}
-
 /// Write a byte stream from the daemon into a file.
 pub async fn stream_to_file(
     mut stream: impl futures_util::Stream<Item = std::result::Result<bytes::Bytes, bollard::errors::Error>>

@@ -93,7 +93,7 @@ fn rows_of(run: &RunDir) -> Result<Vec<Value>> {
             .unwrap_or(dir)
             .to_string_lossy()
             .into_owned();
-        let text = envgen_experiments::engine::rundir::read_metrics_text(&file)?;
+        let text = envgen_experiments::engine::run_files::read_metrics_text(&file)?;
         let stage_rows: Vec<Value> = text
             .lines()
             .filter_map(|line| serde_json::from_str::<Value>(line).ok())

@@ -1,0 +1,120 @@
+//! What an experiment hands the training loop ([`Task`]: its model, losses
+//! and evaluations) and how the loop is to run ([`RunControl`]: where, with
+//! which micro-batch and precision, when to stop). `train.rs` runs them.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use burn::module::AutodiffModule;
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use serde_json::{Map, Value};
+
+use super::checkpoint;
+use super::config::{OptimConfig, TrainConfig};
+use super::distributed::World;
+use super::precision::Precision;
+
+/// What an experiment supplies to the loop. Data order must be a pure
+/// function of (seed, step, row): that is what makes runs repeatable and
+/// resume exact, whatever the micro-batch.
+pub trait Task<B: AutodiffBackend> {
+    type Model: AutodiffModule<B> + Clone;
+
+    fn train_config(&self) -> &TrainConfig;
+    fn optim_config(&self) -> &OptimConfig;
+    /// A freshly initialized model (the backend is already seeded).
+    fn init_model(&self, device: &B::Device) -> anyhow::Result<Self::Model>;
+    /// Mean loss over the rows `rows` of the global batch of `step`.
+    fn loss(
+        &self,
+        model: &Self::Model,
+        step: u64,
+        rows: Range<usize>,
+        device: &B::Device,
+    ) -> Tensor<B, 1>;
+    /// Validation loss (no autodiff).
+    fn evaluate(
+        &self,
+        model: &<Self::Model as AutodiffModule<B>>::InnerModule,
+        micro_batch: usize,
+        device: &burn::tensor::Device<B::InnerBackend>,
+    ) -> f64;
+    /// Units (tokens, samples) one row carries, and their name ("tokens").
+    fn units_per_row(&self) -> (usize, &'static str);
+    /// Extra numbers for summary.json (e.g. the data's entropy bound).
+    fn summary_extras(&self) -> Map<String, Value> {
+        Map::new()
+    }
+    /// Extra fields for the metrics record of `step` (0-based), such as
+    /// where in the data it was (the epoch of a sequential data order).
+    fn step_extras(&self, _step: u64) -> Map<String, Value> {
+        Map::new()
+    }
+    /// Extra evaluations run with the validation loss (logged in the same
+    /// metrics record; the last ones also go to summary.json), e.g. a
+    /// benchmark's accuracy.
+    fn eval_extras(
+        &self,
+        _model: &<Self::Model as AutodiffModule<B>>::InnerModule,
+        _micro_batch: usize,
+        _device: &burn::tensor::Device<B::InnerBackend>,
+    ) -> anyhow::Result<Map<String, Value>> {
+        Ok(Map::new())
+    }
+    /// Called once after the last step (e.g. to export weights).
+    fn finish(&self, _model: &Self::Model, _run_dir: &Path) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+/// How to run (none of it changes the science).
+#[derive(Default)]
+pub struct RunControl {
+    pub run_dir: PathBuf,
+    pub micro_batch: usize,
+    /// Resume from `run_dir/checkpoints/latest`.
+    pub resume: bool,
+    /// Test hook: behave as if interrupted after this many steps.
+    pub stop_after: Option<u64>,
+    /// Set by a signal handler: finish the step, checkpoint, stop.
+    pub stop: Arc<AtomicBool>,
+    pub progress: bool,
+    /// What the arithmetic runs in (a hardware knob, never the science).
+    pub precision: Precision,
+    /// Data-parallel: this process is one rank of these (None: alone).
+    pub world: Option<World>,
+    /// Rows per generation call (`--gen-batch`, the profile's or the
+    /// preset's hint) for experiments that sample, such as rft: a speed
+    /// knob like `micro_batch` (None: the experiment's default).
+    pub gen_batch: Option<usize>,
+    /// The stage this control trains, named before its progress bar
+    /// (`pretrain`, `round-1/finetune`); None for a one-stage run.
+    pub label: Option<String>,
+}
+
+impl RunControl {
+    /// The control of a sub-run in `dir` (an RFT or pruning stage): this
+    /// run's stop flag, progress, precision and generation batch, its own
+    /// micro-batch and stop hook, resumed when `dir` has a checkpoint; its
+    /// label is `dir` below this run's `stages/` (as `runs watch` names it).
+    pub fn stage(&self, dir: &Path, micro_batch: usize, stop_after: Option<u64>) -> RunControl {
+        RunControl {
+            run_dir: dir.to_path_buf(),
+            micro_batch,
+            resume: dir.join(checkpoint::CHECKPOINTS).join("latest").exists(),
+            stop_after,
+            stop: self.stop.clone(),
+            progress: self.progress,
+            precision: self.precision,
+            world: self.world.clone(),
+            gen_batch: self.gen_batch,
+            label: dir
+                .strip_prefix(self.run_dir.join("stages"))
+                .ok()
+                .map(|stage| stage.to_string_lossy().replace('\\', "/")),
+        }
+    }
+}
