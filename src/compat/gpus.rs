@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::data;
 use super::mig::{profile_memory_gb, split_mig_name, MigName};
 use super::version::{parse_compute_capability, Version};
-use super::KnowledgeBase;
+use super::{GpuName, KnowledgeBase};
 use crate::error::{Result, UserError};
 use crate::host::{Gpu, GpuClass, Host, HostSource};
 
@@ -38,17 +38,6 @@ pub struct GpuSpec {
     pub unconfirmed: Vec<String>,
     #[serde(default)]
     pub source: String,
-}
-
-/// What a normalized GPU name stands for.
-#[derive(Debug, Clone)]
-pub(super) enum GpuName {
-    /// One row of `env/gpus.toml` (its id, name or an alias).
-    Row(usize),
-    /// A family whose rows agree on every fact a verdict reads: index into `family_specs`.
-    Family(usize),
-    /// A family whose rows differ in compute capability or class: row indices.
-    Ambiguous(Vec<usize>),
 }
 
 /// Lower-case letters and digits only: "NVIDIA GeForce RTX 5070 Ti" → "nvidiageforcertx5070ti".

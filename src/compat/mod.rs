@@ -36,7 +36,6 @@ pub use wheels::WheelFacts;
 
 use crate::error::{Result, UserError};
 use data::{CudaFile, CudnnRow, PrecisionFeature};
-use gpus::GpuName;
 use version::Version;
 
 const GPUS_TOML: &str = include_str!("../../env/gpus.toml");
@@ -71,6 +70,17 @@ pub struct KnowledgeBase {
     ngc_runtime: Option<data::NgcRuntime>,
     /// Which boards split into MIG slices, and what a slice lacks.
     mig: data::MigFacts,
+}
+
+/// What a normalized GPU name stands for (the index `gpus.rs` builds).
+#[derive(Debug, Clone)]
+enum GpuName {
+    /// One row of `env/gpus.toml` (its id, name or an alias).
+    Row(usize),
+    /// A family whose rows agree on every fact a verdict reads: index into `family_specs`.
+    Family(usize),
+    /// A family whose rows differ in compute capability or class: row indices.
+    Ambiguous(Vec<usize>),
 }
 
 fn parse_toml<T: serde::de::DeserializeOwned>(file: &str, text: &str) -> Result<T> {

@@ -8,7 +8,7 @@ use super::super::version::Version;
 use super::super::KnowledgeBase;
 use super::driver_facts::DriverFacts;
 use super::driver_range::upgrade_fix;
-use super::{gpu_cc, gpu_label, reason, Reason, VerdictStatus};
+use super::reasons::{gpu_cc, gpu_label, reason, Reason, VerdictStatus};
 use crate::host::{Gpu, GpuClass};
 
 /// How the software gets a newer CUDA than the driver's.

@@ -8,7 +8,7 @@ use super::super::data::Architecture;
 use super::super::version::Version;
 use super::super::KnowledgeBase;
 use super::driver_facts::DriverFacts;
-use super::{gpu_cc, gpu_label, reason, unconfirmed_note, Reason, VerdictStatus};
+use super::reasons::{gpu_cc, gpu_label, reason, unconfirmed_note, Reason, VerdictStatus};
 use crate::host::Gpu;
 
 /// The end of a GPU's driver support: its architecture's last branch.

@@ -10,7 +10,7 @@ use super::super::version::Version;
 use super::super::{ImageFacts, KnowledgeBase};
 use super::driver::{check_driver, check_require_cuda, Packaging};
 use super::driver_facts::DriverFacts;
-use super::{
+use super::reasons::{
     gpu_cc, gpu_label, is_envgen_cpu_image, kernel_match, knows_nothing_about, list_archs, reason,
     unconfirmed_note, unknown_gpu, unknown_image, KernelMatch, Reason, VerdictStatus,
 };

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::super::data::PrecisionFeature;
 use super::super::version::{parse_compute_capability, Version};
 use super::super::KnowledgeBase;
-use super::{gpu_cc, gpu_label, reason, unknown_gpu, Reason, VerdictStatus};
+use super::reasons::{gpu_cc, gpu_label, reason, unknown_gpu, Reason, VerdictStatus};
 use crate::host::Gpu;
 
 /// A number format whose hardware support `doctor --precision` checks on
@@ -95,7 +95,7 @@ fn unconfirmed_for(feature: &PrecisionFeature, cc: &Version) -> String {
         .filter(|u| !u.starts_with("sm_") || u.starts_with(&format!("{own_sm} ")))
         .map(String::as_str)
         .collect();
-    super::unconfirmed_text(&hits)
+    super::reasons::unconfirmed_text(&hits)
 }
 
 /// "; Blackwell (data center) needs CUDA ≥ 12.8 and driver ≥ 570.26 (R570)":

@@ -4,7 +4,7 @@ use super::super::version::Version;
 use super::super::{KnowledgeBase, WheelFacts};
 use super::driver::{check_driver, Packaging};
 use super::driver_facts::DriverFacts;
-use super::{
+use super::reasons::{
     gpu_cc, gpu_label, kernel_match, list_archs, reason, unconfirmed_note, unknown_gpu,
     KernelMatch, Reason, VerdictStatus,
 };
