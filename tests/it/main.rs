@@ -33,6 +33,7 @@ mod io_errors_cli;
 mod layering;
 mod llama_hf;
 mod nvml_standin;
+mod portable_binary;
 mod precision_cli;
 mod quantize_cli;
 mod report_cli;

@@ -1,0 +1,53 @@
+# Builds of envgen that start on old Linux systems (sourced by
+# scripts/release.sh and scripts/services/portable.sh; needs lib.sh).
+#
+# A binary linked on this machine asks for the glibc it was linked against
+# (2.34+ on any current distribution), so it does not start on RHEL/Rocky 8
+# (glibc 2.28) or CentOS 7 (2.17) login nodes. cargo-zigbuild links with
+# zig, whose stub libraries carry any glibc version's symbols: a target
+# written `x86_64-unknown-linux-gnu.2.17` gets a binary that asks for
+# nothing newer than 2.17, the oldest glibc Rust's own std supports (and
+# the manylinux2014 floor), so no login node in service is too old. The C
+# built by build scripts (onig, the stand-in CUDA driver) goes through
+# `zig cc` for the same target, so it stays within that floor too. CUDA's
+# libraries are never linked: envgen dlopens them at run time.
+#
+# Both tools are pinned and installed on first use into a cache of their
+# own (zig from PyPI's `ziglang` wheel, cargo-zigbuild from crates.io), so
+# nothing here is needed to build envgen from source with plain cargo.
+
+PORTABLE_GLIBC=2.17
+PORTABLE_ZIG=0.13.0
+PORTABLE_ZIGBUILD=0.24.1
+
+portable_tools_dir() {
+  echo "${ENVGEN_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/envgen-tools}/zig-$PORTABLE_ZIG-zigbuild-$PORTABLE_ZIGBUILD"
+}
+
+# Put zig (`python3 -m ziglang`, where cargo-zigbuild looks first) and
+# cargo-zigbuild on PATH, installing them once.
+portable_tools() {
+  local dir
+  dir="$(portable_tools_dir)"
+  if [ ! -f "$dir/.complete" ]; then
+    log "portable: installing zig $PORTABLE_ZIG and cargo-zigbuild $PORTABLE_ZIGBUILD into $dir (first run only)"
+    apt_install python3 python3-venv
+    rm -rf "$dir"
+    python3 -m venv "$dir"
+    "$dir/bin/python3" -m pip install --quiet --disable-pip-version-check "ziglang==$PORTABLE_ZIG"
+    cargo install --quiet --locked --root "$dir" --version "$PORTABLE_ZIGBUILD" cargo-zigbuild
+    touch "$dir/.complete"
+  fi
+  export PATH="$dir/bin:$PATH"
+}
+
+# portable_build TRIPLE TARGET_DIR CARGO_ARGS...: `cargo zigbuild` of the
+# envgen binary for TRIPLE (x86_64-unknown-linux-gnu, …) linked for glibc
+# $PORTABLE_GLIBC. It lands in TARGET_DIR/TRIPLE/PROFILE/envgen.
+portable_build() {
+  local triple="$1" target_dir="$2"
+  shift 2
+  portable_tools
+  cargo zigbuild --locked --bin envgen --target "$triple.$PORTABLE_GLIBC" \
+    --target-dir "$target_dir" "$@"
+}

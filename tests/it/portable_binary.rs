@@ -1,0 +1,155 @@
+//! envgen built the release way (scripts/release.sh through
+//! scripts/portable.sh: cargo-zigbuild, linked for glibc 2.17) starts on
+//! old Linux systems (issue #39: the binary needed glibc 2.34, so it did not
+//! start on RHEL/Rocky 8 login nodes, glibc 2.28).
+//!
+//! scripts/services/portable.sh builds that binary in the dev profile (CI
+//! has no time for a release build; both go through `portable_build`) and
+//! unpacks Debian bullseye's glibc 2.31, the oldest deb.debian.org serves.
+//! The binary must ask for no glibc symbol newer than 2.17, and neither
+//! must the stand-in CUDA driver it carries (`envgen warmup --target` loads
+//! it on the user's machine); then it runs under bullseye's loader and
+//! libraries. Nothing older than 2.31 can be run here, so the 2.17 floor
+//! itself rests on the symbol versions.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use envgen::image::elf::{required_glibc, GlibcVersion};
+
+use crate::common::text;
+
+/// The release binaries' floor (PORTABLE_GLIBC in scripts/portable.sh).
+const FLOOR: GlibcVersion = (2, 17);
+
+fn env_path(name: &str) -> PathBuf {
+    let value = std::env::var_os(name).unwrap_or_else(|| {
+        panic!("{name} is not set: scripts/test.sh sets it (scripts/services/portable.sh)")
+    });
+    PathBuf::from(value)
+}
+
+/// The binary scripts/services/portable.sh built with cargo-zigbuild.
+fn portable_binary() -> PathBuf {
+    let binary = env_path("ENVGEN_TEST_PORTABLE_BINARY");
+    assert!(binary.is_file(), "{} is missing", binary.display());
+    binary
+}
+
+/// The stand-in CUDA driver inside `binary`: of the ones build.rs compiled
+/// into its target directory, the one whose bytes the binary holds.
+fn carried_standin(binary: &Path) -> Vec<u8> {
+    let profile_dir = binary.parent().unwrap();
+    let carried = std::fs::read(binary).unwrap();
+    let builds = std::fs::read_dir(profile_dir.join("build")).unwrap();
+    builds
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("envgen-"))
+        .filter_map(|e| std::fs::read(e.path().join("out/libcuda_standin.so")).ok())
+        .filter(|lib| !lib.is_empty())
+        .find(|lib| carried.windows(lib.len()).any(|w| w == lib.as_slice()))
+        .unwrap_or_else(|| {
+            panic!(
+                "no libcuda_standin.so under {}/build/envgen-*/out is inside {}",
+                profile_dir.display(),
+                binary.display()
+            )
+        })
+}
+
+fn assert_within_floor(what: &str, data: &[u8]) {
+    let needed = required_glibc(data).unwrap();
+    assert!(
+        needed.is_some_and(|v| v <= FLOOR),
+        "{what} needs glibc {needed:?}, newer than the release floor {FLOOR:?} \
+         (not linked through scripts/portable.sh?)"
+    );
+}
+
+#[test]
+fn the_portable_build_and_its_standin_driver_need_no_glibc_newer_than_2_17() {
+    let binary = portable_binary();
+    assert_within_floor(
+        &binary.display().to_string(),
+        &std::fs::read(&binary).unwrap(),
+    );
+    assert_within_floor("its stand-in CUDA driver", &carried_standin(&binary));
+}
+
+/// Runs programs with bullseye's glibc: its own dynamic loader, told to look
+/// for libraries in bullseye's folder only (the host's /etc/ld.so.cache and
+/// /lib are not consulted for what that folder has).
+struct OldGlibc {
+    loader: PathBuf,
+    libs: PathBuf,
+}
+
+impl OldGlibc {
+    fn from_env() -> OldGlibc {
+        let root = env_path("ENVGEN_TEST_OLD_GLIBC_ROOT");
+        let loader = std::fs::read_dir(root.join("lib"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|dir| dir.to_string_lossy().ends_with("-linux-gnu"))
+            .flat_map(|dir| std::fs::read_dir(dir).unwrap().flatten().map(|e| e.path()))
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("ld-linux-")
+            })
+            .unwrap_or_else(|| panic!("no lib/*-linux-gnu/ld-linux-* under {}", root.display()));
+        let libs = loader.parent().unwrap().to_path_buf();
+        OldGlibc { loader, libs }
+    }
+
+    fn run(&self, program: &Path, args: &[&str]) -> Output {
+        Command::new(&self.loader)
+            .arg("--library-path")
+            .arg(&self.libs)
+            .arg(program)
+            .args(args)
+            .env_remove("LD_LIBRARY_PATH")
+            .output()
+            .expect("spawn the old loader")
+    }
+}
+
+#[test]
+fn the_portable_build_runs_on_glibc_2_31() {
+    let old = OldGlibc::from_env();
+    let loader = Command::new(&old.loader).arg("--version").output().unwrap();
+    let loader_says = String::from_utf8_lossy(&loader.stdout);
+    assert!(
+        loader_says.contains("version 2.31"),
+        "{} is not glibc 2.31: {loader_says}",
+        old.loader.display()
+    );
+
+    let binary = portable_binary();
+    let version = old.run(&binary, &["--version"]);
+    assert!(version.status.success(), "{}", text(&version));
+    assert!(
+        String::from_utf8_lossy(&version.stdout).starts_with("envgen "),
+        "{}",
+        text(&version)
+    );
+
+    let doctor = old.run(
+        &binary,
+        &[
+            "doctor",
+            "--assume-gpu",
+            "A30",
+            "--assume-driver",
+            "535.261.03",
+        ],
+    );
+    assert!(doctor.status.success(), "{}", text(&doctor));
+    assert!(
+        String::from_utf8_lossy(&doctor.stdout).contains("NVIDIA A30"),
+        "{}",
+        text(&doctor)
+    );
+}
