@@ -51,3 +51,31 @@ portable_build() {
   cargo zigbuild --locked --bin envgen --target "$triple.$PORTABLE_GLIBC" \
     --target-dir "$target_dir" "$@"
 }
+
+# portable_check_glibc FILE: fail unless FILE asks for no glibc symbol
+# version newer than $PORTABLE_GLIBC (readelf reads any architecture's ELF).
+portable_check_glibc() {
+  local newest
+  newest="$(readelf -V --wide "$1" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -n 1)"
+  if [ -z "$newest" ] || [ "$(printf '%s\n' "$newest" "$PORTABLE_GLIBC" | sort -V | tail -n 1)" != "$PORTABLE_GLIBC" ]; then
+    log "portable: $1 needs glibc ${newest:-(none found)}, not <= $PORTABLE_GLIBC"
+    return 1
+  fi
+}
+
+# portable_check PROFILE_DIR: the envgen binary there, and the stand-in CUDA
+# driver build.rs compiled for it (the newest, should the build script have
+# run more than once), are within the glibc floor and for the same machine:
+# a stand-in compiled for the build host would not load into an aarch64
+# envgen's child runs.
+portable_check() {
+  local binary="$1/envgen" standin machine
+  standin="$(ls -t "$1"/build/envgen-*/out/libcuda_standin.so | head -n 1)"
+  portable_check_glibc "$binary"
+  portable_check_glibc "$standin"
+  machine="$(readelf -h "$binary" | grep Machine:)"
+  if [ "$(readelf -h "$standin" | grep Machine:)" != "$machine" ]; then
+    log "portable: $standin is not for the binary's${machine#*:}"
+    return 1
+  fi
+}

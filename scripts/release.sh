@@ -41,6 +41,7 @@ for arch in "${arches[@]}"; do
   started=$SECONDS
   log "release: building $name (glibc >= $PORTABLE_GLIBC)"
   portable_build "$triple" target/release-dist --release
+  portable_check "target/release-dist/$triple/release"
   stage="target/release-dist/stage/$name"
   rm -rf "$stage"
   mkdir -p "$stage"

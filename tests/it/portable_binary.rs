@@ -66,14 +66,23 @@ fn assert_within_floor(what: &str, data: &[u8]) {
     );
 }
 
+/// An ELF file's `e_machine` (bytes 18-19 of its header).
+fn elf_machine(data: &[u8]) -> [u8; 2] {
+    [data[18], data[19]]
+}
+
 #[test]
 fn the_portable_build_and_its_standin_driver_need_no_glibc_newer_than_2_17() {
     let binary = portable_binary();
-    assert_within_floor(
-        &binary.display().to_string(),
-        &std::fs::read(&binary).unwrap(),
+    let data = std::fs::read(&binary).unwrap();
+    assert_within_floor(&binary.display().to_string(), &data);
+    let standin = carried_standin(&binary);
+    assert_within_floor("its stand-in CUDA driver", &standin);
+    assert_eq!(
+        elf_machine(&standin),
+        elf_machine(&data),
+        "the stand-in CUDA driver is for another machine than the binary"
     );
-    assert_within_floor("its stand-in CUDA driver", &carried_standin(&binary));
 }
 
 /// Runs programs with bullseye's glibc: its own dynamic loader, told to look
