@@ -52,7 +52,6 @@ portable_old_glibc_root() {
 
 portable_start() {
   source "$here/portable.sh"
-  apt_install binutils
   local triple
   triple="$(uname -m)-unknown-linux-gnu"
   log "portable: building envgen for glibc $PORTABLE_GLIBC (target/portable)"
