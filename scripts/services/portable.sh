@@ -26,7 +26,7 @@ portable_apt_download() {
     -o "Dir::Etc::SourceList=$apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
     -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache"
     -o Dir::State::Status=/dev/null -o Dir::Etc::Preferences=/dev/null
-    -o Dir::Etc::PreferencesParts=/dev/null
+    -o Dir::Etc::PreferencesParts=/dev/null -o APT::Sandbox::User=root
   )
   mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial"
   echo "deb http://deb.debian.org/debian bullseye main" >"$apt/sources.list"
