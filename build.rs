@@ -19,15 +19,35 @@ fn git(args: &[&str]) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// The C compiler for the target being built, looked up as the `cc` crate
+/// (which compiles the other C dependencies) does: `CC_<target>` first, so
+/// that a cross or old-glibc build (scripts/portable.sh sets it to `zig cc`)
+/// gets a stand-in for the same machine and glibc as the binary carrying it.
+fn target_c_compiler() -> String {
+    let target = std::env::var("TARGET").expect("cargo sets TARGET");
+    let names = [
+        format!("CC_{target}"),
+        format!("CC_{}", target.replace('-', "_")),
+        "TARGET_CC".to_string(),
+        "CC".to_string(),
+    ];
+    for name in &names {
+        println!("cargo:rerun-if-env-changed={name}");
+    }
+    names
+        .iter()
+        .find_map(|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
+        .unwrap_or_else(|| "cc".to_string())
+}
+
 /// `cc -shared` of the stand-in, from its own folder with a relative path and
 /// stripped, so the library (and the binary that embeds it) is the same
 /// bytes whatever directory the repository was cloned into.
 fn build_standin() {
     println!("cargo:rerun-if-changed=src/warmup/libcuda_standin.c");
-    println!("cargo:rerun-if-env-changed=CC");
     let out = Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"))
         .join("libcuda_standin.so");
-    let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
+    let compiler = target_c_compiler();
     let built = Command::new(&compiler)
         .current_dir("src/warmup")
         .args(["-shared", "-fPIC", "-O1", "-s", "-o"])

@@ -261,7 +261,7 @@ pub fn check_glibc(
             "{} needs glibc {}.{} but the base {base} has glibc {}.{}",
             binary.display(), needed.0, needed.1, have.0, have.1
         ))
-        .with_fix("build envgen on a system with an older glibc (or statically, e.g. --target x86_64-unknown-linux-musl) and pass it with --binary")
+        .with_fix("pass a release binary with --binary (scripts/release.sh links it for glibc 2.17), or one built on a system with an older glibc")
         .into()),
         _ => Ok(()),
     }
