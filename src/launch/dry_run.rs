@@ -2,7 +2,7 @@
 //! flags, where, ranks, sweep, the config (preset or file, `--set`), the
 //! hardware profile, precision and micro-batch, the data files the config
 //! names — through the same code as a real run ([`plan_run`],
-//! [`config_of_run`], the checks of [`RunRequest::new`]); then the plan is
+//! [`config_of_run`], the checks of `launch::request`); then the plan is
 //! returned for the CLI to print and nothing is made: no run directory, no
 //! image, no data, no CUDA context (the CUDA readiness check runs a kernel,
 //! so it is left to the real run and `envgen doctor`).

@@ -1,5 +1,5 @@
 //! `envgen run`'s flags as plain values, as the CLI parsed them: what
-//! [`RunRequest::new`](super::request::RunRequest::new) checks together.
+//! [`request`](super::request()) checks together.
 //! Kept apart from the request so that what reads flags (a user command's
 //! spec, the request) does not import what checks them.
 

@@ -31,7 +31,7 @@
 //! - one variant, `Place::Podman` (src/runs/place.rs), with its options as
 //!   a `PlaceOptions::Podman { … }` variant (src/launch/request.rs) and
 //!   `Where::Podman` for `--where podman` (src/launch/flags.rs);
-//! - one arm in each `match` the compiler then lists: here
+//! - one arm in each `match` the compiler then lists (14): here
 //!   [`launcher_for`], [`life_of`] and [`place_options`] (the three that
 //!   pick the place's code); in src/runs/place.rs `name`,
 //!   `is_this_machine`, `is_cluster_job`, `is_local_container` (what the
@@ -75,10 +75,17 @@ pub use launcher::{exit_code, failed_summary, mark_ended, Launched, Launcher, Ru
 use liveness::{Checker, Liveness};
 pub use request::RunRequest;
 
-/// A checked request for `flags` (`RunRequest::new`), each place
-/// checking its own flags ([`place_options`]).
+/// A checked request for `flags`: the checks every place shares
+/// (`request::Asked`), the place's own in its file ([`place_options`]),
+/// then what depends on both (the world of ranks). Called in this order
+/// from here, so the request's file never calls back up into this one.
 pub fn request(flags: flags::RunFlags) -> Result<RunRequest> {
-    RunRequest::new(flags, place_options)
+    let asked = request::Asked::new(flags)?;
+    let options = asked
+        .place_to_check()
+        .map(|place| place_options(asked.flags(), place))
+        .transpose()?;
+    asked.with_place(options)
 }
 
 /// The place's own check of its flags, in its file: the one `match` that

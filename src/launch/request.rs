@@ -1,6 +1,6 @@
 //! What a user asked `envgen run` for, checked once: the CLI turns its
-//! flags into a [`RunFlags`] (plain values), and [`RunRequest::new`]
-//! validates them together — where (with `auto` decided now), the sweep,
+//! flags into a [`RunFlags`] (plain values), and [`Asked::new`] and
+//! [`Asked::with_place`] validate them together — where (with `auto` decided now), the sweep,
 //! the ranks and nodes, `--gpus`, the Slurm container — so every place
 //! receives a request that is already consistent, and every refusal
 //! happens before anything is made.
@@ -39,9 +39,6 @@ pub enum PlaceOptions {
     },
 }
 
-/// A place's check of its own flags (`super::place_options`).
-pub type PlaceCheck = fn(&RunFlags, Place) -> Result<PlaceOptions>;
-
 /// A run request every place can act on: the flags plus what was decided
 /// from them once (the experiment, where and why, the sweep, the world, the
 /// place's own options).
@@ -60,11 +57,21 @@ pub struct RunRequest {
     host: OnceLock<Host>,
 }
 
-impl RunRequest {
+/// The flags checked up to the place's own check: the experiment, where
+/// (`auto` decided), a user command, the sweep. `super::request` gives
+/// the place's flags to its file, then [`Asked::with_place`] finishes the
+/// request: the place's check is called from above, not from here.
+pub struct Asked {
+    flags: RunFlags,
+    experiment: &'static dyn Experiment,
+    decision: Decision,
+    sweep: Option<Sweep>,
+    command: Option<CommandSpec>,
+}
+
+impl Asked {
     /// Check the flags together; `auto` is decided (and said on stderr).
-    /// `check_place` is the place's own check of its flags
-    /// ([`super::place_options`]: one `match` sends them to its file).
-    pub fn new(mut flags: RunFlags, check_place: PlaceCheck) -> Result<RunRequest> {
+    pub fn new(mut flags: RunFlags) -> Result<Asked> {
         // The training loop falls back to the default; a typo is said here,
         // before anything runs (and by --dry-run).
         envgen_experiments::engine::progress::Cadence::from_env()?;
@@ -103,18 +110,48 @@ impl RunRequest {
             )
             .into());
         }
-        let (options, world) = if flags.launched {
+        Ok(Asked {
+            flags,
+            experiment,
+            decision,
+            sweep,
+            command,
+        })
+    }
+
+    /// The flags, for the place's own check of them.
+    pub fn flags(&self) -> &RunFlags {
+        &self.flags
+    }
+
+    /// The place whose file checks its flags now; none for a launched run
+    /// (its launcher checked them before it started this process).
+    pub fn place_to_check(&self) -> Option<Place> {
+        (!self.flags.launched).then_some(self.decision.place)
+    }
+
+    /// The request, with `options` as the place's file checked them
+    /// (`None` where [`Asked::place_to_check`] named no place).
+    pub fn with_place(self, options: Option<PlaceOptions>) -> Result<RunRequest> {
+        let Asked {
+            flags,
+            experiment,
+            decision,
+            sweep,
+            command,
+        } = self;
+        let (options, world) = match options {
+            Some(options) => {
+                let world = world_plan(&flags, experiment, decision.place, &options)?;
+                refuse_container_knobs_elsewhere(&flags, decision.place)?;
+                (options, world)
+            }
             // The ranks of a launched run learn their world from the
             // environment; its launcher checked the place's flags.
-            (
+            None => (
                 PlaceOptions::Native,
                 plan_world(Place::Native, None, None, None)?,
-            )
-        } else {
-            let options = check_place(&flags, decision.place)?;
-            let world = world_plan(&flags, experiment, decision.place, &options)?;
-            refuse_container_knobs_elsewhere(&flags, decision.place)?;
-            (options, world)
+            ),
         };
         Ok(RunRequest {
             flags,
@@ -127,7 +164,9 @@ impl RunRequest {
             host: OnceLock::new(),
         })
     }
+}
 
+impl RunRequest {
     /// This machine, as the doctor sees it (probed once per request).
     pub fn host(&self) -> &Host {
         self.host.get_or_init(crate::probe::probe_host)

@@ -268,13 +268,13 @@ impl From<Backend> for BackendChoice {
 }
 
 impl Args {
-    /// The flags as plain values, for [`RunRequest::new`].
+    /// The flags as plain values, for `launch::request()`.
     fn flags(self) -> RunFlags {
         let l = self.launch;
         let experiment = match (self.experiment, self.command.is_empty()) {
             (Some(name), _) => name,
             (None, false) => launch::command::NAME.to_string(),
-            // Refused with its fix by RunRequest::new.
+            // Refused with its fix by launch::request.
             (None, true) => String::new(),
         };
         RunFlags {
