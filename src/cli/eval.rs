@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use envgen_experiments::backend::Cpu;
 use envgen_experiments::gpt2::eval::{self, EvalRequest};
+use envgen_experiments::gpt2::val_sample::{ValSample, REFERENCE_TOKENS};
 
 use crate::error::{Result, UserError};
 
@@ -30,9 +31,15 @@ pub struct Args {
     /// directory of *_val_* shards, or a glob.
     #[arg(long)]
     pub val: Option<PathBuf>,
-    /// Windows of block_size tokens for the validation loss.
-    #[arg(long = "val-windows", default_value_t = 20)]
-    pub val_windows: usize,
+    /// Score the first N validation tokens, in windows of block_size
+    /// tiling the split from its start (default: build-nanogpt's sample,
+    /// the first 10,485,760 tokens; fewer if the split is shorter).
+    #[arg(long = "val-tokens", value_name = "N", conflicts_with = "val_windows")]
+    pub val_tokens: Option<usize>,
+    /// Instead, score N windows of block_size spread evenly over the whole
+    /// split (a quicker estimate, not comparable with the reference).
+    #[arg(long = "val-windows", value_name = "N")]
+    pub val_windows: Option<usize>,
     /// Print the result as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -61,9 +68,18 @@ pub fn execute(args: Args) -> Result<i32> {
     };
     let device = Default::default();
     let checkpoint = eval::load::<Cpu>(&path, &device)?;
+    let (val_sample, val_windows) = match (args.val_tokens, args.val_windows) {
+        (_, Some(windows)) => (ValSample::Spread, windows.max(1)),
+        (tokens, None) => {
+            let tokens = tokens.unwrap_or(REFERENCE_TOKENS);
+            let block = checkpoint.model_cfg.block_size;
+            (ValSample::First, tokens.div_ceil(block).max(1))
+        }
+    };
     let request = EvalRequest {
         val: args.val,
-        val_windows: args.val_windows,
+        val_sample,
+        val_windows,
         hellaswag: args.hellaswag,
         hellaswag_items: args.hellaswag_items,
     };

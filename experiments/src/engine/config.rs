@@ -311,15 +311,14 @@ pub fn apply_override(tree: &mut toml::Value, item: &str) -> anyhow::Result<()> 
             table.insert((*part).to_string(), new);
             return Ok(());
         }
-        node = table.get_mut(*part).ok_or_else(|| unknown_key(key, raw))?;
+        // A table the config leaves out (an optional one such as gpt2's
+        // `[eval]`) is made; a misspelt one is refused by name, with the
+        // keys, by the typed deserialization afterwards.
+        node = table
+            .entry((*part).to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
     }
     Ok(())
-}
-
-fn unknown_key(key: &str, raw: &str) -> anyhow::Error {
-    UserError::usage(format!("--set {key}={raw}: unknown key `{key}`"))
-        .with_fix("list the keys with `envgen experiments describe EXP --json`")
-        .into()
 }
 
 fn type_name(value: &toml::Value) -> &'static str {

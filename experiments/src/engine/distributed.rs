@@ -150,6 +150,7 @@ pub fn writes_files(world: Option<&World>) -> bool {
 pub struct Collective<B: Backend> {
     world: World,
     peer: PeerId,
+    device: B::Device,
     _backend: std::marker::PhantomData<B>,
 }
 
@@ -180,6 +181,7 @@ impl<B: Backend> Collective<B> {
         Ok(Self {
             world: world.clone(),
             peer,
+            device: device.clone(),
             _backend: std::marker::PhantomData,
         })
     }
@@ -193,6 +195,32 @@ impl<B: Backend> Collective<B> {
         )
         .map_err(|e| collective_error(&self.world, "averaging gradients", e))?;
         Ok(Tensor::from_primitive(TensorPrimitive::Float(reduced)))
+    }
+
+    /// This process's rank and the number of ranks.
+    pub fn rank(&self) -> usize {
+        self.world.rank
+    }
+    pub fn ranks(&self) -> usize {
+        self.world.size
+    }
+
+    /// The element-wise sum of `counts` (whole numbers, such as items
+    /// scored and items right) over all ranks. They travel as f32 means,
+    /// exact for whole numbers below 2^24 / ranks, and are rounded back.
+    pub fn sum_counts(&self, counts: &[f64]) -> anyhow::Result<Vec<f64>> {
+        let values: Vec<f32> = counts.iter().map(|&c| c as f32).collect();
+        let mean = self.all_reduce_mean(Tensor::from_floats(values.as_slice(), &self.device))?;
+        let mean = mean
+            .into_data()
+            .convert::<f32>()
+            .to_vec::<f32>()
+            .map_err(|e| anyhow::anyhow!("reading the summed counts: {e:?}"))?;
+        let ranks = self.world.size as f64;
+        Ok(mean
+            .into_iter()
+            .map(|m| (f64::from(m) * ranks).round())
+            .collect())
     }
 
     /// Average `grads` over all ranks, together with `scalars` (the step's

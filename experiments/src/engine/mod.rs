@@ -25,7 +25,7 @@ pub use config::{config_hash, load, split_batch, HardwareHint, Loaded, OptimConf
 pub use distributed::World;
 pub use precision::{LossScaler, Precision, ScaledStep};
 pub use rundir::{Status, Summary};
-pub use task::{RunControl, Task};
+pub use task::{EvalShare, RunControl, Task};
 pub use train::{train, train_on, AnyBackendTask};
 
 /// A seed that depends on (`seed`, `step`, `row`) only: what a task draws

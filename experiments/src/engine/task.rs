@@ -56,10 +56,14 @@ pub trait Task<B: AutodiffBackend> {
     /// Extra evaluations run with the validation loss (logged in the same
     /// metrics record; the last ones also go to summary.json), e.g. a
     /// benchmark's accuracy.
+    /// Every rank calls it at the same steps; `share` says which part of
+    /// the work is this rank's and sums the ranks' counts (its result
+    /// matters on the leader, which writes it).
     fn eval_extras(
         &self,
         _model: &<Self::Model as AutodiffModule<B>>::InnerModule,
         _micro_batch: usize,
+        _share: &EvalShare,
         _device: &burn::tensor::Device<B::InnerBackend>,
     ) -> anyhow::Result<Map<String, Value>> {
         Ok(Map::new())
@@ -67,6 +71,53 @@ pub trait Task<B: AutodiffBackend> {
     /// Called once after the last step (e.g. to export weights).
     fn finish(&self, _model: &Self::Model, _run_dir: &Path) -> anyhow::Result<()> {
         Ok(())
+    }
+}
+
+/// How the ranks of a data-parallel run share an evaluation: rank `rank`
+/// of `ranks` takes its part of the items, and `sum_counts` adds up every
+/// rank's counts (alone, it returns them as they are).
+pub struct EvalShare<'a> {
+    pub rank: usize,
+    pub ranks: usize,
+    sum: Option<&'a dyn Fn(&[f64]) -> anyhow::Result<Vec<f64>>>,
+}
+
+impl<'a> EvalShare<'a> {
+    /// One process does all of it.
+    pub fn alone() -> Self {
+        EvalShare {
+            rank: 0,
+            ranks: 1,
+            sum: None,
+        }
+    }
+
+    /// Rank `rank` of `ranks`, summing through `sum` (an all-reduce that
+    /// every rank calls the same number of times, with as many counts).
+    pub fn across(
+        rank: usize,
+        ranks: usize,
+        sum: &'a dyn Fn(&[f64]) -> anyhow::Result<Vec<f64>>,
+    ) -> Self {
+        EvalShare {
+            rank,
+            ranks: ranks.max(1),
+            sum: Some(sum),
+        }
+    }
+
+    /// Whether part `index` (of parts dealt round-robin) is this rank's.
+    pub fn is_mine(&self, index: usize) -> bool {
+        index % self.ranks == self.rank
+    }
+
+    /// Every rank's `counts`, added element by element.
+    pub fn sum_counts(&self, counts: &[f64]) -> anyhow::Result<Vec<f64>> {
+        match self.sum {
+            Some(sum) => sum(counts),
+            None => Ok(counts.to_vec()),
+        }
     }
 }
 

@@ -16,7 +16,7 @@ use super::distributed::{writes_files, Collective, World};
 use super::optim::{clip_scale, global_grad_norm, learning_rate, AdamW};
 use super::precision::{LossScaler, ScaledStep};
 use super::rundir::{finish_run, read_json, write_json, MetricsLog, Status, Summary};
-use super::task::{RunControl, Task};
+use super::task::{EvalShare, RunControl, Task};
 use super::{checkpoint, health, safetensors_io};
 use crate::fsutil::write_atomic;
 
@@ -110,12 +110,16 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
             }
         })
         .transpose()?;
-    if let (None, Some(metrics)) = (state.initial_val_loss, metrics.as_mut()) {
-        let (val, extras) = evaluate(task, &model, micro_batch, device)?;
-        state.initial_val_loss = Some(val);
-        let mut record = json!({"step": 0, "val_loss": val});
-        merge(&mut record, extras);
-        metrics.write(&record)?;
+    if state.initial_val_loss.is_none() {
+        // Every rank takes part (the task's evaluations are shared out);
+        // the leader alone has the validation loss and writes the record.
+        let (val, extras) = evaluate(task, &model, micro_batch, collective.as_ref(), device)?;
+        if let (Some(val), Some(metrics)) = (val, metrics.as_mut()) {
+            state.initial_val_loss = Some(val);
+            let mut record = json!({"step": 0, "val_loss": val});
+            merge(&mut record, extras);
+            metrics.write(&record)?;
+        }
     }
 
     if state.loss_scaler.is_none() {
@@ -172,7 +176,7 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
             &mut state,
             &line,
             &shape,
-            metrics.as_mut(),
+            (metrics.as_mut(), collective.as_ref()),
             device,
         )?;
         bar.set_message(format!(
@@ -390,14 +394,18 @@ fn optimizer_step<B: AutodiffBackend, T: Task<B>>(
 
 /// The step's metrics line, with the validation loss and the task's
 /// evaluations when one is due (every `eval_every` steps and at the end).
-/// Only the leader has a metrics log; the others log nothing.
+/// Every rank evaluates (the task shares its evaluations out through the
+/// collective); only the leader has a metrics log and writes the line.
 fn log_step<B: AutodiffBackend, T: Task<B>>(
     task: &T,
     model: &T::Model,
     state: &mut LoopState,
     line: &StepLine,
     shape: &StepShape,
-    metrics: Option<&mut MetricsLog>,
+    (metrics, collective): (
+        Option<&mut MetricsLog>,
+        Option<&Collective<B::InnerBackend>>,
+    ),
     device: &B::Device,
 ) -> anyhow::Result<()> {
     let unit = shape.unit;
@@ -413,30 +421,44 @@ fn log_step<B: AutodiffBackend, T: Task<B>>(
         super::precision::record_step(&mut record, line.loss_scale, line.update.decision, scaler);
     }
     merge(&mut record, task.step_extras(line.step));
-    let Some(metrics) = metrics else {
-        return Ok(());
-    };
     if state.step % shape.eval_every == 0 || state.step == shape.steps {
-        let (val, extras) = evaluate(task, model, shape.micro_batch, device)?;
-        state.last_val_loss = Some(val);
-        record["val_loss"] = json!(val);
+        let (val, extras) = evaluate(task, model, shape.micro_batch, collective, device)?;
+        if let Some(val) = val {
+            state.last_val_loss = Some(val);
+            record["val_loss"] = json!(val);
+        }
         state.last_eval_extras = Some(extras.clone());
         merge(&mut record, extras);
     }
-    metrics.write(&record)
+    match metrics {
+        Some(metrics) => metrics.write(&record),
+        None => Ok(()),
+    }
 }
 
-/// The validation loss and the task's other evaluations, on the model
+/// The validation loss (the leader's alone: the others get None) and the
+/// task's other evaluations (every rank's share, summed), on the model
 /// without autodiff.
 fn evaluate<B: AutodiffBackend, T: Task<B>>(
     task: &T,
     model: &T::Model,
     micro_batch: usize,
+    collective: Option<&Collective<B::InnerBackend>>,
     device: &B::Device,
-) -> anyhow::Result<(f64, Map<String, Value>)> {
+) -> anyhow::Result<(Option<f64>, Map<String, Value>)> {
     let valid = model.valid();
-    let val = task.evaluate(&valid, micro_batch, &inner_device_of::<B>(device));
-    let extras = task.eval_extras(&valid, micro_batch, &inner_device_of::<B>(device))?;
+    let inner = inner_device_of::<B>(device);
+    let sum = |counts: &[f64]| match collective {
+        Some(collective) => collective.sum_counts(counts),
+        None => Ok(counts.to_vec()),
+    };
+    let share = match collective {
+        Some(c) => EvalShare::across(c.rank(), c.ranks(), &sum),
+        None => EvalShare::alone(),
+    };
+    let leader = share.rank == 0;
+    let val = leader.then(|| task.evaluate(&valid, micro_batch, &inner));
+    let extras = task.eval_extras(&valid, micro_batch, &share, &inner)?;
     Ok((val, extras))
 }
 

@@ -9,7 +9,7 @@ use burn::tensor::{ElementConversion, TensorData};
 use envgen_kernels::FusedBackend;
 use serde_json::{json, Map, Value};
 
-use super::{hellaswag, hf, Gpt2, Gpt2Config, ModelConfig};
+use super::{hellaswag, hf, Gpt2, Gpt2Config, ModelConfig, ValSample};
 use crate::data::{shards, Tokenizer, Tokens};
 use crate::engine;
 use crate::error::UserError;
@@ -86,7 +86,8 @@ pub struct EvalRequest {
     /// Validation shards (`.bin` llm.c or `.npy` build-nanogpt): a file, a
     /// directory (its `*_val_*` shards) or a glob.
     pub val: Option<PathBuf>,
-    /// Windows of `block_size` tokens, evenly spaced over the shards.
+    /// Which windows of `block_size` tokens, and how many at most.
+    pub val_sample: ValSample,
     pub val_windows: usize,
     pub hellaswag: Option<PathBuf>,
     pub hellaswag_items: Option<usize>,
@@ -104,39 +105,46 @@ pub fn logits<B: FusedBackend>(model: &Gpt2<B>, tokens: &[u32], device: &B::Devi
         .unwrap_or_default()
 }
 
-/// Mean next-token loss over `windows` evenly spaced windows of `tokens`.
+/// Windows scored at once by `envgen eval` (every window has the same
+/// number of targets, so the mean of the batches' means, weighted by their
+/// windows, is the mean over all targets whatever this is).
+const EVAL_BATCH: usize = 8;
+
+/// Mean next-token loss over the windows `sample` picks (at most `rows`)
+/// and how many windows that was.
 pub fn val_loss<B: FusedBackend>(
     model: &Gpt2<B>,
     cfg: &ModelConfig,
     tokens: &Tokens,
-    windows: usize,
+    sample: ValSample,
+    rows: usize,
     device: &B::Device,
-) -> anyhow::Result<f64> {
-    let len = cfg.block_size + 1;
-    let span = tokens.window_count(len);
-    if span == 0 {
+) -> anyhow::Result<(f64, usize)> {
+    let t = cfg.block_size;
+    let starts = sample.windows(tokens, t, rows);
+    if tokens.window_count(t + 1) == 0 || starts.is_empty() {
         return Err(UserError::usage(format!(
-            "the validation shards hold no window of block_size + 1 = {len} tokens"
+            "the validation shards hold no window of block_size + 1 = {} tokens",
+            t + 1
         ))
         .with_fix("give bigger validation shards")
         .into());
     }
-    let windows = windows.max(1);
     let mut total = 0.0;
-    for i in 0..windows {
-        let (segment, start) = tokens
-            .window_start(i * span / windows, len)
-            .unwrap_or((0, 0));
-        let w = tokens.window(segment, start, len);
-        let t = cfg.block_size;
-        let x: Vec<i64> = w[..t].iter().map(|&v| i64::from(v)).collect();
-        let y: Vec<i64> = w[1..].iter().map(|&v| i64::from(v)).collect();
-        let x = Tensor::<B, 2, Int>::from_data(TensorData::new(x, [1, t]), device);
-        let y = Tensor::<B, 2, Int>::from_data(TensorData::new(y, [1, t]), device);
+    for chunk in starts.chunks(EVAL_BATCH) {
+        let (mut x, mut y) = (Vec::new(), Vec::new());
+        for &(segment, start) in chunk {
+            let w = tokens.window(segment, start, t + 1);
+            x.extend(w[..t].iter().map(|&v| i64::from(v)));
+            y.extend(w[1..].iter().map(|&v| i64::from(v)));
+        }
+        let n = chunk.len();
+        let x = Tensor::<B, 2, Int>::from_data(TensorData::new(x, [n, t]), device);
+        let y = Tensor::<B, 2, Int>::from_data(TensorData::new(y, [n, t]), device);
         let loss: f64 = model.loss(x, y).into_scalar().elem();
-        total += loss;
+        total += loss * n as f64;
     }
-    Ok(total / windows as f64)
+    Ok((total / starts.len() as f64, starts.len()))
 }
 
 /// Run the evaluations `request` names; the numbers as JSON fields.
@@ -152,15 +160,22 @@ pub fn evaluate<B: FusedBackend>(
     );
     if let Some(path) = &request.val {
         let tokens = Tokens::Mapped(open_val_shards(path)?);
-        let loss = val_loss(
+        let block = checkpoint.model_cfg.block_size;
+        let (loss, windows) = val_loss(
             &checkpoint.model,
             &checkpoint.model_cfg,
             &tokens,
+            request.val_sample,
             request.val_windows,
             device,
         )?;
         m.insert("val_loss".into(), json!(loss));
-        m.insert("val_windows".into(), json!(request.val_windows.max(1)));
+        m.insert("val_windows".into(), json!(windows));
+        m.insert("val_tokens".into(), json!(windows * block));
+        m.insert(
+            "val_sample".into(),
+            json!(request.val_sample.describe(windows, block, tokens.len())),
+        );
     }
     if let Some(path) = &request.hellaswag {
         let items = hellaswag::load(path, request.hellaswag_items)?;
@@ -169,8 +184,9 @@ pub fn evaluate<B: FusedBackend>(
             &checkpoint.model_cfg,
             &checkpoint.tokenizer,
             &items,
+            &engine::EvalShare::alone(),
             device,
-        );
+        )?;
         score.insert_into(&mut m);
     }
     Ok(m)

@@ -12,6 +12,10 @@
 //! lines), one JSON object per line with at least `ctx`, `endings` (four
 //! strings) and `label` (0–3). A row longer than the model's block keeps
 //! its last `block_size` tokens (only tiny models meet this).
+//!
+//! During training every rank scores its share of the items (groups of
+//! [`ITEMS_PER_FORWARD`], dealt round-robin) inside the run's autocast
+//! scope, i.e. in the run's precision, and the counts are summed.
 
 use std::io::BufRead;
 use std::path::Path;
@@ -25,6 +29,7 @@ use serde_json::{json, Map, Value};
 
 use super::model::{Gpt2, ModelConfig};
 use crate::data::Tokenizer;
+use crate::engine::EvalShare;
 use crate::error::UserError;
 
 /// One multiple-choice item.
@@ -190,24 +195,46 @@ fn argmin(values: impl Iterator<Item = f64>) -> usize {
         .0
 }
 
-/// Score `items` with `model`.
+/// Items scored in one forward pass (their 4 rows each, padded to the
+/// group's longest). Fixed, so a group's numbers are the same whatever the
+/// micro-batch or the number of ranks: groups, not items, are dealt out.
+pub const ITEMS_PER_FORWARD: usize = 4;
+
+/// Score `items` with `model`: this rank's groups of items (`share`), and
+/// every rank's counts summed, so each rank returns the whole score.
 pub fn score<B: FusedBackend>(
     model: &Gpt2<B>,
     cfg: &ModelConfig,
     tokenizer: &Tokenizer,
     items: &[Item],
+    share: &EvalShare,
     device: &B::Device,
-) -> Score {
-    let mut score = Score {
+) -> anyhow::Result<Score> {
+    let mut mine = Score {
         items: 0,
         correct: 0,
         correct_norm: 0,
     };
-    for item in items {
-        let losses = ending_losses(model, cfg, &render(item, tokenizer), device);
-        score.tally(&losses, item.label);
+    for (index, group) in items.chunks(ITEMS_PER_FORWARD).enumerate() {
+        if !share.is_mine(index) {
+            continue;
+        }
+        let rows: Vec<(Vec<u32>, usize)> = group
+            .iter()
+            .flat_map(|item| render(item, tokenizer))
+            .collect();
+        let losses = ending_losses(model, cfg, &rows, device);
+        for (item, losses) in group.iter().zip(losses.chunks(4)) {
+            mine.tally(losses, item.label);
+        }
     }
-    score
+    let counts = [mine.items, mine.correct, mine.correct_norm].map(|c| c as f64);
+    let all = share.sum_counts(&counts)?;
+    Ok(Score {
+        items: all[0] as usize,
+        correct: all[1] as usize,
+        correct_norm: all[2] as usize,
+    })
 }
 
 impl Score {

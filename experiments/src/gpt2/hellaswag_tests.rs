@@ -133,13 +133,54 @@ fn acc_uses_the_summed_loss_and_acc_norm_the_mean() {
 fn scores_the_fixture_with_a_gpt2_vocabulary_model() {
     let (cfg, model) = tiny(50304, 128);
     let items = load(Path::new(FIXTURE), None).unwrap();
-    let score = score(
+    let device = Default::default();
+    let tokenizer = Tokenizer::gpt2();
+    let alone = score(
         &model,
         &cfg,
-        &Tokenizer::gpt2(),
+        &tokenizer,
         &items,
-        &Default::default(),
+        &EvalShare::alone(),
+        &device,
+    )
+    .unwrap();
+    assert_eq!(alone.items, 5);
+    assert!(alone.correct <= 5 && alone.correct_norm <= 5);
+
+    // Two ranks, each scoring its groups; here `sum` keeps each rank's own
+    // counts so the two halves can be seen apart and added by hand.
+    let own = |counts: &[f64]| Ok(counts.to_vec());
+    let halves: Vec<Score> = (0..2)
+        .map(|rank| {
+            let share = EvalShare::across(rank, 2, &own);
+            score(&model, &cfg, &tokenizer, &items, &share, &device).unwrap()
+        })
+        .collect();
+    // 5 items in groups of 4: rank 0 scores the first group, rank 1 the last item.
+    assert_eq!((halves[0].items, halves[1].items), (4, 1));
+    assert_eq!(
+        (
+            halves[0].correct + halves[1].correct,
+            halves[0].correct_norm + halves[1].correct_norm
+        ),
+        (alone.correct, alone.correct_norm)
     );
-    assert_eq!(score.items, 5);
-    assert!(score.correct <= 5 && score.correct_norm <= 5);
+
+    // Scoring a group in one forward pass (rows padded to the longest) gives
+    // each item the losses it gets alone: padding sits after every scored
+    // position, and attention is causal.
+    let group: Vec<(Vec<u32>, usize)> = items[..4]
+        .iter()
+        .flat_map(|item| render(item, &tokenizer))
+        .collect();
+    let together = ending_losses(&model, &cfg, &group, &device);
+    for (i, item) in items[..4].iter().enumerate() {
+        let apart = ending_losses(&model, &cfg, &render(item, &tokenizer), &device);
+        for (a, b) in apart.iter().zip(&together[4 * i..4 * i + 4]) {
+            assert!(
+                (a.0 - b.0).abs() < 1e-3 && (a.1 - b.1).abs() < 1e-4,
+                "{a:?} vs {b:?}"
+            );
+        }
+    }
 }

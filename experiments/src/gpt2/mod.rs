@@ -7,6 +7,7 @@ pub mod hellaswag;
 pub mod hf;
 pub mod lora;
 pub mod model;
+pub mod val_sample;
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -21,11 +22,12 @@ use serde_json::{json, Map, Value};
 
 use crate::backend;
 use crate::data::{self, Batches, DataConfig, DataOrder, TokenData};
-use crate::engine::{self, OptimConfig, RunControl, Summary, Task, TrainConfig};
+use crate::engine::{self, EvalShare, OptimConfig, RunControl, Summary, Task, TrainConfig};
 use crate::error::UserError;
 use crate::experiment::{self, Experiment, ExperimentInfo, TypedExperiment};
 pub use generate::{sample_batch, sample_rows, sample_rows_until, BatchSampleOptions};
 pub use model::{Gpt2, ModelConfig};
+pub use val_sample::ValSample;
 
 pub const EXPERIMENT: &str = "gpt2";
 
@@ -55,6 +57,10 @@ pub struct EvalConfig {
     /// Score only the first N items (all 10,042 by default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hellaswag_items: Option<usize>,
+    /// Which validation windows the loss is measured on (`gpt2/val_sample.rs`):
+    /// "spread" (default) or "first" (build-nanogpt's).
+    #[serde(default, skip_serializing_if = "ValSample::is_spread")]
+    pub val_sample: ValSample,
 }
 
 /// Presets bundled into the binary: (name, TOML text).
@@ -104,7 +110,7 @@ impl TypedExperiment for Gpt2Experiment {
         parts.push(engine::budget::Part::data(
             "train.eval_batches",
             config.train.eval_batches,
-            config.train.eval_batches as f64 * config.train.batch_size as f64 * 8.0,
+            config.train.eval_batches as f64 * config.train.batch_size as f64 * 16.0,
         ));
         if config.data.source == data::DataSource::Generated {
             // The corpus text and its u32 tokens, both in memory.
@@ -223,6 +229,15 @@ impl Gpt2Task {
         })
     }
 
+    /// `[eval] val_sample` (spread when there is no `[eval]`).
+    fn val_sample(&self) -> ValSample {
+        self.config
+            .eval
+            .as_ref()
+            .map(|e| e.val_sample)
+            .unwrap_or_default()
+    }
+
     /// A seed that depends on (train.seed, step, row) only.
     fn mixed_seed(&self, step: u64, row: usize) -> u64 {
         engine::row_seed(self.config.train.seed, step, row)
@@ -307,27 +322,23 @@ impl<B: FusedAutodiffBackend> Task<B> for Gpt2Task {
         micro_batch: usize,
         device: &burn::tensor::Device<B::InnerBackend>,
     ) -> f64 {
-        // Fixed, evenly spaced windows over the validation split: the same
-        // tokens at every evaluation, whatever the micro-batch (which only
-        // sets how many windows go through the model at once).
-        let len = self.config.model.block_size + 1;
+        // The same windows at every evaluation, whatever the micro-batch
+        // (which only sets how many go through the model at once); which
+        // ones is `[eval] val_sample`.
+        let block = self.config.model.block_size;
         let rows = (self.config.train.eval_batches * self.config.train.batch_size).max(1);
-        let span = self.data.val.window_count(len);
+        let starts = self.val_sample().windows(&self.data.val, block, rows);
         let mut total = 0.0;
-        let indices: Vec<usize> = (0..rows).map(|i| i * span / rows).collect();
-        for chunk in indices.chunks(micro_batch.max(1)) {
+        for chunk in starts.chunks(micro_batch.max(1)) {
             let windows: Vec<Vec<u32>> = chunk
                 .iter()
-                .map(|&i| {
-                    let (segment, start) = self.data.val.window_start(i, len).unwrap_or((0, 0));
-                    self.data.val.window(segment, start, len)
-                })
+                .map(|&(segment, start)| self.data.val.window(segment, start, block + 1))
                 .collect();
             let (x, y) = self.batch::<B::InnerBackend>(&windows, device);
             let loss: f64 = model.loss(x, y).into_scalar().elem();
             total += loss * chunk.len() as f64;
         }
-        total / rows as f64
+        total / starts.len().max(1) as f64
     }
 
     fn units_per_row(&self) -> (usize, &'static str) {
@@ -349,6 +360,7 @@ impl<B: FusedAutodiffBackend> Task<B> for Gpt2Task {
         &self,
         model: &<Gpt2<B> as AutodiffModule<B>>::InnerModule,
         _micro_batch: usize,
+        share: &EvalShare,
         device: &burn::tensor::Device<B::InnerBackend>,
     ) -> anyhow::Result<Map<String, Value>> {
         let mut m = Map::new();
@@ -358,8 +370,9 @@ impl<B: FusedAutodiffBackend> Task<B> for Gpt2Task {
                 &self.config.model,
                 &self.data.tokenizer,
                 items,
+                share,
                 device,
-            );
+            )?;
             score.insert_into(&mut m);
         }
         Ok(m)
@@ -373,6 +386,15 @@ impl<B: FusedAutodiffBackend> Task<B> for Gpt2Task {
         );
         m.insert("parameters".into(), json!(self.config.model.num_params()));
         m.insert("data_order".into(), json!(self.config.data.order().name()));
+        let block = self.config.model.block_size;
+        let rows = self.config.train.eval_batches * self.config.train.batch_size;
+        let windows = self.val_sample().windows(&self.data.val, block, rows).len();
+        m.insert(
+            "val_sample".into(),
+            json!(self
+                .val_sample()
+                .describe(windows, block, self.data.val.len())),
+        );
         if let Some(batches) = &self.batches {
             m.insert("train_batches_per_epoch".into(), json!(batches.per_epoch()));
         }

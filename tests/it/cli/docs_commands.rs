@@ -278,15 +278,6 @@ heavy_test!(every_documented_envgen_command_is_valid, |tmp| {
         &hellaswag,
     )
     .unwrap();
-    let preset =
-        std::fs::read_to_string(repo().join("experiments/presets/gpt2/gpt2-124m.toml")).unwrap();
-    let mut config: toml::Table = toml::from_str(&preset).unwrap();
-    let data = config["data"].as_table_mut().unwrap();
-    data.insert("source".into(), "npy".into());
-    data.insert("path".into(), "edu_fineweb10B".into());
-    let mut fineweb = toml::to_string(&config).unwrap();
-    fineweb.push_str("\n[eval]\nhellaswag = \"data/hellaswag/hellaswag_val.jsonl\"\n");
-    std::fs::write(tmp.path().join("gpt2-124m-fineweb.toml"), fineweb).unwrap();
     // train.csv / test.csv ("your copy of Sudoku-Extreme", docs/experiments/
     // hrm.md): a dry run checks that they exist; the run reads them.
     for csv in ["train.csv", "test.csv"] {

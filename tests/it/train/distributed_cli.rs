@@ -49,8 +49,19 @@ fn assert_close(a: &Value, b: &Value, key: &str) {
 }
 
 heavy_test!(two_ranks_train_the_same_science_as_one, |tmp| {
-    let one = json_of(&expect_success(output(tiny(tmp.path(), &[]))));
-    let two = json_of(&expect_success(output(tiny(tmp.path(), &["--ranks", "2"]))));
+    // HellaSwag at every evaluation, shared out over the ranks.
+    let hellaswag = format!(
+        "eval.hellaswag={}/tests/fixtures/hellaswag/hellaswag_val_sample.jsonl",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let one = json_of(&expect_success(output(tiny(
+        tmp.path(),
+        &["--set", &hellaswag],
+    ))));
+    let two = json_of(&expect_success(output(tiny(
+        tmp.path(),
+        &["--ranks", "2", "--set", &hellaswag],
+    ))));
     assert_eq!(two["summary"]["status"], "completed");
     assert_eq!(
         metric(&one, "initial_val_loss").to_bits(),
@@ -61,6 +72,21 @@ heavy_test!(two_ranks_train_the_same_science_as_one, |tmp| {
         assert_close(&one, &two, key);
     }
     assert!(metric(&two, "final_val_loss") < 0.9 * metric(&two, "initial_val_loss"));
+    // Each rank scored its groups of items (4 and 1 of the fixture's 5) and
+    // the counts were summed: the same score as one rank's on the same
+    // step-0 weights.
+    let step_zero = |doc: &Value| -> Value {
+        let text = std::fs::read_to_string(run_dir_of(doc).join("metrics.jsonl")).unwrap();
+        serde_json::from_str(text.lines().next().unwrap()).unwrap()
+    };
+    let (zero_one, zero_two) = (step_zero(&one), step_zero(&two));
+    assert_eq!(zero_two["hellaswag_items"], 5, "{zero_two}");
+    for key in ["hellaswag_acc", "hellaswag_acc_norm", "hellaswag_items"] {
+        assert_eq!(
+            zero_one[key], zero_two[key],
+            "{key}: {zero_one} vs {zero_two}"
+        );
+    }
 
     let (m1, m2) = (manifest_of(&one), manifest_of(&two));
     assert_eq!(m1["config_hash"], m2["config_hash"], "same science");

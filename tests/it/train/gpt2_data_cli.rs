@@ -394,6 +394,59 @@ heavy_test!(
         assert_eq!(on_bin["val_loss"], on_npy["val_loss"]);
         assert_eq!(on_bin["hellaswag_items"], 5);
         assert_eq!(on_bin["val_windows"], 4);
+        assert!(
+            on_bin["val_sample"]
+                .as_str()
+                .unwrap()
+                .contains("spread evenly"),
+            "{on_bin}"
+        );
+
+        // By default, the reference's sample: windows tiling the val split
+        // from its first token, as build-nanogpt's val loader reads them.
+        // The same number from torch, reading the shard its own way.
+        let first = json_of(&run_ok(&[
+            "eval",
+            "gpt2",
+            "--checkpoint",
+            run_dir_of(&a).to_str().unwrap(),
+            "--val",
+            npy.to_str().unwrap(),
+            "--val-tokens",
+            &BUILD_NANOGPT_SAMPLE.tokens().to_string(),
+            "--json",
+        ]));
+        assert_eq!(first["val_tokens"], BUILD_NANOGPT_SAMPLE.tokens());
+        assert!(
+            first["val_sample"]
+                .as_str()
+                .unwrap()
+                .starts_with("the first 1536 tokens"),
+            "{first}"
+        );
+        let torch = BUILD_NANOGPT_SAMPLE.val_loss(
+            &run_dir_of(&a),
+            &npy.join("edufineweb_val_000000.npy"),
+            tmp.path(),
+        );
+        let ours = first["val_loss"].as_f64().unwrap();
+        assert!(
+            (ours - torch).abs() < 1e-4,
+            "envgen {ours} vs torch {torch} on build-nanogpt's sample"
+        );
+        assert!((ours - on_bin["val_loss"].as_f64().unwrap()).abs() > 1e-6);
+        // Asked for more than the split holds: all of it, and said so.
+        let whole = json_of(&run_ok(&[
+            "eval",
+            "gpt2",
+            "--checkpoint",
+            run_dir_of(&a).to_str().unwrap(),
+            "--val",
+            npy.to_str().unwrap(),
+            "--json",
+        ]));
+        // 2,000 tokens hold (2,000 − 1) / 64 = 31 windows of 64 targets.
+        assert_eq!(whole["val_windows"], 31, "{whole}");
 
         // `envgen sample` needs no training data: delete it, sample anyway.
         std::fs::remove_dir_all(&bin).unwrap();
@@ -469,3 +522,78 @@ heavy_test!(
         );
     }
 );
+
+/// build-nanogpt's validation, shrunk to the test's shards: `steps`
+/// batches of `rows` × `block` tokens on each of `ranks` ranks.
+struct ValLoader {
+    rows: usize,
+    block: usize,
+    ranks: usize,
+    steps: usize,
+}
+
+/// 3 steps × 2 ranks × 4 rows × 64 tokens = 1,536 tokens of the 2,000.
+const BUILD_NANOGPT_SAMPLE: ValLoader = ValLoader {
+    rows: 4,
+    block: 64,
+    ranks: 2,
+    steps: 3,
+};
+
+impl ValLoader {
+    fn tokens(&self) -> usize {
+        self.steps * self.ranks * self.rows * self.block
+    }
+
+    /// The validation loss torch computes for the run's weights the way
+    /// build-nanogpt's training loop does: each rank starts `rank` batches
+    /// in and strides over the others, a batch is `rows × block + 1`
+    /// tokens (inputs, and the same shifted by one as targets), each rank
+    /// averages its steps' mean losses and the ranks' averages are averaged
+    /// (its all_reduce AVG). The model is transformers' GPT-2 with the
+    /// run's own model.safetensors and vocabulary (50,304, padding rows
+    /// included, as build-nanogpt's model has).
+    fn val_loss(&self, run: &Path, shard: &Path, scratch: &Path) -> f64 {
+        let model = scratch.join("val-loader-model");
+        std::fs::create_dir_all(&model).unwrap();
+        std::fs::copy(
+            run.join("model.safetensors"),
+            model.join("model.safetensors"),
+        )
+        .unwrap();
+        let config = serde_json::json!({
+            "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"],
+            "n_layer": 2, "n_head": 2, "n_embd": 64, "n_positions": 64,
+            "vocab_size": 50304, "tie_word_embeddings": true,
+            "layer_norm_epsilon": 1e-5, "activation_function": "gelu_new",
+        });
+        std::fs::write(model.join("config.json"), config.to_string()).unwrap();
+        let script = r#"
+import json, sys
+import numpy as np, torch
+from transformers import GPT2LMHeadModel
+directory, shard = sys.argv[1], sys.argv[2]
+rows, block, ranks, steps = (int(v) for v in sys.argv[3:7])
+model = GPT2LMHeadModel.from_pretrained(directory).eval()
+tokens = torch.from_numpy(np.load(shard).astype(np.int64))
+per_rank = []
+for rank in range(ranks):
+    position, losses = rows * block * rank, []
+    for _ in range(steps):
+        chunk = tokens[position : position + rows * block + 1]
+        x, y = chunk[:-1].view(rows, block), chunk[1:].view(rows, block)
+        position += rows * block * ranks
+        with torch.no_grad():
+            logits = model(x).logits.float()
+        losses.append(torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten()).item())
+    per_rank.append(sum(losses) / steps)
+print(json.dumps({"val_loss": sum(per_rank) / ranks}))
+"#;
+        let args = [self.rows, self.block, self.ranks, self.steps].map(|v| v.to_string());
+        let mut argv = vec![model.to_str().unwrap(), shard.to_str().unwrap()];
+        argv.extend(args.iter().map(String::as_str));
+        crate::common::reference::python_json(script, &argv)["val_loss"]
+            .as_f64()
+            .unwrap()
+    }
+}
