@@ -13,6 +13,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use envgen_experiments::engine::run_files::TIME_KEY;
 use envgen_experiments::engine::tensorboard::EventsFile;
 use envgen_experiments::engine::{rundir, RunControl, Status, Summary, World};
 use serde::{Deserialize, Serialize};
@@ -395,7 +396,7 @@ fn signal_name(signal: i32) -> String {
 
 /// The last value of each numeric key in the JSON-lines file (lines that
 /// are not JSON objects, and envgen's own GPU samples, are skipped), and
-/// the last `step`.
+/// the last `step`; a line's `time` is when it was logged, no metric.
 fn last_metrics(path: &Path) -> (Map<String, Value>, Option<u64>) {
     let mut last = Map::new();
     let Ok(file) = File::open(path) else {
@@ -409,7 +410,7 @@ fn last_metrics(path: &Path) -> (Map<String, Value>, Option<u64>) {
             continue;
         }
         for (key, value) in row {
-            if value.is_number() {
+            if value.is_number() && key != TIME_KEY {
                 last.insert(key, value);
             }
         }

@@ -1,6 +1,6 @@
 //! Live GPU metrics for a run on a GPU host: NVML's utilization and memory
 //! per GPU, sampled on a thread and appended to `metrics.jsonl` as
-//! `{"time_s": …, "gpu": [{"index", "util_percent", "memory_used_gb", …}]}`
+//! `{"time_s": …, "time": UNIX_SECONDS, "gpu": [{"index", "util_percent", "memory_used_gb", …}]}`
 //! lines (no `step`: readers that plot steps skip them; the run's TensorBoard
 //! file plots them at the last training step). Without NVML
 //! (no driver, `ENVGEN_NO_NVML=1`) nothing is sampled and nothing fails.
@@ -39,7 +39,8 @@ pub fn record(elapsed: Duration, samples: &[GpuSample]) -> Value {
             })
         })
         .collect();
-    json!({ "time_s": elapsed.as_secs_f64(), "gpu": gpus })
+    let now = envgen_experiments::engine::run_files::unix_now();
+    json!({ "time_s": elapsed.as_secs_f64(), "time": now, "gpu": gpus })
 }
 
 fn sample(nvml: &Nvml, count: u32) -> Vec<GpuSample> {

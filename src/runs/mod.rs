@@ -20,4 +20,5 @@ pub mod report;
 pub mod store;
 pub mod tensorboard;
 pub mod tensorboard_import;
+pub mod tensorboard_read;
 pub mod watch;

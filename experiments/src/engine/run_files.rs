@@ -2,13 +2,39 @@
 //! (refused, naming the line, when it is not UTF-8) and the refusal of a
 //! symbolic link where the run writes a file of its own. Both the metrics
 //! log ([`super::rundir`]) and its TensorBoard mirror ([`super::tensorboard`])
-//! stand on these, so they live below both.
+//! stand on these, so they live below both. So does the `time` every
+//! metrics line carries (unix seconds, [`TIME_KEY`]): the log stamps it,
+//! the mirror plots each line at it.
 
 use std::path::Path;
 
 use anyhow::Context as _;
 
 use crate::error::UserError;
+
+/// The field of a metrics line that says when it was logged: unix seconds
+/// as an f64. TensorBoard's wall-time axis is drawn from it, so a resumed
+/// or exported run keeps the times its steps ran at.
+pub const TIME_KEY: &str = "time";
+
+/// Now, in unix seconds.
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// `line` with its `time` field: the one it has, or now.
+pub fn stamped(line: &serde_json::Value) -> std::borrow::Cow<'_, serde_json::Value> {
+    match line {
+        serde_json::Value::Object(fields) if !fields.contains_key(TIME_KEY) => {
+            let mut fields = fields.clone();
+            fields.insert(TIME_KEY.into(), serde_json::Value::from(unix_now()));
+            std::borrow::Cow::Owned(serde_json::Value::Object(fields))
+        }
+        other => std::borrow::Cow::Borrowed(other),
+    }
+}
 
 /// Refuse a symbolic link where the run's own `what` (a file or folder the
 /// run writes anew as `name`) belongs.

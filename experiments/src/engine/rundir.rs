@@ -11,7 +11,7 @@ use std::path::Path;
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
-use super::run_files::{read_metrics_text, refuse_symlink};
+use super::run_files::{read_metrics_text, refuse_symlink, stamped};
 use super::tensorboard::EventsFile;
 use crate::error::UserError;
 use crate::fsutil::write_atomic;
@@ -153,7 +153,9 @@ impl MetricsLog {
         })
     }
 
+    /// Append `record` (an object gets its `time`, unless it has one).
     pub fn write(&mut self, record: &serde_json::Value) -> anyhow::Result<()> {
+        let record = stamped(record);
         // One write per line: the GPU sampler appends its lines to the same
         // file, and a line written in pieces could be split by one of them.
         self.file
@@ -188,7 +190,14 @@ mod tests {
             let mut log = MetricsLog::fresh(&path).unwrap();
             log.write(&serde_json::json!({"step": 0})).unwrap();
         }
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\"step\":0}\n");
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        let line: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(line["step"], 0, "{text}");
+        // Stamped with when it was logged (issue #42).
+        let logged = line["time"].as_f64().expect("a time");
+        let now = super::super::run_files::unix_now();
+        assert!((now - 60.0..=now).contains(&logged), "{text}");
         let mut log = MetricsLog::open(&path, Some(0)).unwrap();
         log.write(&serde_json::json!({"step": 1})).unwrap();
         assert!(!std::fs::symlink_metadata(&path)

@@ -7,7 +7,11 @@
 //! lists each run by its id (issue #44; a `tb/` subfolder showed as
 //! `RUN_ID/tb`). One converter ([`Scalars`]) serves the live path
 //! (`MetricsLog` appends as it logs), the rebuild when a run (re)starts and
-//! `envgen runs export --tensorboard`.
+//! `envgen runs export --tensorboard`. Each line's events carry the
+//! line's own `time` as their wall time (a resumed run, or one exported a
+//! year later, keeps the times its steps ran at); a line without one (a
+//! user command's own lines, or a file from before the field) gets the
+//! time it is converted: as it is logged live, the moment of an export.
 //!
 //! The file format is written here by hand: TFRecord framing (u64 length,
 //! masked CRC32C of the length, data, masked CRC32C of the data) around
@@ -32,7 +36,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use serde_json::Value;
 
-use super::run_files::{read_metrics_text, refuse_symlink};
+use super::run_files::{read_metrics_text, refuse_symlink, unix_now, TIME_KEY};
 use crate::fsutil::write_atomic;
 
 #[path = "tensorboard_hparams.rs"]
@@ -128,15 +132,9 @@ impl Proto {
     }
 }
 
-fn now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
-
-fn event(step: u64, body: Proto) -> Vec<u8> {
+fn event(step: u64, wall_time: f64, body: Proto) -> Vec<u8> {
     let e = Proto::default()
-        .double(1, now())
+        .double(1, wall_time)
         .varint(2, step)
         .message(5, body);
     record(&e.0)
@@ -145,19 +143,21 @@ fn event(step: u64, body: Proto) -> Vec<u8> {
 /// The first event of every file: TensorBoard reads the file version
 /// "brain.Event:2" (no out-of-order-step purging).
 fn file_version() -> Vec<u8> {
-    let e = Proto::default().double(1, now()).bytes(3, b"brain.Event:2");
+    let e = Proto::default()
+        .double(1, unix_now())
+        .bytes(3, b"brain.Event:2");
     record(&e.0)
 }
 
-/// Scalars at `step`, one summary value each.
-fn scalars_event(step: u64, scalars: &[(String, f64)]) -> Vec<u8> {
+/// Scalars at `step`, logged at `wall_time`, one summary value each.
+fn scalars_event(step: u64, wall_time: f64, scalars: &[(String, f64)]) -> Vec<u8> {
     let summary = scalars.iter().fold(Proto::default(), |s, (tag, v)| {
         let value = Proto::default()
             .bytes(1, tag.as_bytes())
             .float(2, *v as f32);
         s.message(1, value)
     });
-    event(step, summary)
+    event(step, wall_time, summary)
 }
 
 /// A text summary (TensorBoard's Text tab) at `step`.
@@ -172,7 +172,7 @@ fn text_event(step: u64, tag: &str, text: &str) -> Vec<u8> {
         .bytes(1, tag.as_bytes())
         .message(9, metadata)
         .message(8, tensor);
-    event(step, Proto::default().message(1, value))
+    event(step, unix_now(), Proto::default().message(1, value))
 }
 
 /// Turns `metrics.jsonl` lines into (step, scalars): the tag rules of
@@ -210,7 +210,7 @@ impl Scalars {
         };
         let stage = fields.get("stage").and_then(Value::as_str);
         for (key, v) in fields {
-            if key != "step" {
+            if key != "step" && key != TIME_KEY {
                 let group = stage.unwrap_or_else(|| group_of(key));
                 flatten(&format!("{group}/{key}"), v, &mut out);
             }
@@ -256,14 +256,24 @@ fn events_of(text: &str, scalars: &mut Scalars) -> (Vec<u8>, usize) {
     let complete = text.rfind('\n').map_or(0, |i| i + 1);
     let mut out = Vec::new();
     for line in text[..complete].lines() {
-        let parsed = serde_json::from_str::<Value>(line).ok();
-        if let Some((step, values)) = parsed.and_then(|v| scalars.of_line(&v)) {
+        let Ok(parsed) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if let Some((step, values)) = scalars.of_line(&parsed) {
             if !values.is_empty() {
-                out.extend(scalars_event(step, &values));
+                out.extend(scalars_event(step, time_of(&parsed), &values));
             }
         }
     }
     (out, complete)
+}
+
+/// When a metrics line was logged: its `time`, or now (see the header).
+fn time_of(line: &Value) -> f64 {
+    line.get(TIME_KEY)
+        .and_then(Value::as_f64)
+        .filter(|t| t.is_finite() && *t > 0.0)
+        .unwrap_or_else(unix_now)
 }
 
 /// envgen's event files in `dir`, sorted.
@@ -305,7 +315,7 @@ pub fn write_dir(
     crate::fsutil::create_dir_all(dir)?;
     let existing = our_files(dir);
     let path = existing.first().cloned().unwrap_or_else(|| {
-        let secs = now() as u64;
+        let secs = unix_now() as u64;
         dir.join(format!("events.out.tfevents.{secs}.{}{SUFFIX}", host()))
     });
     let mut bytes = file_version();
@@ -345,7 +355,7 @@ pub fn write_experiment(dir: &Path, run_dirs: &[&Path]) -> anyhow::Result<PathBu
     let metrics: Vec<String> = metrics.into_iter().collect();
     let existing = our_files(dir);
     let path = existing.first().cloned().unwrap_or_else(|| {
-        let secs = now() as u64;
+        let secs = unix_now() as u64;
         dir.join(format!("events.out.tfevents.{secs}.{}{SUFFIX}", host()))
     });
     let mut bytes = file_version();

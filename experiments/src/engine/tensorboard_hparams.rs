@@ -26,7 +26,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{event, now, Proto};
+use super::super::run_files::unix_now as now;
+use super::{event, Proto};
 
 pub const EXPERIMENT_TAG: &str = "_hparams_/experiment";
 pub const SESSION_START_TAG: &str = "_hparams_/session_start_info";
@@ -104,7 +105,7 @@ fn summary_event(tag: &str, data: Proto) -> Vec<u8> {
         .bytes(1, tag.as_bytes())
         .message(9, metadata)
         .message(8, null_tensor);
-    event(0, Proto::default().message(1, value))
+    event(0, now(), Proto::default().message(1, value))
 }
 
 /// `_hparams_/session_start_info` of a run with `hparams`.

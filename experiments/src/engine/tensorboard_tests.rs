@@ -42,7 +42,7 @@ fn lines_become_tagged_scalars_and_gpu_lines_take_the_last_step() {
     let mut s = Scalars::default();
     let (step, mut values) = s
         .of_line(
-            &json!({"step": 3, "loss": 2.5, "lr": 1e-3, "tokens_per_s": 100,
+            &json!({"step": 3, "time": 1.7e9, "loss": 2.5, "lr": 1e-3, "tokens_per_s": 100,
             "val_loss": 2.0, "skipped": true, "data": "text", "grad_norm": null,
             "extra": {"a": 1, "b": [2, 3]}}),
         )

@@ -13,9 +13,11 @@ use super::charts::{
 };
 use crate::runs::store::RunDir;
 
-/// Row fields that place a row (its x or its stage), never charted.
-const PLACING: [&str; 7] = [
+/// Row fields that place a row (its x, its stage, when it was logged),
+/// never charted.
+const PLACING: [&str; 8] = [
     "step",
+    "time",
     "round",
     "epoch",
     "time_s",

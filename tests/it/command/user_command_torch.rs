@@ -472,22 +472,14 @@ heavy_test!(
 );
 
 // `--tensorboard-dir`: what the command logged with PyTorch's own
-// `SummaryWriter.add_scalar` becomes the run's metrics (summary, steps).
+// `SummaryWriter` (simple values, new-style tensors, `add_scalars`
+// subfolders) and TensorFlow 2's layout (tensor_content of each dtype, as
+// written by tensorboard's own event writer) becomes the run's metrics
+// (summary, steps): the numbers and wall times TensorBoard shows of the
+// same files, keyed `SUBFOLDER/TAG`; what is no number is named (issue #42).
 heavy_test!(a_commands_tensorboard_scalars_become_its_metrics, |tmp| {
     let code = script_dir(tmp.path());
-    std::fs::write(
-        code.join("tb.py"),
-        r#"
-from torch.utils.tensorboard import SummaryWriter
-w = SummaryWriter("logs/tb")
-for step in range(1, 6):
-    w.add_scalar("loss", 1.0 / step, step)
-    w.add_scalar("train/lr", 0.1 * step, step)
-w.close()
-print("logged", flush=True)
-"#,
-    )
-    .unwrap();
+    std::fs::write(code.join("tb.py"), include_str!("tensorboard_writers.py")).unwrap();
     let out = tmp.path().join("runs");
     let args = [
         "run",
@@ -507,8 +499,29 @@ print("logged", flush=True)
     assert_eq!(summary["metrics"]["loss"], 0.2, "{summary}");
     let lr = summary["metrics"]["train/lr"].as_f64().unwrap();
     assert!((lr - 0.5).abs() < 1e-6, "{summary}");
+    assert!(summary["metrics"].get("time").is_none(), "{summary}");
     let rows = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap();
     assert_eq!(rows.lines().count(), 5, "{rows}");
+    let shown = read_json(&code.join("tb-shown.json"));
+    assert_imported_as_shown(&rows, &shown);
+    let said = text(&ran);
+    for (key, why) in [
+        (
+            "keras/vector",
+            "a DT_FLOAT tensor of 3 elements, not one number",
+        ),
+        ("weights", "a histogram, not a scalar"),
+        (
+            "note/text_summary",
+            "data of TensorBoard's text plugin, not a scalar",
+        ),
+    ] {
+        assert!(
+            said.contains(&format!("{key} (")) && said.contains(why),
+            "{key}: {said}"
+        );
+    }
+    assert_eq!(shown["not_one_number"], serde_json::json!(["keras/vector"]));
     // A bundled experiment has its own tb/: the flag is refused there.
     let refused = envgen()
         .args(["run", "gpt2", "--tensorboard-dir", "x", "--dry-run"])
@@ -516,3 +529,53 @@ print("logged", flush=True)
         .unwrap();
     assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
 });
+
+/// envgen's imported rows hold what TensorBoard shows (`shown`: key →
+/// [[step, value, wall_time, dtype]]): every key, every step, the value
+/// (float32s as float32s, every other dtype exactly), and as each row's
+/// `time` the latest wall time of its step.
+fn assert_imported_as_shown(rows: &str, shown: &Value) {
+    let shown = shown["shown"].as_object().unwrap();
+    let mut got: std::collections::BTreeMap<String, Vec<(u64, f64)>> = Default::default();
+    let mut times = std::collections::BTreeMap::new();
+    for row in rows.lines() {
+        let row: Value = serde_json::from_str(row).unwrap();
+        let step = row["step"].as_u64().unwrap();
+        times.insert(
+            step,
+            row["time"].as_f64().expect("an imported row has its time"),
+        );
+        for (key, value) in row.as_object().unwrap() {
+            if key != "step" && key != "time" {
+                got.entry(key.clone())
+                    .or_default()
+                    .push((step, value.as_f64().unwrap()));
+            }
+        }
+    }
+    let keys: Vec<&String> = got.keys().collect();
+    assert_eq!(keys, shown.keys().collect::<Vec<_>>(), "keys");
+    let mut latest = std::collections::BTreeMap::<u64, f64>::new();
+    for (key, points) in shown {
+        let points = points.as_array().unwrap();
+        assert_eq!(got[key].len(), points.len(), "{key}");
+        for ((step, value), point) in got[key].iter().zip(points) {
+            let (want, dtype) = (point[1].as_f64().unwrap(), point[3].as_str().unwrap());
+            assert_eq!(*step, point[0].as_u64().unwrap(), "{key}");
+            let same = match dtype {
+                "DT_FLOAT" => *value as f32 == want as f32,
+                _ => *value == want,
+            };
+            assert!(
+                same,
+                "{key} at {step}: envgen {value}, TensorBoard {want} ({dtype})"
+            );
+            let t = latest.entry(*step).or_insert(0.0);
+            *t = t.max(point[2].as_f64().unwrap());
+        }
+    }
+    assert_eq!(
+        times, latest,
+        "each row's time is its step's latest wall time"
+    );
+}

@@ -4,7 +4,9 @@
 //! and TensorBoard's own reader (the `tensorboard` package from PyPI, its
 //! `EventAccumulator`) finds every metric of metrics.jsonl under its tag,
 //! at its step, with its value as float32, and the run's config as text;
-//! a resumed run shows each step once; `envgen runs export --tensorboard`
+//! a resumed run shows each step once, every event at the wall time its
+//! metrics line was logged at (issue #42), not when the file was written;
+//! `envgen runs export --tensorboard`
 //! writes the same events for a run without them, and the HParams
 //! dashboard's data (config keys, final metrics) that TensorBoard's own
 //! hparams plugin reads back. GPU sample lines come
@@ -23,7 +25,8 @@ use crate::common::{envgen, heavy_test, json_of, run, text};
 use crate::doctor::nvml_standin::standin_dir;
 
 /// Reads a folder of event files with TensorBoard's EventAccumulator:
-/// `{"scalars": {tag: [[step, value]…]}, "text": {tag: [[step, text]…]}}`.
+/// `{"scalars": {tag: [[step, value]…]}, "wall_times": {tag: [t…]},
+/// "text": {tag: [[step, text]…]}}`.
 const READER: &str = r#"
 import json, sys
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -32,6 +35,7 @@ acc.Reload()
 tags = acc.Tags()
 print(json.dumps({
     "scalars": {t: [[e.step, e.value] for e in acc.Scalars(t)] for t in tags["scalars"]},
+    "wall_times": {t: [e.wall_time for e in acc.Scalars(t)] for t in tags["scalars"]},
     "text": {t: [[e.step, s.decode()] for e in acc.Tensors(t) for s in e.tensor_proto.string_val]
              for t in tags["tensors"]},
 }))
@@ -188,7 +192,7 @@ fn expected(dir: &Path) -> BTreeMap<String, Vec<(u64, f32)>> {
         }
         last = v["step"].as_u64().expect("training lines have a step");
         for (key, value) in v.as_object().unwrap() {
-            if let (false, Some(x)) = (key == "step", value.as_f64()) {
+            if let (false, Some(x)) = (key == "step" || key == "time", value.as_f64()) {
                 let entry = series.entry(tag_of(key).into()).or_default();
                 entry.push((last, x as f32));
             }
@@ -210,6 +214,32 @@ fn envgen_run(args: &[&str], nvml: bool) -> Output {
         cmd.env("ENVGEN_NO_NVML", "1");
     }
     cmd.args(args).output().expect("spawn envgen")
+}
+
+/// The `time` of each metrics line that has `key` (issue #42).
+fn line_times(dir: &Path, key: &str) -> Vec<f64> {
+    let text = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap();
+    text.lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v.get(key).is_some())
+        .map(|v| v["time"].as_f64().expect("every line has its time"))
+        .collect()
+}
+
+/// The wall times TensorBoard read for `tag`: the metrics lines' own
+/// times, never decreasing (a resumed run's rebuilt file keeps them).
+fn assert_wall_times(read: &Value, tag: &str, want: &[f64]) {
+    let got: Vec<f64> = read["wall_times"][tag]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_f64().unwrap())
+        .collect();
+    assert_eq!(
+        got, want,
+        "{tag}: TensorBoard's wall times are the lines' times"
+    );
+    assert!(got.windows(2).all(|w| w[0] <= w[1]), "{tag}: {got:?}");
 }
 
 /// TensorBoard's scalars as the same map.
@@ -273,6 +303,11 @@ heavy_test!(
         let steps: Vec<u64> = want["train/loss"].iter().map(|p| p.0).collect();
         assert_eq!(steps, [1, 2, 3, 4, 5, 6], "each step once");
         assert_eq!(want["eval/val_loss"].len(), 4, "steps 0, 2, 4 and 6");
+        // Steps 1-3 ran before the stop, 4-6 after the resume: the rebuilt
+        // file keeps the first attempt's times, and the resume's are later.
+        let loss_times = line_times(&dir, "loss");
+        assert_wall_times(&read, "train/loss", &loss_times);
+        assert_wall_times(&read, "eval/val_loss", &line_times(&dir, "val_loss"));
         let config = std::fs::read_to_string(dir.join("config.toml")).unwrap();
         let shown = &read["text"]["config"][0];
         assert_eq!(shown[0], 0, "{read}");
@@ -316,6 +351,7 @@ heavy_test!(
         assert!(export.status.success(), "{}", text(&export));
         let exported = tensorboard_read(&out.join(&run_id));
         assert_eq!(scalars(&exported), want);
+        assert_wall_times(&exported, "train/loss", &loss_times);
         assert_eq!(exported["text"], read["text"]);
         assert!(String::from_utf8_lossy(&export.stdout).contains(&run_id));
         // The export's own experiment: the config keys, and as metrics the
@@ -418,9 +454,22 @@ fn gpu_samples_plot_at_the_last_step_and_export_refuses_bad_runs() {
     );
     let a = tmp.path().join("a");
     fake_run(&a, "gpt2-tiny-1", metrics);
+    let unix = || {
+        let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        since.unwrap().as_secs_f64()
+    };
+    let before = unix();
     let exported = export(&out, &[&a]);
+    let after = unix();
     assert!(exported.status.success(), "{}", text(&exported));
     let read = tensorboard_read(&out.join("gpt2-tiny-1"));
+    // Lines from before the `time` field (issue #42) are plotted at the
+    // moment of the export.
+    let times = read["wall_times"]["train/loss"][0].as_f64().unwrap();
+    assert!(
+        (before..=after).contains(&times),
+        "{before} {times} {after}"
+    );
     let json = serde_json::json!({
         "gpu/0/util_percent": [[0, 10.0], [1, 97.0]],
         "gpu/0/memory_used_gb": [[0, 1.5], [1, 2.5]],
