@@ -62,8 +62,6 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
     let optim_cfg = task.optim_config().clone();
     let world = control.world.as_ref();
     let leader = writes_files(world);
-    // Each rank takes a contiguous, disjoint share of every global batch:
-    // rank r the rows r·share … (r+1)·share, in micro-batches.
     let shape = StepShape::new(
         task,
         control.micro_batch,

@@ -157,3 +157,29 @@ pub(crate) fn mean_validation_loss(
     }
     total / tokens.max(1.0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `loss_units` counts exactly the targets `CompletionBatch` weights
+    /// (what its mean divides by): the engine's weights and the task's
+    /// means speak of the same tokens, empty prompts and completions too.
+    #[test]
+    fn loss_units_are_the_batchs_weighted_targets() {
+        let examples = [
+            Tokenized::new(vec![1, 2, 3], vec![4, 5]),
+            Tokenized::new(vec![], vec![6, 7, 8]),
+            Tokenized::new(vec![9], vec![]),
+            Tokenized::new(vec![1, 2], vec![3, 4, 5, 6, 7]),
+        ];
+        let refs: Vec<&Tokenized> = examples.iter().collect();
+        let per_row: Vec<usize> = examples.iter().map(Tokenized::loss_tokens).collect();
+        assert_eq!(per_row, [2, 2, 0, 5]);
+        for rows in [&refs[..], &refs[..1], &refs[1..3], &refs[2..3]] {
+            let batch = CompletionBatch::<crate::backend::Cpu>::new(rows, &Default::default());
+            let weighted: f32 = batch.weights.clone().sum().into_scalar();
+            assert_eq!(f64::from(weighted), loss_units(rows), "{rows:?}");
+        }
+    }
+}
