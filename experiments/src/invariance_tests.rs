@@ -15,7 +15,10 @@
 //! | quantize's recovery fine-tune (rft source) | [`quantize_recovery_losses_ignore_micro_batch_and_threads`] | refused | — |
 //!
 //! (Precision is a knob too, but it changes the arithmetic on purpose:
-//! `tests/it/train/precision_cli.rs` bounds how far bf16 and fp16 move.)
+//! `tests/it/train/precision_cli.rs` bounds how far bf16 and fp16 move.
+//! gpt2 with `model.dropout > 0` draws its masks per micro-batch, a
+//! documented exception (docs/experiments/gpt2.md, "Dropout"); these
+//! configs have no dropout.)
 //!
 //! Tolerance. Runs that split a batch differently add the same terms in
 //! another order, in f32. Measured over three runs of this file
