@@ -23,3 +23,6 @@ pub mod registry;
 pub mod rft;
 
 pub use error::{ErrorKind, UserError};
+
+#[cfg(test)]
+mod invariance_tests;

@@ -2,7 +2,9 @@
 //! science configs with `--set` overrides and hashing ([`config`]), AdamW
 //! with GPT-2 parameter groups, global-norm clipping and warmup+cosine
 //! ([`optim`]), the iteration-based loop with gradient accumulation, eval,
-//! checkpoints and resume ([`train`]), the run directory ([`rundir`]) and its
+//! checkpoints and resume ([`train`]), the loss of a global batch weighted
+//! over its loss-bearing units whatever the micro-batch ([`micro_batches`]),
+//! the run directory ([`rundir`]) and its
 //! TensorBoard event files ([`tensorboard`]).
 
 pub mod budget;
@@ -10,6 +12,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod distributed;
 pub mod health;
+pub mod micro_batches;
 pub mod optim;
 pub mod params;
 pub mod precision;

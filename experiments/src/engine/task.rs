@@ -27,7 +27,11 @@ pub trait Task<B: AutodiffBackend> {
     fn optim_config(&self) -> &OptimConfig;
     /// A freshly initialized model (the backend is already seeded).
     fn init_model(&self, device: &B::Device) -> anyhow::Result<Self::Model>;
-    /// Mean loss over the rows `rows` of the global batch of `step`.
+    /// Mean loss over the loss-bearing units (tokens) of the rows `rows`
+    /// of the global batch of `step`: a mean over the
+    /// [`Task::loss_units`] of those rows. The engine weights it by their
+    /// share of the global batch's units (`micro_batches.rs`,
+    /// [`micro_batch_divisor`](super::micro_batches::micro_batch_divisor)).
     fn loss(
         &self,
         model: &Self::Model,
@@ -35,7 +39,9 @@ pub trait Task<B: AutodiffBackend> {
         rows: Range<usize>,
         device: &B::Device,
     ) -> Tensor<B, 1>;
-    /// Validation loss (no autodiff).
+    /// Validation loss (no autodiff): the mean over every loss-bearing
+    /// unit of the validation set, the same whatever `micro_batch` (which
+    /// only says how many rows go through the model at once).
     fn evaluate(
         &self,
         model: &<Self::Model as AutodiffModule<B>>::InnerModule,
@@ -44,6 +50,16 @@ pub trait Task<B: AutodiffBackend> {
     ) -> f64;
     /// Units (tokens, samples) one row carries, and their name ("tokens").
     fn units_per_row(&self) -> (usize, &'static str);
+    /// How many units [`Task::loss`] averages over in the rows `rows` of
+    /// the batch of `step` (a pure function of them, as the data order
+    /// is). The step's loss is the mean over the global batch's units, so
+    /// a task whose rows carry different numbers of loss-bearing tokens
+    /// (rft's completions after a masked prompt) says how many; the
+    /// default, `units_per_row` per row, is right for tasks whose rows
+    /// all carry the same.
+    fn loss_units(&self, _step: u64, rows: Range<usize>) -> f64 {
+        (rows.len() * self.units_per_row().0) as f64
+    }
     /// Extra numbers for summary.json (e.g. the data's entropy bound).
     fn summary_extras(&self) -> Map<String, Value> {
         Map::new()

@@ -5,14 +5,14 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use burn::module::AutodiffModule;
-use burn::optim::{GradientsAccumulator, GradientsParams};
-use burn::prelude::*;
+use burn::optim::GradientsParams;
 use burn::tensor::backend::AutodiffBackend;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use super::config::OptimConfig;
 use super::distributed::{writes_files, Collective, World};
+use super::micro_batches::{accumulate_micro_batches, StepShape};
 use super::optim::{clip_scale, global_grad_norm, learning_rate, AdamW};
 use super::precision::{LossScaler, ScaledStep};
 use super::rundir::{finish_run, read_json, write_json, MetricsLog, Status, Summary};
@@ -62,20 +62,13 @@ pub fn train<B: AutodiffBackend, T: Task<B>>(
     let optim_cfg = task.optim_config().clone();
     let world = control.world.as_ref();
     let leader = writes_files(world);
-    // Each rank takes a contiguous, disjoint share of every global batch:
-    // rank r the rows r·share … (r+1)·share, in micro-batches.
-    let (share, first_row) = rank_share(train_cfg.batch_size, world)?;
-    let (micro_batch, grad_accum) = super::config::split_batch(share, Some(control.micro_batch))?;
-    let (units_per_row, unit) = task.units_per_row();
-    let shape = StepShape {
-        first_row,
-        micro_batch,
-        grad_accum,
-        units_per_step: units_per_row * train_cfg.batch_size,
-        unit,
-        eval_every: train_cfg.eval_every.max(1),
-        steps: train_cfg.steps,
-    };
+    let shape = StepShape::new(
+        task,
+        control.micro_batch,
+        world.map_or(1, |w| w.size),
+        world.map_or(0, |w| w.rank),
+    )?;
+    let micro_batch = shape.micro_batch;
     let collective = world
         .map(|w| Collective::<B::InnerBackend>::join(w, &inner_device_of::<B>(device)))
         .transpose()?;
@@ -271,19 +264,6 @@ fn summarize<B: AutodiffBackend, T: Task<B>>(
     summary
 }
 
-/// How a step is cut up and logged: this rank's rows of every global batch
-/// (`grad_accum` micro-batches of `micro_batch` rows from `first_row` on),
-/// the units a step trains on, and when it evaluates.
-struct StepShape {
-    first_row: usize,
-    micro_batch: usize,
-    grad_accum: usize,
-    units_per_step: usize,
-    unit: &'static str,
-    eval_every: u64,
-    steps: u64,
-}
-
 /// What a step did, for its metrics line.
 struct StepLine {
     /// The step's index (0-based; the line says `step + 1`).
@@ -301,37 +281,6 @@ struct Update {
     decision: ScaledStep,
     /// The true (unscaled) gradient norm, when the update was applied.
     norm: Option<f64>,
-}
-
-/// Forward and backward over this rank's micro-batches of `step`, the
-/// gradients accumulated. Each micro-batch's loss stays on the device until
-/// the step's last micro-batch is queued: one read (one GPU sync) a step,
-/// not one a micro-batch; summed in f64 in micro-batch order.
-fn accumulate_micro_batches<B: AutodiffBackend, T: Task<B>>(
-    task: &T,
-    model: &T::Model,
-    step: u64,
-    shape: &StepShape,
-    loss_scale: f64,
-    device: &B::Device,
-) -> (GradientsParams, f64) {
-    let mut accumulator = GradientsAccumulator::<T::Model>::new();
-    let mut micro_losses = Vec::with_capacity(shape.grad_accum);
-    for micro in 0..shape.grad_accum {
-        let start = shape.first_row + micro * shape.micro_batch;
-        let rows = start..start + shape.micro_batch;
-        let loss = task.loss(model, step, rows, device) / shape.grad_accum as f64;
-        micro_losses.push(loss.clone().detach().reshape([1]));
-        let loss = if loss_scale == 1.0 {
-            loss
-        } else {
-            loss * loss_scale
-        };
-        let grads = GradientsParams::from_grads(loss.backward(), model);
-        accumulator.accumulate(model, grads);
-    }
-    let loss_sum: f64 = Tensor::cat(micro_losses, 0).into_data().iter::<f64>().sum();
-    (accumulator.grads(), loss_sum)
 }
 
 /// Ranks agree on everything that decides what happens next: the
@@ -479,14 +428,6 @@ fn failure(
             .then(|| health::diverged(loss_sum, step, "optim.lr"))
             .flatten()
     })
-}
-
-/// How many rows of each global batch this rank trains on, and the first
-/// of them: rank r takes rows r·share … (r+1)·share.
-fn rank_share(batch_size: usize, world: Option<&World>) -> anyhow::Result<(usize, usize)> {
-    let size = world.map_or(1, |w| w.size);
-    let share = super::distributed::rank_batch(batch_size, size)?;
-    Ok((share, world.map_or(0, |w| w.rank) * share))
 }
 
 /// The inner (non-autodiff) backend's device of an autodiff device.

@@ -7,6 +7,7 @@ use crate::backend::CpuTrain;
 use crate::engine::config::TrainConfig;
 use crate::engine::precision::Precision;
 use burn::nn::{Linear, LinearConfig};
+use burn::prelude::*;
 
 #[derive(Module, Debug)]
 struct Line<B: Backend> {

@@ -11,4 +11,4 @@ pub mod sudoku;
 pub mod train;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -25,7 +25,7 @@ fn grids(rows: usize, seed: u64) -> Vec<[u8; 81]> {
         .collect()
 }
 
-fn batch<B: Backend>(rows: usize, seed: u64) -> PuzzleBatch<B> {
+pub(crate) fn batch<B: Backend>(rows: usize, seed: u64) -> PuzzleBatch<B> {
     let g = grids(rows, seed);
     PuzzleBatch::from_grids(&g, &g, &Default::default())
 }

@@ -232,7 +232,7 @@ fn select(values: &[f32], mask: &[bool]) -> Vec<f32> {
 
 /// The source's training task continued from given (possibly pruned)
 /// weights for a few steps: the recovery fine-tune.
-struct Recovery<'a, T> {
+pub(crate) struct Recovery<'a, T> {
     inner: &'a T,
     model: ModelConfig,
     shape: (usize, usize),
@@ -242,9 +242,9 @@ struct Recovery<'a, T> {
 }
 
 impl<'a, T> Recovery<'a, T> {
-    fn new<B: AutodiffBackend>(
+    pub(crate) fn new<B: AutodiffBackend>(
         inner: &'a T,
-        source: &GptSource,
+        model: &ModelConfig,
         start: &'a NamedTensors,
         config: &PruneConfig,
     ) -> Self
@@ -263,8 +263,8 @@ impl<'a, T> Recovery<'a, T> {
         optim.warmup_steps = optim.warmup_steps.min(steps / 10);
         Self {
             inner,
-            model: source.model.clone(),
-            shape: super::source::shape_of(&source.model, start),
+            model: model.clone(),
+            shape: super::source::shape_of(model, start),
             start,
             train,
             optim,
@@ -312,6 +312,9 @@ where
     fn units_per_row(&self) -> (usize, &'static str) {
         self.inner.units_per_row()
     }
+    fn loss_units(&self, step: u64, rows: std::ops::Range<usize>) -> f64 {
+        self.inner.loss_units(step, rows)
+    }
     fn finish(&self, model: &Gpt2<B>, run_dir: &Path) -> anyhow::Result<()> {
         hf::save(model, &run_dir.join(MODEL_FILE))
     }
@@ -340,12 +343,12 @@ fn recover(
         let device = Default::default();
         let summary = match &source.kind {
             GptKind::Gpt2(task) => engine::train::<CpuTrain, _>(
-                &Recovery::new::<CpuTrain>(&**task, source, start, config),
+                &Recovery::new::<CpuTrain>(&**task, &source.model, start, config),
                 &stage,
                 &device,
             )?,
             GptKind::Rft { task, .. } => engine::train::<CpuTrain, _>(
-                &Recovery::new::<CpuTrain>(&**task, source, start, config),
+                &Recovery::new::<CpuTrain>(&**task, &source.model, start, config),
                 &stage,
                 &device,
             )?,

@@ -40,6 +40,20 @@ impl Tokenized {
     pub(crate) fn completion_ids(&self) -> &[u32] {
         &self.tokens[self.completion_start..]
     }
+
+    /// The targets the loss covers: the next-token targets at positions
+    /// `max(completion_start, 1) .. len` (the first token is nobody's
+    /// target), as [`CompletionBatch`] weights them.
+    pub(crate) fn loss_tokens(&self) -> usize {
+        self.len().saturating_sub(self.completion_start.max(1))
+    }
+}
+
+/// The completion targets of `examples` together: the units a
+/// [`CompletionBatch`]'s mean is over (its `count`, before the guard
+/// against an empty batch), and what `Task::loss_units` answers.
+pub(crate) fn loss_units(examples: &[&Tokenized]) -> f64 {
+    examples.iter().map(|e| e.loss_tokens()).sum::<usize>() as f64
 }
 
 /// `examples` right-padded into next-token inputs and targets (`[b, t]`)
@@ -121,20 +135,51 @@ pub(crate) fn example_index(seed: u64, step: u64, row: usize, count: usize) -> u
     (z % count.max(1) as u64) as usize
 }
 
-/// Mean per-example `loss` over `validation` in micro-batches (each
-/// batch's loss is a mean over its rows): the held-out loss both models'
-/// tasks report.
-pub(crate) fn mean_validation_loss<T>(
-    validation: &[T],
+/// The mean of `loss` over every completion token of `validation`,
+/// computed `micro_batch` examples at a time: each batch's mean (over its
+/// tokens) weighted by its tokens, so that the micro-batch decides memory
+/// use and not the number (issue #42: a mean of per-batch means weighted
+/// by rows moved with it). The held-out loss both models' tasks report.
+pub(crate) fn mean_validation_loss(
+    validation: &[Tokenized],
     micro_batch: usize,
-    mut loss: impl FnMut(&[&T]) -> f64,
+    mut loss: impl FnMut(&[&Tokenized]) -> f64,
 ) -> f64 {
     let mut total = 0.0;
-    let mut rows = 0usize;
+    let mut tokens = 0.0;
     for chunk in validation.chunks(micro_batch.max(1)) {
-        let batch: Vec<&T> = chunk.iter().collect();
-        total += loss(&batch) * chunk.len() as f64;
-        rows += chunk.len();
+        let batch: Vec<&Tokenized> = chunk.iter().collect();
+        let units = loss_units(&batch);
+        if units > 0.0 {
+            total += loss(&batch) * units;
+            tokens += units;
+        }
     }
-    total / rows.max(1) as f64
+    total / tokens.max(1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `loss_units` counts exactly the targets `CompletionBatch` weights
+    /// (what its mean divides by): the engine's weights and the task's
+    /// means speak of the same tokens, empty prompts and completions too.
+    #[test]
+    fn loss_units_are_the_batchs_weighted_targets() {
+        let examples = [
+            Tokenized::new(vec![1, 2, 3], vec![4, 5]),
+            Tokenized::new(vec![], vec![6, 7, 8]),
+            Tokenized::new(vec![9], vec![]),
+            Tokenized::new(vec![1, 2], vec![3, 4, 5, 6, 7]),
+        ];
+        let refs: Vec<&Tokenized> = examples.iter().collect();
+        let per_row: Vec<usize> = examples.iter().map(Tokenized::loss_tokens).collect();
+        assert_eq!(per_row, [2, 2, 0, 5]);
+        for rows in [&refs[..], &refs[..1], &refs[1..3], &refs[2..3]] {
+            let batch = CompletionBatch::<crate::backend::Cpu>::new(rows, &Default::default());
+            let weighted: f32 = batch.weights.clone().sum().into_scalar();
+            assert_eq!(f64::from(weighted), loss_units(rows), "{rows:?}");
+        }
+    }
 }

@@ -9,7 +9,7 @@ use burn::prelude::*;
 use burn::tensor::ElementConversion;
 use envgen_kernels::{FusedAutodiffBackend, FusedBackend};
 
-use super::completion::{batch, mean_validation_loss, CompletionBatch, Tokenized};
+use super::completion::{batch, loss_units, mean_validation_loss, CompletionBatch, Tokenized};
 use super::config::{RftConfig, StageConfig};
 use super::eval::{ADAPTER_FILE, MODEL_FILE};
 use super::task::Split;
@@ -127,6 +127,13 @@ impl<B: FusedAutodiffBackend> Task<B> for RftTrainTask {
 
     fn units_per_row(&self) -> (usize, &'static str) {
         (1, "samples")
+    }
+
+    /// The completion tokens of the rows: what the loss is a mean over
+    /// (prompts are masked and lengths vary, so rows carry different
+    /// numbers).
+    fn loss_units(&self, step: u64, rows: Range<usize>) -> f64 {
+        loss_units(&batch(&self.train, self.stage.train.seed, step, rows))
     }
 
     /// Writes `model.safetensors`, a plain GPT (adapters merged), and in

@@ -15,7 +15,7 @@ use envgen_kernels::{FusedAutodiffBackend, FusedBackend};
 use crate::engine::{OptimConfig, Task, TrainConfig};
 use crate::llama::{self, GenerateOptions, Llama};
 use crate::lora::LoraConfig;
-use crate::rft::completion::{batch, mean_validation_loss, CompletionBatch, Tokenized};
+use crate::rft::completion::{batch, loss_units, mean_validation_loss, CompletionBatch, Tokenized};
 use crate::rft::config::StageConfig;
 use crate::rft::datagen::{Completion, Row, Sampler};
 use crate::rft::files::copy_files;
@@ -108,6 +108,13 @@ impl<B: FusedAutodiffBackend> Task<B> for LlamaRftTask {
 
     fn units_per_row(&self) -> (usize, &'static str) {
         (1, "samples")
+    }
+
+    /// The completion tokens of the rows: what the loss is a mean over
+    /// (prompts are masked and lengths vary, so rows carry different
+    /// numbers).
+    fn loss_units(&self, step: u64, rows: Range<usize>) -> f64 {
+        loss_units(&batch(&self.train, self.stage.train.seed, step, rows))
     }
 
     /// The stage directory becomes a Hugging Face directory: the weights as
