@@ -464,6 +464,14 @@ fn quantize_recovery_losses_ignore_micro_batch_and_threads() {
     assert_invariant("quantize's recovery fine-tune", build);
 }
 
+/// HRM's halting is a comparison of two f32 logits per row (act.rs), so
+/// an ulp of difference between two splits of the batch can, rarely, halt
+/// a row one segment earlier and move the step's loss by a few 1e-5
+/// relative (seen once, 2.678313 vs 2.678263, in about twenty runs). Rows
+/// all carry 81 cells, so a mean-of-means bug cannot show here; this test
+/// catches a split that changes HRM's losses by 1e-4 relative or more.
+const HRM_TOLERANCE: f64 = 1e-4;
+
 /// HRM's own loop (not the engine's): the same losses at micro-batch 8 on
 /// 2 threads as at micro-batch 2 on 1 thread, step after step.
 #[test]
@@ -491,7 +499,10 @@ fn hrm_losses_ignore_micro_batch_and_threads() {
     for knobs in [KNOBS[1], KNOBS[2]] {
         let other = losses(knobs);
         assert!(
-            reference.iter().zip(&other).all(|(a, b)| close(*a, *b)),
+            reference
+                .iter()
+                .zip(&other)
+                .all(|(a, b)| (a - b).abs() <= HRM_TOLERANCE * a.abs().max(1.0)),
             "{knobs:?}: {other:?} vs {reference:?}"
         );
     }
