@@ -240,12 +240,12 @@ mod tests {
     use super::*;
     use crate::pretrained::HfTokenizer;
 
-    /// Toy ranks: a, b, c, then ab, abc, bc: "abc" is made from ab + c
-    /// (ab's rank is lower than bc's), and a token no lower pair builds is
-    /// an error naming it.
+    /// Toy ranks: a, b, c, then ab, bc, abc: "abc" is made from ab + c,
+    /// since ab's rank is lower than bc's and merges first (not a + bc),
+    /// and a token no lower pair builds is an error naming it.
     #[test]
     fn merges_follow_the_lowest_rank_pair() {
-        let tokens: Vec<Vec<u8>> = ["a", "b", "c", "ab", "abc", "bc"]
+        let tokens: Vec<Vec<u8>> = ["a", "b", "c", "ab", "bc", "abc"]
             .iter()
             .map(|t| t.as_bytes().to_vec())
             .collect();
@@ -259,7 +259,7 @@ mod tests {
                 )
             })
             .collect();
-        let want = [("a", "b"), ("ab", "c"), ("b", "c")];
+        let want = [("a", "b"), ("b", "c"), ("ab", "c")];
         assert_eq!(
             text,
             want.map(|(a, b)| (a.to_string(), b.to_string())).to_vec()

@@ -14,7 +14,7 @@ use envgen_experiments::data::Tokenizer;
 use envgen_experiments::gpt2::{self, hellaswag, hf, Gpt2, ModelConfig};
 use serde_json::Value;
 
-use crate::common::reference::{python, python_json};
+use crate::common::reference::python;
 use crate::common::{heavy_test, json_of, run_dir_of, run_ok};
 
 /// Builds, saves and runs the reference model; writes reference.json.
@@ -61,7 +61,22 @@ with torch.no_grad():
                 out[:-1], torch.tensor(ending_row[1:]), reduction="none")
             scored = losses[at - 1:]
             endings.append([float(scored.sum()), float(scored.mean())])
-json.dump({"logits": logits.tolist(), "greedy": greedy, "endings": endings},
+# An export read through transformers' Auto classes: the tokenizer's ids
+# for "hello world" and the prompt, and generate's greedy tokens.
+auto = {}
+if mode == "export":
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(directory)
+    auto_model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+    ids = tok(sys.argv[6], return_tensors="pt")
+    with torch.no_grad():
+        gen = auto_model.generate(**ids, do_sample=False, max_new_tokens=steps)
+    auto = {"hello": tok("hello world")["input_ids"], "prompt": ids["input_ids"][0].tolist(),
+            "generated": gen[0, ids["input_ids"].shape[1]:].tolist(),
+            "bos": auto_model.generation_config.bos_token_id,
+            "eos": auto_model.generation_config.eos_token_id,
+            "vocab": auto_model.config.vocab_size, "tokenizer_vocab": len(tok)}
+json.dump({"logits": logits.tolist(), "greedy": greedy, "endings": endings, "auto": auto},
           open(directory + "/reference.json", "w"))
 "#;
 
@@ -71,16 +86,19 @@ struct Reference {
     greedy: Vec<u32>,
     /// (summed, mean) loss of each HellaSwag row asked for.
     endings: Vec<(f64, f64)>,
+    /// An export's answers through `AutoTokenizer`/`AutoModelForCausalLM`.
+    auto: Value,
 }
 
 /// Run the reference script (`rows`: HellaSwag rows to score, with where
-/// each ending begins).
+/// each ending begins; `prompt`: the text an export's tokenizer encodes).
 fn reference(
     mode: &str,
     dir: &Path,
     tokens: &[u32],
     steps: usize,
     rows: &[(Vec<u32>, usize)],
+    prompt: &str,
 ) -> Reference {
     let rows_path = std::env::temp_dir().join(format!(
         "envgen-hellaswag-rows-{}-{mode}.json",
@@ -96,6 +114,7 @@ fn reference(
             &serde_json::to_string(tokens).unwrap(),
             &steps.to_string(),
             rows_path.to_str().unwrap(),
+            prompt,
         ])
         .env("OMP_NUM_THREADS", "2")
         .output()
@@ -137,6 +156,7 @@ fn reference(
         logits,
         greedy,
         endings,
+        auto: doc["auto"].clone(),
     }
 }
 
@@ -173,7 +193,7 @@ fn max_diff(ours: &[f32], theirs: &[Vec<f32>]) -> f32 {
 
 fn check_pretrained(mode: &str, tokens: &[u32], steps: usize, rows: &[(Vec<u32>, usize)]) {
     let tmp = tempfile::tempdir().unwrap();
-    let want = reference(mode, tmp.path(), tokens, steps, rows);
+    let want = reference(mode, tmp.path(), tokens, steps, rows, "");
     let (cfg, model) = hf::load_pretrained::<Cpu>(tmp.path(), &Default::default()).unwrap();
     let diff = max_diff(&envgen_logits(&model, tokens), &want.logits);
     // f32 sums in another order differ by rounding; a wrong layout differs
@@ -233,25 +253,6 @@ heavy_test!(
     }
 );
 
-/// What `transformers`' Auto classes make of an export: the tokenizer's
-/// ids for "hello world" and the prompt, and `generate`'s greedy tokens.
-const AUTO: &str = r#"
-import json, sys
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
-directory, prompt, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
-tok = AutoTokenizer.from_pretrained(directory)
-model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
-ids = tok(prompt, return_tensors="pt")
-with torch.no_grad():
-    gen = model.generate(**ids, do_sample=False, max_new_tokens=steps)
-print(json.dumps({
-    "hello": tok("hello world")["input_ids"], "prompt": ids["input_ids"][0].tolist(),
-    "generated": gen[0, ids["input_ids"].shape[1]:].tolist(),
-    "bos": model.generation_config.bos_token_id, "eos": model.generation_config.eos_token_id,
-    "vocab": model.config.vocab_size, "tokenizer_vocab": len(tok)}))
-"#;
-
 heavy_test!(
     exported_runs_load_in_transformers_with_the_same_logits,
     |tmp| {
@@ -297,7 +298,7 @@ heavy_test!(
         let prompt = "the cat sat on ";
         let tokens = bpe.encode(prompt);
         let steps = 8;
-        let want = reference("export", &hf_dir, &tokens, steps, &[]);
+        let want = reference("export", &hf_dir, &tokens, steps, &[], prompt);
         let config = gpt2::eval::run_config(&run_dir).unwrap();
         assert_eq!(config.model.vocab_size, 50304);
         let model = hf::load(
@@ -332,10 +333,7 @@ heavy_test!(
         // transformers' Auto classes: GPT-2's ids for the text, bos/eos
         // <|endoftext|>, and generate's greedy tokens are envgen's (up to
         // an eos, where generate stops), never a padding row.
-        let auto = python_json(
-            AUTO,
-            &[hf_dir.to_str().unwrap(), prompt, &steps.to_string()],
-        );
+        let auto = &want.auto;
         let ids_of = |v: &Value| -> Vec<u32> {
             v.as_array()
                 .unwrap()
