@@ -15,7 +15,9 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use serde_json::{json, Value};
+use tokenizers::decoders::byte_level::ByteLevel as ByteDecoder;
 use tokenizers::models::bpe::{Vocab, BPE};
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::AddedToken;
 
 use crate::data::{self, TokenizerKind};
@@ -50,11 +52,6 @@ pub const BYTE_EOS: &str = "<|endoftext|>";
 /// A byte-level BPE without merges: one token per byte (ids = byte
 /// values) plus [`BYTE_EOS`], written as `tokenizer.json` in `dir`.
 pub fn write_byte_tokenizer(dir: &Path) -> anyhow::Result<()> {
-    use tokenizers::decoders::byte_level::ByteLevel as ByteDecoder;
-    use tokenizers::models::bpe::BPE;
-    use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-    use tokenizers::AddedToken;
-
     let chars = byte_level_alphabet();
     // An array: `vocab_and_merges` takes what converts into its own map type.
     let vocab: [(String, u32); 256] = std::array::from_fn(|i| (chars[i].to_string(), i as u32));
@@ -111,18 +108,20 @@ pub fn merges_of_ranks(tokens: &[Vec<u8>]) -> anyhow::Result<Vec<(Vec<u8>, Vec<u
     Ok(merges)
 }
 
+/// GPT-2's BPE in the forms the files want.
+pub struct Gpt2Bpe {
+    pub tokenizer: tokenizers::Tokenizer,
+    /// (token in the byte-level alphabet, id), by id.
+    pub vocab: Vec<(String, u32)>,
+    /// The merges, highest priority first.
+    pub merges: Vec<(String, String)>,
+}
+
 /// GPT-2's BPE (`r50k_base`) as a `tokenizers` tokenizer: byte-level
 /// pre-tokenizer without a prefix space, no bos added, `<|endoftext|>`
 /// special at 50256. Also its vocabulary and merges, in the byte-level
 /// alphabet (for vocab.json and merges.txt).
-pub fn gpt2_bpe() -> anyhow::Result<(
-    tokenizers::Tokenizer,
-    Vec<(String, u32)>,
-    Vec<(String, String)>,
-)> {
-    use tokenizers::decoders::byte_level::ByteLevel as ByteDecoder;
-    use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-
+pub fn gpt2_bpe() -> anyhow::Result<Gpt2Bpe> {
     let bpe = tiktoken_rs::r50k_base_singleton();
     let tokens = (0..data::tokenizer::GPT2_EOT)
         .map(|id| bpe.decode_bytes(&[id]))
@@ -150,7 +149,11 @@ pub fn gpt2_bpe() -> anyhow::Result<(
         .with_post_processor(Some(ByteLevel::default().trim_offsets(false)))
         .with_decoder(Some(ByteDecoder::default()));
     tokenizer.add_special_tokens(&[AddedToken::from(GPT2_EOT_TEXT, true)]);
-    Ok((tokenizer, vocab, merges))
+    Ok(Gpt2Bpe {
+        tokenizer,
+        vocab,
+        merges,
+    })
 }
 
 /// A char-level vocabulary as a merge-less BPE: the text is one word,
@@ -197,7 +200,11 @@ pub fn write(tokenizer: &data::Tokenizer, max_length: usize, dir: &Path) -> anyh
     });
     match tokenizer.kind() {
         TokenizerKind::Gpt2 => {
-            let (bpe, vocab, merges) = gpt2_bpe()?;
+            let Gpt2Bpe {
+                tokenizer: bpe,
+                vocab,
+                merges,
+            } = gpt2_bpe()?;
             save_tokenizer(&bpe, dir)?;
             let specials = json!({
                 "bos_token": GPT2_EOT_TEXT,
