@@ -1,15 +1,14 @@
 //! `envgen export hf RUN_DIR`: a finished GPT-2 run as a Hugging Face model
-//! directory (config.json + model.safetensors) that
-//! `GPT2LMHeadModel.from_pretrained` loads; a byte-level run's also gets its
-//! tokenizer.json, so `envgen sample --model hf:DIR` reads it with the
-//! run's tokens (it fell back to GPT-2's BPE, whose ids the 256-row
-//! embedding cannot take; issue #40).
+//! directory that `AutoModelForCausalLM`/`AutoTokenizer.from_pretrained`
+//! load: the embedding cut to the tokenizer's vocabulary, the run's
+//! tokenizer files and bos/eos (`gpt2::export`, issue #42; a byte-level
+//! run's tokenizer.json came first, issue #40).
 
 use std::path::PathBuf;
 
 use envgen_experiments::backend::Cpu;
-use envgen_experiments::data::TokenizerKind;
-use envgen_experiments::gpt2::{eval, hf};
+use envgen_experiments::data;
+use envgen_experiments::gpt2::{eval, export, hf};
 
 use crate::error::Result;
 
@@ -33,12 +32,10 @@ pub fn execute(cmd: Command) -> Result<i32> {
             let run = crate::runs::store::resolve(&run, &runs_dir.dir)?;
             let device = Default::default();
             let config = eval::run_config(&run)?;
+            let tokenizer = data::tokenizer_of(&config.data)?;
             let model = hf::load(config.model.init::<Cpu>(&device), &eval::run_weights(&run)?)?;
             let out = out.unwrap_or_else(|| run.join("hf"));
-            hf::save_pretrained(&model, &config.model, &out)?;
-            if config.data.tokenizer == TokenizerKind::Byte {
-                envgen_experiments::rft::pretrained::write_byte_tokenizer(&out)?;
-            }
+            export::export_run(&model, &config.model, &tokenizer, &out)?;
             crate::output::outln!("{}", out.display());
             Ok(0)
         }

@@ -92,6 +92,42 @@ impl ModelConfig {
 /// approximation of GELU that envgen's MLP computes.
 const TANH_GELUS: [&str; 2] = ["gelu_new", "gelu_pytorch_tanh"];
 
+/// GPT2Config's switches that change what the model computes, with the
+/// value envgen computes (transformers 5.24's `configuration_gpt2.py`
+/// defaults, which a `config.json` without the key gets):
+/// `scale_attn_weights` divides scores by √head_dim; the inverse-layer
+/// scaling divides them by the layer's number too; `reorder_and_upcast_attn`
+/// computes attention in f32 in another order; cross-attention adds
+/// weights; an untied head is its own matrix, where envgen's is `wte`.
+const FIXED_SWITCHES: [(&str, bool); 5] = [
+    ("scale_attn_weights", true),
+    ("scale_attn_by_inverse_layer_idx", false),
+    ("reorder_and_upcast_attn", false),
+    ("add_cross_attention", false),
+    ("tie_word_embeddings", true),
+];
+
+const UNSUPPORTED_FIX: &str =
+    "use a checkpoint trained with transformers' GPT-2 defaults for this key, or run this one with transformers";
+
+/// A switch of [`FIXED_SWITCHES`] set to what envgen does not compute is
+/// refused by name (it was ignored: other logits, no error; issue #42).
+fn refuse_unimplemented(doc: &Value, path: &Path) -> anyhow::Result<()> {
+    for (key, default) in FIXED_SWITCHES {
+        let value = &doc[key];
+        if value.is_null() || value.as_bool() == Some(default) {
+            continue;
+        }
+        return Err(UserError::usage(format!(
+            "{}: `{key}` is {value}; envgen's GPT-2 supports only the default ({default})",
+            path.display()
+        ))
+        .with_fix(UNSUPPORTED_FIX)
+        .into());
+    }
+    Ok(())
+}
+
 /// Whether `path` is a Hugging Face model directory (has `config.json`).
 pub fn is_pretrained_dir(path: &Path) -> bool {
     path.is_dir() && path.join("config.json").is_file()
@@ -104,6 +140,12 @@ pub fn config_of(dir: &Path) -> anyhow::Result<ModelConfig> {
     let bad = |field: &str, why: String| -> anyhow::Error {
         UserError::usage(format!("{}: `{field}` {why}", path.display()))
             .with_fix("only GPT-2 checkpoints (model_type \"gpt2\") are read")
+            .into()
+    };
+    // A value envgen's GPT-2 does not compute: refused, not ignored.
+    let unsupported = |field: &str, why: String| -> anyhow::Error {
+        UserError::usage(format!("{}: `{field}` {why}", path.display()))
+            .with_fix(UNSUPPORTED_FIX)
             .into()
     };
     if doc["model_type"] != "gpt2" {
@@ -122,25 +164,39 @@ pub fn config_of(dir: &Path) -> anyhow::Result<ModelConfig> {
     };
     let activation = doc["activation_function"].as_str().unwrap_or("gelu_new");
     if !TANH_GELUS.contains(&activation) {
-        return Err(bad(
+        return Err(unsupported(
             "activation_function",
             format!(
-                "is {activation:?}; envgen's GPT-2 computes {:?}",
-                TANH_GELUS[0]
+                "is {activation:?}; envgen's GPT-2 supports only the default ({:?}, or {:?}, the same function)",
+                TANH_GELUS[0], TANH_GELUS[1]
             ),
         ));
     }
+    refuse_unimplemented(&doc, &path)?;
     let eps = doc["layer_norm_epsilon"].as_f64().unwrap_or(LN_EPS);
     if (eps - LN_EPS).abs() > 1e-12 {
-        return Err(bad(
+        return Err(unsupported(
             "layer_norm_epsilon",
-            format!("is {eps}; envgen's GPT-2 uses {LN_EPS}"),
+            format!("is {eps:e}; envgen's GPT-2 supports only the default ({LN_EPS:e})"),
+        ));
+    }
+    let n_embd = size("n_embd")?;
+    // transformers' MLP is n_inner wide, 4 × n_embd when null (GPT2MLP);
+    // envgen's is always 4 × n_embd.
+    if !doc["n_inner"].is_null() && doc["n_inner"].as_u64() != Some(4 * n_embd as u64) {
+        return Err(unsupported(
+            "n_inner",
+            format!(
+                "is {}; envgen's GPT-2 supports only the default (null: 4 × n_embd = {})",
+                doc["n_inner"],
+                4 * n_embd
+            ),
         ));
     }
     let cfg = ModelConfig {
         n_layer: size("n_layer")?,
         n_head: size("n_head")?,
-        n_embd: size("n_embd")?,
+        n_embd,
         block_size: size("n_positions")?,
         vocab_size: size("vocab_size")?,
         dropout: 0.0,
@@ -215,8 +271,18 @@ pub fn save_pretrained<B: Backend>(
     // fsutil's error keeps the I/O error, so its class decides the exit
     // code: a read-only filesystem is the environment (3), not bad input
     // (it was 2; issue #40).
+    write_pretrained(named_weights(model), &pretrained_config(cfg), dir)
+}
+
+/// Write HF-named `weights` (without their `transformer.` prefix) and
+/// `config` as a model directory.
+pub(crate) fn write_pretrained(
+    weights: Vec<(String, Vec<usize>, Vec<f32>)>,
+    config: &Value,
+    dir: &Path,
+) -> anyhow::Result<()> {
     crate::fsutil::create_dir_all(dir)?;
-    let weights: Vec<(String, Vec<usize>, Vec<f32>)> = named_weights(model)
+    let weights: Vec<(String, Vec<usize>, Vec<f32>)> = weights
         .into_iter()
         .map(|(name, shape, values)| (format!("transformer.{name}"), shape, values))
         .collect();
@@ -224,7 +290,7 @@ pub fn save_pretrained<B: Backend>(
         &dir.join("model.safetensors"),
         &safetensors_io::to_bytes(&weights)?,
     )?;
-    let config = serde_json::to_string_pretty(&pretrained_config(cfg))?;
+    let config = serde_json::to_string_pretty(config)?;
     write_atomic(&dir.join("config.json"), config.as_bytes())?;
     Ok(())
 }
@@ -324,5 +390,54 @@ pub(crate) mod tests {
         let e = load_pretrained::<Cpu>(dir.path(), &device).unwrap_err();
         assert_eq!(crate::error::exit_code_of(&e), 2);
         assert!(e.to_string().contains("activation_function"), "{e}");
+    }
+
+    /// Every GPT2Config key that changes the model, set to what envgen
+    /// does not compute, is refused naming the key, its value and the
+    /// default envgen supports (issue #42: they were ignored); the
+    /// defaults themselves, written out or absent, load.
+    #[test]
+    fn model_changing_gpt2_keys_off_their_default_are_refused_by_name() {
+        let cfg = small();
+        let dir = tempfile::tempdir().unwrap();
+        save_pretrained(&cfg.init::<Cpu>(&Default::default()), &cfg, dir.path()).unwrap();
+        let with = |key: &str, value: Value| {
+            let mut doc = pretrained_config(&cfg);
+            doc[key] = value;
+            std::fs::write(dir.path().join("config.json"), doc.to_string()).unwrap();
+            config_of(dir.path())
+        };
+        let refused = [
+            ("scale_attn_by_inverse_layer_idx", json!(true), "(false)"),
+            ("reorder_and_upcast_attn", json!(true), "(false)"),
+            ("scale_attn_weights", json!(false), "(true)"),
+            ("add_cross_attention", json!(true), "(false)"),
+            ("tie_word_embeddings", json!(false), "(true)"),
+            ("activation_function", json!("gelu"), "\"gelu_new\""),
+            ("n_inner", json!(32), "4 × n_embd = 64"),
+            ("layer_norm_epsilon", json!(1e-6), "(1e-5)"),
+        ];
+        for (key, value, default) in refused {
+            let e = with(key, value.clone()).unwrap_err();
+            assert_eq!(crate::error::exit_code_of(&e), 2, "{key}: {e:#}");
+            let text = format!("{e:#}");
+            for part in [
+                "config.json",
+                &format!("`{key}` is {value}"),
+                "supports only the default",
+                default,
+                "fix:",
+            ] {
+                assert!(text.contains(part), "{key}: {part:?} not in {text}");
+            }
+        }
+        for (key, value) in [
+            ("n_inner", json!(64)),
+            ("n_inner", Value::Null),
+            ("activation_function", json!("gelu_pytorch_tanh")),
+            ("scale_attn_by_inverse_layer_idx", Value::Null),
+        ] {
+            assert_eq!(with(key, value).unwrap(), cfg, "{key}");
+        }
     }
 }

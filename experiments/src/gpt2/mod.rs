@@ -2,6 +2,7 @@
 //! weight interop and sampling.
 
 pub mod eval;
+pub mod export;
 pub mod generate;
 pub mod hellaswag;
 pub mod hf;

@@ -318,8 +318,11 @@ fn parse(doc: &Value, path: &Path) -> anyhow::Result<LlamaConfig> {
         qkv_bias: qwen2 || attention_bias,
         o_bias: !qwen2 && attention_bias,
         mlp_bias: !qwen2 && flag("mlp_bias", false),
-        // transformers' PreTrainedConfig default.
-        tie_word_embeddings: flag("tie_word_embeddings", true),
+        // Absent, the head is untied, as in transformers 5.24's
+        // `LlamaConfig` and `Qwen2Config` (`tie_word_embeddings: bool =
+        // False`, configuration_llama.py and configuration_qwen2.py); it was
+        // read as tied, which gave other logits and no error (issue #42).
+        tie_word_embeddings: flag("tie_word_embeddings", false),
         bos_token_id: token_ids(doc, "bos_token_id", path)?.and_then(|ids| ids.first().copied()),
         eos_token_ids: token_ids(doc, "eos_token_id", path)?.unwrap_or_default(),
         model_type,
@@ -425,6 +428,20 @@ mod tests {
         doc["model_type"] = json!("qwen2");
         let cfg = parsed(&doc).unwrap();
         assert!(cfg.qkv_bias && !cfg.o_bias);
+    }
+
+    /// Without `tie_word_embeddings` both model types have their own head,
+    /// as transformers' config classes default it; `true` still ties.
+    #[test]
+    fn an_absent_tie_word_embeddings_is_untied_as_in_transformers() {
+        for model_type in MODEL_TYPES {
+            let mut doc = tiny();
+            doc["model_type"] = json!(model_type);
+            doc.as_object_mut().unwrap().remove("tie_word_embeddings");
+            assert!(!parsed(&doc).unwrap().tie_word_embeddings, "{model_type}");
+            doc["tie_word_embeddings"] = json!(true);
+            assert!(parsed(&doc).unwrap().tie_word_embeddings, "{model_type}");
+        }
     }
 
     #[test]

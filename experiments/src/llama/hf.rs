@@ -5,9 +5,10 @@
 //! by tensor (bf16/f16 checkpoints become f32 models).
 //!
 //! Tensors the model does not use (an old checkpoint's
-//! `rotary_emb.inv_freq` buffers, a tied checkpoint's duplicate
-//! `lm_head.weight`) are ignored; a missing one, or one of the wrong
-//! shape, is a usage error naming the tensor and the file.
+//! `rotary_emb.inv_freq` buffers, a tied checkpoint's copy of the
+//! embedding as `lm_head.weight`) are ignored; a missing one, or one of
+//! the wrong shape, is a usage error naming the tensor and the file, and
+//! a head that contradicts `tie_word_embeddings` is refused.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -68,6 +69,7 @@ pub fn load_with<B: Backend>(
             }
         }
     }
+    check_head(dir, cfg, &holder, &shards, &files)?;
     let mut source = |name: &str, shape: &[usize]| -> anyhow::Result<Vec<f32>> {
         let Some(&i) = holder.get(name) else {
             return Err(UserError::usage(format!(
@@ -94,6 +96,62 @@ pub fn load_with<B: Backend>(
         safetensors_io::values_of(&view, name, &origin)
     };
     Llama::build(cfg, &mut source, device)
+}
+
+const HEAD: &str = "lm_head.weight";
+const EMBEDDING: &str = "model.embed_tokens.weight";
+
+/// The weights must agree with `tie_word_embeddings` (issue #42): an
+/// untied config needs its own `lm_head.weight`, and a tied one may carry
+/// a copy of the embedding but not another matrix. Either contradiction
+/// means config.json (or its default) is not the checkpoint's, and
+/// guessing which to trust changes the logits.
+fn check_head(
+    dir: &Path,
+    cfg: &LlamaConfig,
+    holder: &HashMap<String, usize>,
+    shards: &[SafeTensors],
+    files: &[PathBuf],
+) -> anyhow::Result<()> {
+    let config = dir.join("config.json");
+    let absent = "absent in config.json means false for llama and qwen2, as in transformers";
+    match (cfg.tie_word_embeddings, holder.get(HEAD)) {
+        (false, None) => Err(UserError::usage(format!(
+            "{}: `tie_word_embeddings` is false ({absent}), but there is no `{HEAD}` in {}",
+            config.display(),
+            names_of(files)
+        ))
+        .with_fix(
+            "if the head is the token embedding, set \"tie_word_embeddings\": true in config.json",
+        )
+        .into()),
+        (true, Some(&i)) => {
+            let Some(&j) = holder.get(EMBEDDING) else {
+                return Ok(()); // the missing embedding is named when read
+            };
+            let read = |k: usize, name: &str| -> anyhow::Result<(Vec<usize>, Vec<f32>)> {
+                let view = shards[k].tensor(name)?;
+                let origin = files[k].display().to_string();
+                Ok((
+                    view.shape().to_vec(),
+                    safetensors_io::values_of(&view, name, &origin)?,
+                ))
+            };
+            if read(i, HEAD)? == read(j, EMBEDDING)? {
+                return Ok(());
+            }
+            Err(UserError::usage(format!(
+                "{}: `tie_word_embeddings` is true, but `{HEAD}` in {} is not `{EMBEDDING}`",
+                config.display(),
+                files[i].display()
+            ))
+            .with_fix(
+                "if the head is its own matrix, set \"tie_word_embeddings\": false in config.json",
+            )
+            .into())
+        }
+        _ => Ok(()),
+    }
 }
 
 fn names_of(files: &[PathBuf]) -> String {
@@ -173,3 +231,7 @@ fn map(path: &Path) -> anyhow::Result<Mmap> {
             .into()
     })
 }
+
+#[cfg(test)]
+#[path = "hf_tests.rs"]
+mod tests;

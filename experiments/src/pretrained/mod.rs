@@ -8,6 +8,7 @@ pub mod chat;
 #[cfg(test)]
 mod hostile_tests;
 pub mod tokenizer;
+pub mod tokenizer_files;
 
 use std::path::{Path, PathBuf};
 

@@ -378,8 +378,9 @@ pub fn fingerprint(dir: &Path) -> anyhow::Result<String> {
 // ---------------------------------------------------------------------------
 // The random-init tiny Llama of the `tiny-llama` preset.
 
-/// Byte tokens 0..=255, then this end-of-text token.
-pub const BYTE_EOS: &str = "<|endoftext|>";
+// The byte tokenizer lives with the other tokenizer files envgen writes
+// (`envgen export hf` writes it too); its old paths stay.
+pub use crate::pretrained::tokenizer_files::{write_byte_tokenizer, BYTE_EOS};
 
 /// The `tiny-llama` shape: 2 layers of width 64, 4 query heads on 2
 /// key/value heads (grouped-query attention, as SmolLM2-1.7B/Llama 3),
@@ -407,48 +408,6 @@ pub fn tiny_llama() -> LlamaConfig {
         bos_token_id: None,
         eos_token_ids: vec![256],
     }
-}
-
-/// GPT-2's byte → printable character map (what `ByteLevel` pre-tokenizes to).
-fn byte_chars() -> Vec<char> {
-    let printable = |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || b >= 174;
-    let mut extra = 0;
-    (0u32..256)
-        .map(|b| {
-            if printable(b) {
-                char::from_u32(b).unwrap_or('?')
-            } else {
-                extra += 1;
-                char::from_u32(255 + extra).unwrap_or('?')
-            }
-        })
-        .collect()
-}
-
-/// A byte-level BPE without merges: one token per byte (ids = byte
-/// values) plus [`BYTE_EOS`], written as `tokenizer.json` in `dir`.
-pub fn write_byte_tokenizer(dir: &Path) -> anyhow::Result<()> {
-    use tokenizers::decoders::byte_level::ByteLevel as ByteDecoder;
-    use tokenizers::models::bpe::BPE;
-    use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-    use tokenizers::AddedToken;
-
-    let chars = byte_chars();
-    // An array: `vocab_and_merges` takes what converts into its own map type.
-    let vocab: [(String, u32); 256] = std::array::from_fn(|i| (chars[i].to_string(), i as u32));
-    let bpe = BPE::builder()
-        .vocab_and_merges(vocab, vec![])
-        .build()
-        .map_err(|e| anyhow::anyhow!("building the byte tokenizer: {e}"))?;
-    let mut tokenizer = tokenizers::Tokenizer::new(bpe);
-    tokenizer
-        .with_pre_tokenizer(Some(ByteLevel::default().add_prefix_space(false)))
-        .with_decoder(Some(ByteDecoder::default()));
-    tokenizer.add_special_tokens(&[AddedToken::from(BYTE_EOS, true)]);
-    let path = dir.join(crate::pretrained::tokenizer::FILE);
-    tokenizer
-        .save(&path, false)
-        .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))
 }
 
 /// Write the random checkpoint `name` (config.json, model.safetensors,

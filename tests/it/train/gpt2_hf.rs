@@ -15,7 +15,7 @@ use envgen_experiments::gpt2::{self, hellaswag, hf, Gpt2, ModelConfig};
 use serde_json::Value;
 
 use crate::common::reference::python;
-use crate::common::{heavy_test, json_of, run, run_dir_of, run_ok};
+use crate::common::{heavy_test, json_of, run_dir_of, run_ok};
 
 /// Builds, saves and runs the reference model; writes reference.json.
 const REFERENCE: &str = r#"
@@ -61,7 +61,22 @@ with torch.no_grad():
                 out[:-1], torch.tensor(ending_row[1:]), reduction="none")
             scored = losses[at - 1:]
             endings.append([float(scored.sum()), float(scored.mean())])
-json.dump({"logits": logits.tolist(), "greedy": greedy, "endings": endings},
+# An export read through transformers' Auto classes: the tokenizer's ids
+# for "hello world" and the prompt, and generate's greedy tokens.
+auto = {}
+if mode == "export":
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(directory)
+    auto_model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+    ids = tok(sys.argv[6], return_tensors="pt")
+    with torch.no_grad():
+        gen = auto_model.generate(**ids, do_sample=False, max_new_tokens=steps)
+    auto = {"hello": tok("hello world")["input_ids"], "prompt": ids["input_ids"][0].tolist(),
+            "generated": gen[0, ids["input_ids"].shape[1]:].tolist(),
+            "bos": auto_model.generation_config.bos_token_id,
+            "eos": auto_model.generation_config.eos_token_id,
+            "vocab": auto_model.config.vocab_size, "tokenizer_vocab": len(tok)}
+json.dump({"logits": logits.tolist(), "greedy": greedy, "endings": endings, "auto": auto},
           open(directory + "/reference.json", "w"))
 "#;
 
@@ -71,16 +86,19 @@ struct Reference {
     greedy: Vec<u32>,
     /// (summed, mean) loss of each HellaSwag row asked for.
     endings: Vec<(f64, f64)>,
+    /// An export's answers through `AutoTokenizer`/`AutoModelForCausalLM`.
+    auto: Value,
 }
 
 /// Run the reference script (`rows`: HellaSwag rows to score, with where
-/// each ending begins).
+/// each ending begins; `prompt`: the text an export's tokenizer encodes).
 fn reference(
     mode: &str,
     dir: &Path,
     tokens: &[u32],
     steps: usize,
     rows: &[(Vec<u32>, usize)],
+    prompt: &str,
 ) -> Reference {
     let rows_path = std::env::temp_dir().join(format!(
         "envgen-hellaswag-rows-{}-{mode}.json",
@@ -96,6 +114,7 @@ fn reference(
             &serde_json::to_string(tokens).unwrap(),
             &steps.to_string(),
             rows_path.to_str().unwrap(),
+            prompt,
         ])
         .env("OMP_NUM_THREADS", "2")
         .output()
@@ -137,6 +156,7 @@ fn reference(
         logits,
         greedy,
         endings,
+        auto: doc["auto"].clone(),
     }
 }
 
@@ -173,7 +193,7 @@ fn max_diff(ours: &[f32], theirs: &[Vec<f32>]) -> f32 {
 
 fn check_pretrained(mode: &str, tokens: &[u32], steps: usize, rows: &[(Vec<u32>, usize)]) {
     let tmp = tempfile::tempdir().unwrap();
-    let want = reference(mode, tmp.path(), tokens, steps, rows);
+    let want = reference(mode, tmp.path(), tokens, steps, rows, "");
     let (cfg, model) = hf::load_pretrained::<Cpu>(tmp.path(), &Default::default()).unwrap();
     let diff = max_diff(&envgen_logits(&model, tokens), &want.logits);
     // f32 sums in another order differ by rounding; a wrong layout differs
@@ -236,6 +256,9 @@ heavy_test!(
 heavy_test!(
     exported_runs_load_in_transformers_with_the_same_logits,
     |tmp| {
+        // A GPT-2 BPE run with the padded embedding (50,304 rows), as
+        // llm.c and the gpt2-124m preset train; small batches keep the
+        // 50k-wide logits cheap.
         let doc = json_of(&run_ok(&[
             "run",
             "gpt2",
@@ -243,9 +266,17 @@ heavy_test!(
             "cpu",
             "--json",
             "--set",
+            "data.tokenizer=gpt2",
+            "--set",
+            "model.vocab_size=50304",
+            "--set",
             "train.steps=6",
             "--set",
             "train.eval_every=6",
+            "--set",
+            "train.batch_size=4",
+            "--micro-batch",
+            "4",
             "--out",
             tmp.path().to_str().unwrap(),
         ]));
@@ -262,65 +293,113 @@ heavy_test!(
             String::from_utf8_lossy(&out.stdout).trim(),
             hf_dir.to_str().unwrap()
         );
-        let tokens: Vec<u32> = "the cat sat on ".bytes().map(u32::from).collect();
-        let want = reference("export", &hf_dir, &tokens, 6, &[]);
+        let bpe = Tokenizer::gpt2();
+        let vocab = bpe.vocab_size();
+        let prompt = "the cat sat on ";
+        let tokens = bpe.encode(prompt);
+        let steps = 8;
+        let want = reference("export", &hf_dir, &tokens, steps, &[], prompt);
         let config = gpt2::eval::run_config(&run_dir).unwrap();
+        assert_eq!(config.model.vocab_size, 50304);
         let model = hf::load(
             config.model.init::<Cpu>(&Default::default()),
             &run_dir.join("model.safetensors"),
         )
         .unwrap();
-        let diff = max_diff(&envgen_logits(&model, &tokens), &want.logits);
+        // The export keeps the tokenizer's 50,257 rows of the run's 50,304
+        // (issue #42): transformers' logits are envgen's on those rows.
+        let ours: Vec<f32> = envgen_logits(&model, &tokens)
+            .chunks(config.model.vocab_size)
+            .flat_map(|row| row[..vocab].to_vec())
+            .collect();
+        let diff = max_diff(&ours, &want.logits);
         assert!(diff <= 1e-4, "exported logits differ by {diff}");
-        assert_eq!(greedy(&model, &config.model, &tokens, 6), want.greedy);
-        // envgen samples its own export: the byte-level tokenizer.json is
-        // beside the weights, so the prompt is the run's bytes (issue #40: it
-        // was read with GPT-2's BPE and refused).
+        let sampled_ids = gpt2::sample(
+            &model,
+            &config.model,
+            &tokens,
+            gpt2::SampleOptions {
+                tokens: steps,
+                temperature: 0.0,
+                top_k: None,
+                seed: 0,
+                vocab_limit: Some(vocab),
+            },
+            &Default::default(),
+        )
+        .unwrap();
+        assert_eq!(sampled_ids, want.greedy);
+
+        // transformers' Auto classes: GPT-2's ids for the text, bos/eos
+        // <|endoftext|>, and generate's greedy tokens are envgen's (up to
+        // an eos, where generate stops), never a padding row.
+        let auto = &want.auto;
+        let ids_of = |v: &Value| -> Vec<u32> {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t.as_u64().unwrap() as u32)
+                .collect()
+        };
+        assert_eq!(ids_of(&auto["hello"]), bpe.encode("hello world"), "{auto}");
+        assert_eq!(ids_of(&auto["prompt"]), tokens, "{auto}");
+        assert_eq!(
+            (auto["bos"].as_u64(), auto["eos"].as_u64()),
+            (Some(50256), Some(50256))
+        );
+        assert_eq!(
+            (auto["vocab"].as_u64(), auto["tokenizer_vocab"].as_u64()),
+            (Some(50257), Some(50257))
+        );
+        let generated = ids_of(&auto["generated"]);
+        assert!(
+            generated.iter().all(|&t| (t as usize) < vocab),
+            "{generated:?}"
+        );
+        let until_eos: Vec<u32> = match sampled_ids.iter().position(|&t| t == 50256) {
+            Some(at) => sampled_ids[..=at].to_vec(),
+            None => sampled_ids.clone(),
+        };
+        assert_eq!(generated, until_eos, "generate vs envgen's greedy sample");
+
+        // envgen samples its own export through the written tokenizer.json.
         let spec = format!("hf:{}", hf_dir.display());
         let sampled = run_ok(&[
             "sample",
             "--model",
             &spec,
             "--prompt",
-            "the cat sat on ",
+            prompt,
             "--tokens",
-            "6",
+            &steps.to_string(),
             "--temperature",
             "0",
         ]);
-        let bytes: Vec<u8> = want.greedy.iter().map(|&t| t as u8).collect();
-        assert_eq!(
-            String::from_utf8_lossy(&sampled.stdout),
-            format!("{}\n", String::from_utf8_lossy(&bytes))
+        let before_eos: Vec<u32> = until_eos.iter().copied().filter(|&t| t != 50256).collect();
+        let text = String::from_utf8_lossy(&sampled.stdout);
+        assert!(
+            text.starts_with(&bpe.decode(&before_eos)),
+            "envgen sample printed {text:?}, greedy is {:?}",
+            bpe.decode(&sampled_ids)
         );
 
-        // `envgen eval` scores the run on HellaSwag with the run's tokenizer;
-        // a Hugging Face directory is read with GPT-2's, which this byte-level
-        // model's 256-row embedding cannot take: a usage error, not a panic.
+        // `envgen eval` scores the run and its export on HellaSwag, both
+        // with GPT-2's tokenizer.
         let fixture = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/tests/fixtures/hellaswag/hellaswag_val_sample.jsonl"
         );
-        let scored = json_of(&run_ok(&[
-            "eval",
-            "gpt2",
-            "--checkpoint",
-            run_dir.to_str().unwrap(),
-            "--hellaswag",
-            fixture,
-            "--json",
-        ]));
-        assert_eq!(scored["hellaswag_items"], 5);
-        let out = run(&[
-            "eval",
-            "gpt2",
-            "--checkpoint",
-            hf_dir.to_str().unwrap(),
-            "--hellaswag",
-            fixture,
-        ]);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{err}");
-        assert!(err.contains("vocab_size 256"), "{err}");
+        for checkpoint in [&run_dir, &hf_dir] {
+            let scored = json_of(&run_ok(&[
+                "eval",
+                "gpt2",
+                "--checkpoint",
+                checkpoint.to_str().unwrap(),
+                "--hellaswag",
+                fixture,
+                "--json",
+            ]));
+            assert_eq!(scored["hellaswag_items"], 5, "{}", checkpoint.display());
+        }
     }
 );

@@ -4,10 +4,11 @@
 //! a paragraph of text:
 //!
 //! - `mha`: LlamaForCausalLM, 4 heads = 4 key/value heads, tied head (SmolLM2's shape);
-//! - `gqa`: 4 heads on 2 key/value heads, separate head, rope_theta 500000,
-//!   `attention_bias` (q/k/v/o biases);
+//! - `gqa`: 4 heads on 2 key/value heads, separate head (its config.json
+//!   without `tie_word_embeddings`: the class default, untied, applies),
+//!   rope_theta 500000, `attention_bias` (q/k/v/o biases);
 //! - `qwen2`: Qwen2ForCausalLM (q/k/v biases), GQA, saved in 5 shards with
-//!   `model.safetensors.index.json`;
+//!   `model.safetensors.index.json`, also without `tie_word_embeddings`;
 //! - `llama3`: Llama 3.1's RoPE scaling, saved in bfloat16;
 //! - `linear`: linear RoPE scaling (position interpolation, factor 3);
 //!
@@ -79,6 +80,14 @@ for name, (cls, config, save_args, dtype) in models_.items():
         model = model.to(dtype)
     directory = os.path.join(root, name)
     model.save_pretrained(directory, **save_args)
+    if name in ("gqa", "qwen2"):
+        # Their config.json without tie_word_embeddings: transformers'
+        # default for the class (untied) applies, and envgen must read the
+        # same (issue #42: it tied them).
+        path = os.path.join(directory, "config.json")
+        saved = json.load(open(path))
+        assert saved.pop("tie_word_embeddings", False) is False
+        json.dump(saved, open(path, "w"))
     tok.save(os.path.join(directory, "tokenizer.json"))
     # The reference is what transformers loads from the directory, in f32
     # (bf16 weights widened, as envgen does; RoPE's frequencies computed
@@ -427,6 +436,12 @@ heavy_test!(
         doc["hidden_act"] = "gelu".into();
         std::fs::write(&config, doc.to_string()).unwrap();
         sample("hidden_act");
+        // This untied checkpoint said to be tied: its lm_head.weight is not
+        // the embedding, and the contradiction is refused (issue #42).
+        doc["hidden_act"] = "silu".into();
+        doc["tie_word_embeddings"] = true.into();
+        std::fs::write(&config, doc.to_string()).unwrap();
+        sample("`tie_word_embeddings` is true");
         std::fs::write(&config, &original).unwrap();
         std::fs::remove_file(copy.join("tokenizer.json")).unwrap();
         sample("tokenizer.json");
