@@ -54,7 +54,6 @@ use super::task::{Question, Split};
 use crate::engine::rundir::{read_json, MetricsLog, Status, Summary};
 use crate::engine::{RunControl, Task};
 use crate::error::UserError;
-use serde_json::json;
 
 /// A run in progress: its config, its clock, `stages/`, metrics.jsonl and
 /// the questions. Opened before the family prepares its base, whose time
@@ -205,11 +204,6 @@ where
         let train = round_examples(family, config, &sft_data, &rounds, &datagen, base, round)?;
         let examples = train.len();
         let stage = finetune_stage(config, examples);
-        session
-            .log
-            .write(&json!({"stage": "finetune-length", "round": round,
-            "examples": examples, "epochs": config.finetune.epochs,
-            "steps": stage.train.steps, "batch_size": stage.train.batch_size}))?;
         let task = family.task(
             stage,
             train,
