@@ -237,7 +237,9 @@ pub struct FinetuneConfig {
     /// Passes over each round's training set: stage (c) then runs
     /// `ceil(examples × epochs / batch_size)` steps ([`Self::steps_for`])
     /// instead of a fixed `train.steps`, as Yuan et al. 2023 fine-tune for a
-    /// fixed number of epochs (3) whatever the number of kept paths.
+    /// fixed number of epochs (3 by issue #42's reading; their released
+    /// train_7b.sh, OFA-Sys/gsm8k-ScRel, takes them as an argument)
+    /// whatever the number of kept paths.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub epochs: Option<u32>,
     /// What each round trains on ([`TrainOn`]); unset = the recipe's

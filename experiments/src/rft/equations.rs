@@ -6,8 +6,10 @@
 //! sampling fine-tuning) compute every equation of a sampled path and drop
 //! paths with a wrong calculation, and count two paths as the same
 //! reasoning when their lists of equations are the same, whatever the
-//! wording around them. `super::datagen` does both with this module
-//! (`datagen.check_reasoning = "equations"`, `datagen.distinct = "equations"`).
+//! wording around them (their released `collect_rejection_sampling.py`,
+//! OFA-Sys/gsm8k-ScRel: GSM8K's `<<a*b=c>>` annotations, `eval`ed, kept
+//! within 1e-3). `super::datagen` does both with this module
+//! (`datagen.check_equations = true`, `datagen.distinct = "equations"`).
 //!
 //! What counts as an equation: numbers joined by `+ - * / x × ÷`, then `=`,
 //! then one number, with nothing but spaces between them ("so 2.5 * 1000
