@@ -14,7 +14,11 @@ use crate::error::UserError;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TrainConfig {
-    /// Optimizer steps.
+    /// Optimizer steps. May be left out only where an experiment derives
+    /// them (rft's `finetune.epochs`); elsewhere a missing or 0 value is
+    /// refused by [`TrainConfig::validate`]. Unwritten when 0, so that a
+    /// derived stage's config.toml reads back the same.
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub steps: u64,
     /// Global batch in rows (sequences/samples) per optimizer step, whatever
     /// the micro-batch: micro_batch × grad_accum = batch_size.
@@ -53,6 +57,10 @@ pub struct OptimConfig {
     pub grad_clip: f64,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 impl TrainConfig {
     /// What serde cannot say: a run of zero steps or an empty batch trains
     /// nothing, and would still end "completed". `origin` is the config's file or preset, `key` the table's name.
@@ -64,11 +72,17 @@ impl TrainConfig {
             ("eval_batches", self.eval_batches as u64),
         ] {
             if value == 0 {
+                // `steps` may be left out (serde's default 0): say so.
+                let shown = if field == "steps" {
+                    "0 (or not written)"
+                } else {
+                    "0"
+                };
                 return Err(invalid(
                     origin,
                     key,
                     field,
-                    "0",
+                    shown,
                     "use a value of at least 1",
                 ));
             }

@@ -67,19 +67,43 @@ pub struct LoraTable {
     #[serde(default = "default_alpha")]
     alpha: f64,
     #[serde(default)]
-    targets: Option<Vec<Target>>,
+    targets: Option<Targets>,
 }
 
+/// `targets` as written: layer names, or `"all-linear"`, PEFT's name for
+/// every linear layer of every block (the output head left out), which
+/// HW3 adapts.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum Targets {
+    Layers(Vec<Target>),
+    Named(String),
+}
+
+/// The one named set of targets.
+pub const ALL_LINEAR: &str = "all-linear";
+
 impl LoraTable {
-    /// The table with the defaults of `family` filled in.
-    pub fn resolve(self, family: Family) -> LoraConfig {
-        LoraConfig {
+    /// The table with the defaults of `family` filled in; `"all-linear"`
+    /// becomes the family's layer list (config.toml records the list).
+    pub fn resolve(self, family: Family) -> Result<LoraConfig, String> {
+        let targets = match self.targets {
+            None => family.default_targets().to_vec(),
+            Some(Targets::Layers(layers)) => layers,
+            Some(Targets::Named(name)) if name == ALL_LINEAR => family.targets().to_vec(),
+            Some(Targets::Named(name)) => {
+                return Err(format!(
+                    "finetune.lora.targets = \"{name}\" is no set of layers.{}write \"{ALL_LINEAR}\" or a list of layer names: {}",
+                    crate::engine::config::FIX_MARKER,
+                    family.names()
+                ))
+            }
+        };
+        Ok(LoraConfig {
             rank: self.rank,
             alpha: self.alpha,
-            targets: self
-                .targets
-                .unwrap_or_else(|| family.default_targets().to_vec()),
-        }
+            targets,
+        })
     }
 }
 

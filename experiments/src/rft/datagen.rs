@@ -9,9 +9,10 @@
 
 use std::collections::HashSet;
 
-use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
+pub use super::datagen_config::{DatagenConfig, Distinct, BATCH_QUESTIONS_GONE};
+use super::equations::equations_hold;
 use super::task::{format_training_text, Question};
 use super::verify::{is_correct, parse_answer, ANSWER_CLOSE};
 use crate::error::UserError;
@@ -58,105 +59,6 @@ fn splitmix64(x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(try_from = "DatagenTable")]
-pub struct DatagenConfig {
-    /// Completions sampled per question (HW3 starter: 10; RFT paper: 100).
-    pub oversample: usize,
-    /// HW3 starter: 0.6; RFT paper: 0.7.
-    pub temperature: f32,
-    /// Distinct correct completions kept per question (HW3 keeps 1; the RFT
-    /// paper keeps every distinct one).
-    pub max_kept_per_question: usize,
-    /// Seed of the sampler's random draws.
-    #[serde(default)]
-    pub seed: u64,
-    /// Also require the worked computation to be the question's (operand,
-    /// operation and factor, e.g. "so 2.5 * 1000"): a right answer reached
-    /// through a wrong line is then not kept. Off = HW3's answer-only rule.
-    #[serde(default)]
-    pub check_reasoning: bool,
-}
-
-/// The `[datagen]` table as written: [`DatagenConfig`] plus the keys it no
-/// longer has, refused with their replacement.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DatagenTable {
-    oversample: usize,
-    temperature: f32,
-    /// Before issue #23 the generation batch was science (in config_hash).
-    #[serde(default)]
-    batch_questions: Option<IgnoredAny>,
-    max_kept_per_question: usize,
-    #[serde(default)]
-    seed: u64,
-    #[serde(default)]
-    check_reasoning: bool,
-}
-
-/// Why `datagen.batch_questions` is refused, and what to do instead (after
-/// [`crate::engine::config::FIX_MARKER`], which makes it the error's fix).
-pub const BATCH_QUESTIONS_GONE: &str = "datagen.batch_questions is no longer a config key: \
-the generation batch is a hardware knob (samples no longer depend on it, and it is not in \
-config_hash). Fix: delete the batch_questions line and pass `envgen run rft --gen-batch N` \
-(N = rows per call = the old batch_questions x oversample); for a run directory from before, \
-copy its config.toml without the line and start a new run with `envgen run rft --config COPY`";
-
-impl TryFrom<DatagenTable> for DatagenConfig {
-    type Error = String;
-    fn try_from(table: DatagenTable) -> Result<Self, String> {
-        if table.batch_questions.is_some() {
-            return Err(BATCH_QUESTIONS_GONE.to_string());
-        }
-        Ok(Self {
-            oversample: table.oversample,
-            temperature: table.temperature,
-            max_kept_per_question: table.max_kept_per_question,
-            seed: table.seed,
-            check_reasoning: table.check_reasoning,
-        })
-    }
-}
-
-impl Default for DatagenConfig {
-    fn default() -> Self {
-        Self {
-            oversample: 16,
-            temperature: 0.7,
-            max_kept_per_question: 1,
-            seed: 0,
-            check_reasoning: false,
-        }
-    }
-}
-
-impl DatagenConfig {
-    pub fn validate(&self) -> anyhow::Result<()> {
-        for (key, value) in [
-            ("oversample", self.oversample),
-            ("max_kept_per_question", self.max_kept_per_question),
-        ] {
-            if value == 0 {
-                return Err(UserError::usage(format!("rft datagen: {key} = 0"))
-                    .with_fix(format!("set {key} to 1 or more"))
-                    .into());
-            }
-        }
-        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
-            return Err(UserError::usage(format!(
-                "rft datagen: temperature = {}",
-                self.temperature
-            ))
-            .with_fix(
-                "use a temperature >= 0 (0 = greedy; 0.6-0.7 is usual for rejection sampling)",
-            )
-            .into());
-        }
-        Ok(())
-    }
-}
-
 /// One fine-tuning example: a question with a completion the verifier accepted.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Example {
@@ -180,7 +82,12 @@ pub struct DatagenStats {
     /// question's (`check_reasoning`).
     #[serde(default)]
     pub wrong_reasoning: usize,
-    /// Correct completions dropped because an identical one was already kept.
+    /// Correct answers dropped because an equation of theirs does not
+    /// compute (`check_equations`).
+    #[serde(default)]
+    pub wrong_equations: usize,
+    /// Correct completions dropped because one the same by `distinct` was
+    /// already kept.
     pub duplicates: usize,
     /// Correct, distinct completions dropped by `max_kept_per_question`.
     pub over_limit: usize,
@@ -210,7 +117,7 @@ pub fn normalize_completion(completion: &str) -> String {
     answered.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// The verified, distinct completions of one question, at most `max_kept`,
+/// The verified, distinct (by `config.distinct`) completions of one question, at most `max_kept`,
 /// in sampling order; adds its counts to `stats`.
 pub fn select_completions(
     question: &Question,
@@ -234,7 +141,11 @@ pub fn select_completions(
             stats.wrong_reasoning += 1;
             continue;
         }
-        if !seen.insert(normalized.clone()) {
+        if config.check_equations && !equations_hold(&normalized) {
+            stats.wrong_equations += 1;
+            continue;
+        }
+        if !seen.insert(config.distinct.key(&normalized)) {
             stats.duplicates += 1;
         } else if kept.len() == max_kept {
             stats.over_limit += 1;
@@ -424,7 +335,8 @@ mod tests {
             check_reasoning,
             ..DatagenConfig::default()
         };
-        let kept = select_completions(question, &completions, &keep(10, false), &mut stats);
+        let (off, computation) = (false, true);
+        let kept = select_completions(question, &completions, &keep(10, off), &mut stats);
         assert_eq!(kept.len(), 2);
         assert_eq!(kept[0].completion, normalize_completion(&right));
         assert!(!kept[0].completion.contains("rambling"));
@@ -437,6 +349,7 @@ mod tests {
                 generated: 5,
                 correct: 3,
                 wrong_reasoning: 0,
+                wrong_equations: 0,
                 duplicates: 1,
                 over_limit: 0,
                 kept: 2,
@@ -446,15 +359,61 @@ mod tests {
         );
         let mut stats = DatagenStats::default();
         assert_eq!(
-            select_completions(question, &completions, &keep(1, false), &mut stats).len(),
+            select_completions(question, &completions, &keep(1, off), &mut stats).len(),
             1
         );
         assert_eq!(stats.over_limit, 1);
         // With the reasoning check, "Roughly <answer>…" (no worked line) goes.
         let mut stats = DatagenStats::default();
-        let kept = select_completions(question, &completions, &keep(10, true), &mut stats);
+        let kept = select_completions(question, &completions, &keep(10, computation), &mut stats);
         assert_eq!(kept.len(), 1);
         assert_eq!(stats.wrong_reasoning, 1);
+    }
+
+    /// Yuan et al. 2023 §4's two rules on hand-written paths: a right
+    /// answer reached through a wrong equation is dropped, and paths that
+    /// differ in wording but not in equations are one path.
+    #[test]
+    fn equations_are_checked_and_decide_distinctness() {
+        let question = Question {
+            text: "How many grams are in 2.5 kilograms?".into(),
+            reasoning: "1 kilogram = 1000 grams, so 2.5 * 1000 = 2500.".into(),
+            answer: 2500.0,
+            family: "mass".into(),
+        };
+        let completions = [
+            "1 kilogram = 1000 grams, so 2.5 * 1000 = 2500. <answer>2500</answer>",
+            // Other words, the same equation: not a new path.
+            "A kilogram is 1,000 grams; 2.5 x 1000 = 2500.0 <answer>2500</answer>",
+            // The right answer after a wrong intermediate step.
+            "so 2.5 * 100 = 250, and 250 * 10 = 2600 <answer>2500</answer>",
+            // A new, right path.
+            "so 2.5 * 10 = 25, and 25 * 100 = 2500 <answer>2500</answer>",
+        ]
+        .map(String::from);
+        let config = |check_equations, distinct| DatagenConfig {
+            max_kept_per_question: 10,
+            check_equations,
+            distinct,
+            ..DatagenConfig::default()
+        };
+        let mut stats = DatagenStats::default();
+        let strict = config(true, Distinct::Equations);
+        let kept = select_completions(&question, &completions, &strict, &mut stats);
+        let kept: Vec<&str> = kept.iter().map(|e| e.completion.as_str()).collect();
+        assert_eq!(kept, [completions[0].as_str(), completions[3].as_str()]);
+        assert_eq!(
+            (stats.correct, stats.wrong_equations, stats.duplicates),
+            (4, 1, 1)
+        );
+        // By text, without the check, all four are kept.
+        let mut stats = DatagenStats::default();
+        let loose = config(false, Distinct::Text);
+        assert_eq!(
+            select_completions(&question, &completions, &loose, &mut stats).len(),
+            4
+        );
+        assert_eq!((stats.wrong_equations, stats.duplicates), (0, 0));
     }
 
     #[test]
@@ -477,6 +436,9 @@ mod tests {
             max_kept_per_question: 5,
             seed: 0,
             check_reasoning: false,
+            check_equations: false,
+            // "try 0" and "try 2" have no equations: told apart by text.
+            distinct: Distinct::Text,
         };
         let mut progress = Vec::new();
         let dataset = build_dataset(&mut sampler, &questions, &config, 1, 25, &mut |s| {

@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 
 use super::base::BaseRecord;
 use super::config::RftConfig;
-use super::datagen::{DatagenStats, Example};
+use super::datagen::{DatagenStats, Distinct, Example};
 use super::eval::Evaluation;
 use super::stages::{final_val_loss, DatagenRecord};
 use super::task::Split;
@@ -23,6 +23,8 @@ pub(crate) struct Rounds {
     /// Rows say how many examples each round's fine-tuning had (runs
     /// from a base, whose rounds train on a growing union).
     with_examples: bool,
+    /// When two samples of a question are the same (`datagen.distinct`).
+    distinct: Distinct,
     kept: Vec<Example>,
     seen: HashSet<(String, String)>,
     stats: Vec<DatagenStats>,
@@ -33,9 +35,10 @@ pub(crate) struct Rounds {
 }
 
 impl Rounds {
-    pub(crate) fn new(with_examples: bool) -> Self {
+    pub(crate) fn new(with_examples: bool, distinct: Distinct) -> Self {
         Self {
             with_examples,
+            distinct,
             ..Self::default()
         }
     }
@@ -45,7 +48,8 @@ impl Rounds {
         self.stats.push(datagen.stats);
         self.datagen_seconds += datagen.seconds;
         for e in &datagen.examples {
-            if self.seen.insert((e.question.clone(), e.completion.clone())) {
+            let key = self.distinct.key(&e.completion);
+            if self.seen.insert((e.question.clone(), key)) {
                 self.kept.push(e.clone());
             }
         }
@@ -73,7 +77,10 @@ impl Rounds {
             "generated": datagen.stats.generated,
             "correct": datagen.stats.correct,
             "kept": datagen.stats.kept,
+            "duplicates": datagen.stats.duplicates,
+            "wrong_equations": datagen.stats.wrong_equations,
             "questions_kept": datagen.stats.questions_kept,
+            "finetune_steps": finetune.steps_done,
             "datagen_samples_per_s": datagen.samples_per_s,
             "datagen_tokens_per_s": datagen.tokens_per_s,
             "finetune_final_val_loss": final_val_loss(finetune),
@@ -99,8 +106,8 @@ pub(crate) struct Outcome<'a> {
     /// (d) on the SFT model and after the last round.
     pub before: &'a Evaluation,
     pub after: &'a Evaluation,
-    /// (a) and the last round's (c).
-    pub pretrain: &'a Summary,
+    /// (a) (None: `pretrain.skip`) and the last round's (c).
+    pub pretrain: Option<&'a Summary>,
     pub finetune: &'a Summary,
     /// The last round's sampling.
     pub datagen: &'a DatagenRecord,
@@ -131,7 +138,7 @@ pub(crate) fn metrics(
         per_s(rounds.total(|s| s.tokens)),
     );
     let mut stage_seconds = json!({
-        "pretrain": o.pretrain.wall_s,
+        "pretrain": o.pretrain.map_or(0.0, |p| p.wall_s),
         "eval_before": o.before.seconds,
         "datagen": rounds.datagen_seconds,
         "finetune": rounds.finetune_seconds,
@@ -141,6 +148,10 @@ pub(crate) fn metrics(
         Some((base, eval_base)) => {
             stage_seconds["eval_base"] = json!(eval_base.seconds);
             m.extend(base_metrics(base, eval_base, o.pretrain));
+            m.insert(
+                "wrong_equations".into(),
+                json!(rounds.total(|s| s.wrong_equations)),
+            );
             // The fine-tunings trained on the distinct samples.
             m.insert("kept".into(), json!(rounds.kept.len()));
         }
@@ -152,6 +163,10 @@ pub(crate) fn metrics(
             m.insert(
                 "wrong_reasoning".into(),
                 json!(rounds.total(|s| s.wrong_reasoning)),
+            );
+            m.insert(
+                "wrong_equations".into(),
+                json!(rounds.total(|s| s.wrong_equations)),
             );
         }
     }
@@ -165,11 +180,16 @@ pub(crate) fn metrics(
     m.insert("worked_questions".into(), json!(config.worked_questions()));
     m.insert("validation_questions".into(), json!(split.validation.len()));
     m.insert("finetune_mode".into(), json!(config.finetune.mode));
+    m.insert("finetune_epochs".into(), json!(config.finetune.epochs));
+    m.insert("finetune_steps".into(), json!(o.finetune.steps_done));
     m.insert("parameters".into(), json!(o.parameters));
     m.insert("trainable_parameters".into(), json!(o.trainable));
     m.insert("adapter_bytes".into(), json!(o.adapter_bytes));
     m.insert("eval_samples_per_s".into(), json!(o.after.samples_per_s));
-    m.insert("pretrain_final_val_loss".into(), final_val_loss(o.pretrain));
+    m.insert(
+        "pretrain_final_val_loss".into(),
+        o.pretrain.map_or(Value::Null, final_val_loss),
+    );
     m.insert("finetune_final_val_loss".into(), final_val_loss(o.finetune));
     m
 }
@@ -179,7 +199,7 @@ pub(crate) fn metrics(
 fn base_metrics(
     base: &BaseRecord,
     eval_base: &Evaluation,
-    pretrain: &Summary,
+    pretrain: Option<&Summary>,
 ) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("init".into(), json!(base.init));
@@ -203,9 +223,7 @@ fn base_metrics(
     m.insert(
         "pretrain_initial_val_loss".into(),
         pretrain
-            .metrics
-            .get("initial_val_loss")
-            .cloned()
+            .and_then(|p| p.metrics.get("initial_val_loss").cloned())
             .unwrap_or(Value::Null),
     );
     m

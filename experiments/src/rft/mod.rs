@@ -4,8 +4,9 @@
 //! The task and the data, the same for every model:
 //! * [`task`]: seeded questions, reference reasoning, prompt/training formats;
 //! * [`verify`]: answer parsing, the HW3 correctness rule, accuracy/answer rate;
+//! * [`equations`]: the equations of a reasoning path, checked and normalised;
 //! * [`datagen`]: rejection sampling through any [`datagen::Sampler`] into a
-//!   deduplicated fine-tuning set.
+//!   deduplicated fine-tuning set, as [`datagen_config`] (`[datagen]`) says.
 //!
 //! The run, named for what it does (as Burn's examples split model,
 //! training and inference), not for the model:
@@ -36,7 +37,9 @@ pub(crate) mod base;
 pub(crate) mod completion;
 pub mod config;
 pub mod datagen;
+pub mod datagen_config;
 mod ending;
+pub mod equations;
 pub mod eval;
 pub(crate) mod family;
 pub(crate) mod files;
@@ -58,3 +61,6 @@ pub use verify::{is_correct, parse_answer, score, verify, Metrics, Verdict};
 
 #[cfg(test)]
 mod layering_tests;
+
+#[cfg(test)]
+mod config_tests;

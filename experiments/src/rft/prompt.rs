@@ -33,6 +33,8 @@ pub struct Prompter<'a> {
 struct Chat {
     template: ChatTemplate,
     system: Option<String>,
+    /// Worked examples as earlier turns (`task.few_shot`): (question, answer).
+    shots: Vec<(String, String)>,
     /// What closes the assistant's turn (`<|im_end|>`).
     end_of_turn: String,
 }
@@ -41,9 +43,13 @@ impl Chat {
     /// The conversation of `question`: open for the model to answer
     /// (`answer` None, with the generation prompt) or answered.
     fn render(&self, question: &str, answer: Option<&str>) -> anyhow::Result<String> {
-        let mut messages = Vec::with_capacity(3);
+        let mut messages = Vec::with_capacity(3 + 2 * self.shots.len());
         if let Some(system) = &self.system {
             messages.push(Message::new("system", system));
+        }
+        for (shot_question, shot_answer) in &self.shots {
+            messages.push(Message::new("user", shot_question));
+            messages.push(Message::new("assistant", shot_answer));
         }
         messages.push(Message::new("user", question));
         if let Some(answer) = answer {
@@ -87,9 +93,17 @@ impl<'a> Prompter<'a> {
         let chat = match task.prompt_format {
             PromptFormat::Plain => None,
             PromptFormat::Chat => {
+                let shots = match task.few_shot {
+                    0 => Vec::new(),
+                    n => task.split()?.train[..n]
+                        .iter()
+                        .map(|q| (q.text.clone(), q.completion().trim_end().to_string()))
+                        .collect(),
+                };
                 let mut chat = Chat {
                     template: template_of(dir)?,
                     system: task.system_prompt.clone(),
+                    shots,
                     end_of_turn: String::new(),
                 };
                 chat.end_of_turn = end_of_turn(&chat)?;
@@ -251,6 +265,37 @@ pub(crate) mod tests {
             answer: 2000.0,
             family: "mass".into(),
         }
+    }
+
+    /// Few-shot: the first training questions and their worked answers
+    /// come as earlier user/assistant turns, in order, before the question;
+    /// the end of turn is still found, and plain prompts refuse examples.
+    #[test]
+    fn few_shot_examples_are_earlier_turns_of_the_chat() {
+        let dir = tempfile::tempdir().unwrap();
+        checkpoint(dir.path(), Some(CHATML));
+        let tok = HfTokenizer::load(dir.path(), false).unwrap();
+        let mut task = task(PromptFormat::Chat, Some("S"));
+        task.few_shot = 2;
+        let prompter = Prompter::new(&tok, dir.path(), &task).unwrap();
+        assert_eq!(prompter.end_of_completion(), "<|im_end|>");
+        let split = task.split().unwrap();
+        let turn = |role: &str, text: &str| format!("<|im_start|>{role}\n{text}<|im_end|>\n");
+        let mut want = turn("system", "S");
+        for shot in &split.train[..2] {
+            want += &turn("user", &shot.text);
+            want += &turn("assistant", shot.completion().trim_end());
+        }
+        let q = question();
+        want += &turn("user", &q.text);
+        want += "<|im_start|>assistant\n";
+        assert_eq!(prompter.prompt_text(&q.prompt()).unwrap(), want);
+        let e = prompter.example(&q.text, &q.completion()).unwrap();
+        assert_eq!(e.prompt_ids(), tok.encode_plain(&want).unwrap());
+        let err =
+            load_config(PRESETS[0].1, "preset tiny", &["task.few_shot=2".into()]).unwrap_err();
+        assert!(format!("{err:#}").contains("task.few_shot = 2"), "{err:#}");
+        assert_eq!(crate::error::exit_code_of(&err), 2);
     }
 
     /// Plain: the prompt text and the completion with its newline, the

@@ -41,7 +41,8 @@ use envgen_kernels::{FusedAutodiffBackend, FusedBackend};
 
 use super::base::BaseRecord;
 use super::completion::Tokenized;
-use super::config::{RftConfig, StageConfig};
+use super::config::{RftConfig, StageConfig, TrainOn};
+use super::datagen::Example;
 use super::ending::{finish, interrupted, stage_ended};
 use super::eval::Evaluation;
 use super::family::ModelFamily;
@@ -158,54 +159,60 @@ where
     };
 
     // (a) supervised fine-tuning on the worked answers: every weight of
-    // the base, or of a fresh init (`finetune.mode` is stage (c)'s).
-    let pretrain_dir = stages.join("pretrain");
-    let sft = family.task(
-        config.pretrain.clone(),
-        sft_data.clone(),
-        validation.clone(),
-        base_dir,
-        None,
-    );
-    let pretrain = train_stage::<B, _>(&sft, &pretrain_dir, control, control.stop_after, device)?;
-    let mut steps_done = pretrain.steps_done;
-    if pretrain.status != Status::Completed {
-        return session.stage_ended(steps_done, &pretrain);
-    }
-    let record = stages.join("eval-before.json");
-    let sft_weights = family.weights(&pretrain_dir);
-    let before =
-        session.evaluate::<B::InnerBackend, _>(family, &sft_weights, 0, &record, &inner)?;
+    // the base, or of a fresh init (`finetune.mode` is stage (c)'s). With
+    // `pretrain.skip` (a base only, validated) the base samples round 1
+    // and "before" is the base's evaluation.
+    let mut steps_done = 0;
+    let (pretrain, before, mut sample_from) = match (&config.pretrain, base_dir, &eval_base) {
+        (None, Some(dir), Some(eval_base)) => (None, eval_base.clone(), dir.to_path_buf()),
+        (stage, _, _) => {
+            let stage = stage.clone().unwrap_or_else(|| config.sft_stage());
+            let pretrain_dir = stages.join("pretrain");
+            let sft = family.task(stage, sft_data.clone(), validation.clone(), base_dir, None);
+            let pretrain =
+                train_stage::<B, _>(&sft, &pretrain_dir, control, control.stop_after, device)?;
+            steps_done += pretrain.steps_done;
+            if pretrain.status != Status::Completed {
+                return session.stage_ended(steps_done, &pretrain);
+            }
+            let record = stages.join("eval-before.json");
+            let sft_weights = family.weights(&pretrain_dir);
+            let before =
+                session.evaluate::<B::InnerBackend, _>(family, &sft_weights, 0, &record, &inner)?;
+            (Some(pretrain), before, sft_weights)
+        }
+    };
     if control.stop.load(Ordering::SeqCst) {
         return interrupted(control, session.started, steps_done);
     }
 
-    // (b) + (c) + (d), `rounds` times; `last_dir` is the training stage
-    // whose model samples the next round.
-    let mut last_dir = pretrain_dir;
-    let mut rounds = Rounds::new(base.is_some());
+    // (b) + (c) + (d), `rounds` times; `sample_from` is the weights that
+    // sample the next round, `last_dir` the last training stage.
+    let mut last_dir = None;
+    let mut rounds = Rounds::new(base.is_some(), config.datagen.distinct);
     let mut last: Option<(DatagenRecord, Summary, Evaluation)> = None;
     for round in 1..=config.rounds {
         let dir = stages.join(format!("round-{round}"));
         crate::fsutil::create_dir_all(&dir)?;
-        let weights = family.weights(&last_dir);
+        let weights = sample_from.clone();
         let datagen =
             session.datagen::<B::InnerBackend, _>(family, round, &weights, &dir, &inner)?;
         let Some(datagen) = datagen else {
             return interrupted(control, session.started, steps_done);
         };
         rounds.add_samples(&datagen);
-        let train = round_examples(family, &sft_data, &rounds, &datagen, base, round)?;
+        let train = round_examples(family, config, &sft_data, &rounds, &datagen, base, round)?;
         let examples = train.len();
+        let stage = finetune_stage(config, examples);
         let task = family.task(
-            finetune_stage(config),
+            stage,
             train,
             validation.clone(),
             Some(base_dir.unwrap_or(weights.as_path())),
             config.finetune.adapters(),
         );
         let finetune_dir = dir.join(FINETUNE);
-        let stop_after = round_stop_after(config, control, round);
+        let stop_after = control.stop_after.map(|n| n.saturating_sub(steps_done));
         let finetune = train_stage::<B, _>(&task, &finetune_dir, control, stop_after, device)?;
         steps_done += finetune.steps_done;
         if finetune.status != Status::Completed {
@@ -216,10 +223,12 @@ where
         let evaluation =
             session.evaluate::<B::InnerBackend, _>(family, &weights, round, &record, &inner)?;
         rounds.finish_round(round, &datagen, examples, &finetune, &evaluation);
-        last_dir = finetune_dir;
+        sample_from = weights;
+        last_dir = Some(finetune_dir);
         last = Some((datagen, finetune, evaluation));
     }
     let (datagen, finetune, after) = last.expect("rounds >= 1 (validated)");
+    let last_dir = last_dir.expect("rounds >= 1 (validated)");
     family.export::<B::InnerBackend>(&last_dir, &control.run_dir, &inner)?;
 
     let parameters = family.parameters();
@@ -231,7 +240,7 @@ where
         base: base.zip(eval_base.as_ref()),
         before: &before,
         after: &after,
-        pretrain: &pretrain,
+        pretrain: pretrain.as_ref(),
         finetune: &finetune,
         datagen: &datagen,
         parameters,
@@ -250,30 +259,19 @@ fn examples<F: ModelFamily>(family: &F, questions: &[Question]) -> anyhow::Resul
         .collect()
 }
 
-/// What round `round`'s fine-tuning trains on: from a base, the SFT data
-/// plus every distinct sample kept so far; from scratch, this round's
-/// kept samples, which must not be empty.
+/// What round `round`'s fine-tuning trains on, as examples of `family`
+/// ([`round_set`]).
 fn round_examples<F: ModelFamily>(
     family: &F,
+    config: &RftConfig,
     sft_data: &[Tokenized],
     rounds: &Rounds,
     datagen: &DatagenRecord,
     base: Option<&BaseRecord>,
     round: u32,
 ) -> anyhow::Result<Vec<Tokenized>> {
-    let kept = match base {
-        Some(_) => rounds.kept(),
-        None if datagen.examples.is_empty() => {
-            return Err(UserError::failed(format!(
-                "rft round {round}: datagen kept no correct completion out of {} sampled: stage (a) did not teach the model to answer",
-                datagen.stats.generated
-            ))
-            .with_fix("train stage (a) longer (--set pretrain.train.steps=...) or sample more (--set datagen.oversample=...)")
-            .into());
-        }
-        None => &datagen.examples,
-    };
-    let head = if base.is_some() { sft_data } else { &[] };
+    let (with_worked, kept) = round_set(config, rounds, datagen, base.is_some(), round)?;
+    let head = if with_worked { sft_data } else { &[] };
     let mut train = head.to_vec();
     for e in kept {
         train.push(family.example(&e.question, &e.completion)?);
@@ -281,17 +279,57 @@ fn round_examples<F: ModelFamily>(
     Ok(train)
 }
 
-/// Stage (c)'s loop and optimizer.
-fn finetune_stage(config: &RftConfig) -> StageConfig {
+/// Whether round `round` trains on the worked answers, and the samples it
+/// trains on: from a base, every distinct sample kept so far, after the
+/// worked answers; from scratch, this round's kept samples alone, which
+/// must not be empty. `finetune.train_on` overrides whether the worked
+/// answers are in (`worked_and_kept`) or not (`kept`); a set left empty
+/// is an error naming the fix.
+pub(crate) fn round_set<'a>(
+    config: &RftConfig,
+    rounds: &'a Rounds,
+    datagen: &'a DatagenRecord,
+    from_base: bool,
+    round: u32,
+) -> anyhow::Result<(bool, &'a [Example])> {
+    let with_worked = match config.finetune.train_on {
+        Some(on) => on == TrainOn::WorkedAndKept,
+        None => from_base,
+    };
+    let kept = match from_base {
+        true if !with_worked && rounds.kept().is_empty() => {
+            return Err(UserError::failed(format!(
+                "rft round {round}: datagen kept no correct completion out of {} sampled, and finetune.train_on = \"kept\" leaves nothing to train on",
+                datagen.stats.generated
+            ))
+            .with_fix("sample more (--set datagen.oversample=...), or --set finetune.train_on=worked_and_kept")
+            .into());
+        }
+        true => rounds.kept(),
+        false if datagen.examples.is_empty() => {
+            return Err(UserError::failed(format!(
+                "rft round {round}: datagen kept no correct completion out of {} sampled: stage (a) did not teach the model to answer",
+                datagen.stats.generated
+            ))
+            .with_fix("train stage (a) longer (--set pretrain.train.steps=...) or sample more (--set datagen.oversample=...)")
+            .into());
+        }
+        false => &datagen.examples,
+    };
+    Ok((with_worked, kept))
+}
+
+/// Stage (c)'s loop and optimizer on `examples` training examples (its
+/// steps fixed, or from `finetune.epochs`).
+fn finetune_stage(config: &RftConfig, examples: usize) -> StageConfig {
+    let mut train = config.finetune.train.clone();
+    train.steps = config.finetune.steps_for(examples);
     StageConfig {
-        train: config.finetune.train.clone(),
+        train,
         optim: config.finetune.optim.clone(),
     }
 }
 
-/// Steps a global `--stop-after` leaves for round `round`'s fine-tuning.
-fn round_stop_after(config: &RftConfig, control: &RunControl, round: u32) -> Option<u64> {
-    let before_round =
-        config.pretrain.train.steps + u64::from(round - 1) * config.finetune.train.steps;
-    control.stop_after.map(|n| n.saturating_sub(before_round))
-}
+#[cfg(test)]
+#[path = "recipe_tests.rs"]
+mod tests;

@@ -57,7 +57,7 @@ impl TypedExperiment for RftExperiment {
         config.validate(origin)
     }
     fn batch_size(&self, config: &RftConfig) -> usize {
-        config.pretrain.train.batch_size
+        config.sft_stage().train.batch_size
     }
     fn parameters(&self, config: &RftConfig) -> Option<u64> {
         ModelPath::of(&config.model).ok()?.parameters(&config.model)

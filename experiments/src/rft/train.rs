@@ -65,7 +65,7 @@ impl RftTrainTask {
             .iter()
             .map(|q| tokenize(&q.prompt(), &q.training_text()))
             .collect();
-        Self::new(config, &config.pretrain, reference, split, None)
+        Self::new(config, &config.sft_stage(), reference, split, None)
     }
 }
 

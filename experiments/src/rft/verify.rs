@@ -30,7 +30,8 @@ pub fn parse_answer(completion: &str) -> Option<f64> {
     parse_number(completion[start..start + len].trim())
 }
 
-fn parse_number(text: &str) -> Option<f64> {
+/// A number written in plain decimal notation (see [`parse_answer`]).
+pub(crate) fn parse_number(text: &str) -> Option<f64> {
     // Rust's float parser also takes "inf", "NaN" and "infinity": allow only
     // the characters of plain decimal notation before handing it over.
     if !text

@@ -184,7 +184,9 @@ heavy_test!(
 // exits 2 with the download command, the size and the `--set` to use,
 // before any run directory exists; given a SmolLM2-shaped checkpoint and
 // fewer questions and steps, its keys (chat prompts, optimizer, hardware)
-// run end to end.
+// run end to end. Then the `homework` preset's shape on the same
+// checkpoint (issue #42): no stage (a), few-shot turns in the prompt,
+// LoRA on every linear layer, stage (c)'s steps from `finetune.epochs`.
 heavy_test!(
     the_smollm2_preset_needs_a_local_checkpoint_and_runs_on_one,
     |tmp| {
@@ -234,5 +236,74 @@ heavy_test!(
         }
         let record: Value = read_json(&dir.join("stages/prompt.json"));
         assert_eq!(record["format"], "chat", "{record}");
+
+        // `homework`: a random checkpoint answers nothing right, so stage
+        // (c) trains on the worked answers too (`train_on`), not on the
+        // kept samples alone.
+        let started = Instant::now();
+        let mut sets = small(checkpoint());
+        sets.retain(|s| {
+            !s.starts_with("pretrain.")
+                && !s.starts_with("finetune.train.steps")
+                && !s.starts_with("task.worked_questions")
+        });
+        sets.extend([
+            "task.worked_questions=4".into(),
+            "task.few_shot=2".into(),
+            "finetune.train.batch_size=4".into(),
+            "finetune.train.eval_batches=1".into(),
+            "finetune.epochs=2".into(),
+            "finetune.train_on=worked_and_kept".into(),
+        ]);
+        let doc = json_of(&expect_success(rft("homework", &runs, &sets)));
+        eprintln!(
+            "rft homework preset, reduced, in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        assert_eq!(doc["summary"]["status"], "completed", "{doc}");
+        let dir = run_dir_of(&doc);
+        assert!(!dir.join("stages/pretrain").exists());
+        let metrics = &doc["summary"]["metrics"];
+        assert_eq!(
+            metrics["accuracy_before"], metrics["accuracy_base"],
+            "{doc}"
+        );
+        let examples = metrics["rounds"][0]["finetune_examples"].as_u64().unwrap();
+        assert_eq!(examples, 4 + metrics["kept"].as_u64().unwrap(), "{doc}");
+        let steps = metrics["finetune_steps"].as_u64().unwrap();
+        // ceil(examples x 2 epochs / batch 4)
+        assert!(
+            steps * 4 >= examples * 2 && (steps - 1) * 4 < examples * 2,
+            "{doc}"
+        );
+        assert_eq!(metrics["finetune_epochs"], 2, "{doc}");
+        let record: Value = read_json(&dir.join("stages/prompt.json"));
+        let prompt = record["prompt"].as_str().unwrap();
+        assert_eq!(prompt.matches("<|im_start|>user").count(), 3, "{prompt}");
+        assert_eq!(
+            prompt.matches("<|im_start|>assistant").count(),
+            3,
+            "{prompt}"
+        );
+        let adapter: Value = read_json(&dir.join("hf/adapter/adapter_config.json"));
+        let mut targets: Vec<&str> = adapter["target_modules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap())
+            .collect();
+        targets.sort();
+        let all = [
+            "down_proj",
+            "gate_proj",
+            "k_proj",
+            "o_proj",
+            "q_proj",
+            "up_proj",
+            "v_proj",
+        ];
+        assert_eq!(targets, all, "{adapter}");
+        assert_eq!(adapter["lora_alpha"].as_f64(), Some(32.0), "{adapter}");
+        assert_eq!(adapter["r"], 8, "{adapter}");
     }
 );

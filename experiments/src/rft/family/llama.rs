@@ -77,7 +77,7 @@ fn base_checkpoint(config: &RftConfig, init: &Init, stages: &Path) -> anyhow::Re
         Init::Random(name) => {
             let dir = stages.join("base");
             if !dir.join(llama::hf::SINGLE).is_file() {
-                pretrained::write_random(name, config.pretrain.train.seed, &dir)?;
+                pretrained::write_random(name, config.sft_stage().train.seed, &dir)?;
             }
             dir
         }
