@@ -225,7 +225,7 @@ fn fixed_start(dir: &Path, model: &crate::gpt2::ModelConfig) -> PathBuf {
 fn rft_scratch_task(config: &RftConfig, split: &Split, start: &Path) -> RftTrainTask {
     RftTrainTask {
         model: config.model.gpt.clone(),
-        stage: config.pretrain.clone(),
+        stage: config.pretrain.clone().expect("the preset has a stage (a)"),
         train: examples(&split.train, tokenize),
         validation: examples(&split.validation, tokenize),
         init_from: Some(start.to_path_buf()),
@@ -396,7 +396,7 @@ fn rft_llama_losses_ignore_micro_batch_and_threads() {
         .collect();
     let build = || LlamaRftTask {
         base: base.clone(),
-        stage: config.pretrain.clone(),
+        stage: config.pretrain.clone().expect("the preset has a stage (a)"),
         train: train.clone(),
         validation: validation.clone(),
         lora: None,
