@@ -45,11 +45,17 @@ impl Table {
 
     pub fn html(&self) -> String {
         // Short cells (a status, a shortened hash, a label) stay on one
-        // line; long ones (a run id, an argv) wrap anywhere.
+        // line; long ones (a run id, an argv) wrap anywhere. Column names
+        // (`finetune_final_val_loss`) may break after an underscore: a
+        // table of many fields (rft's rounds) then still fits the page.
         let cells = |tag: &str, cells: &[String]| {
             cells
                 .iter()
                 .map(|c| {
+                    if tag == "th" {
+                        let name = escape_html(c).replace('_', "_<wbr>");
+                        return format!("<th>{name}</th>");
+                    }
                     let class = if c.chars().count() <= SHORT_CELL {
                         " class=\"s\""
                     } else {

@@ -364,7 +364,10 @@ heavy_test!(bad_inits_exit_2_naming_the_key_and_the_fix, |tmp| {
         (format!("hf:{}", empty.display()), "has no config.json"),
         (format!("hf:{}", mamba.display()), "\"mamba\""),
         // A GPT-2 checkpoint takes the GPT path, which reads its sizes.
-        (format!("hf:{}", gpt2.display()), "is null, expected a positive integer"),
+        (
+            format!("hf:{}", gpt2.display()),
+            "is null, expected a positive integer",
+        ),
         ("random:huge-llama".into(), "tiny-llama"),
         ("./dir".into(), "neither hf:DIR nor random:NAME"),
     ];
