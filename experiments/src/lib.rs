@@ -21,5 +21,6 @@ pub mod pretrained;
 pub mod quant;
 pub mod registry;
 pub mod rft;
+pub mod sampling;
 
 pub use error::{ErrorKind, UserError};

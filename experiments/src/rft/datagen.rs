@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::task::{format_training_text, Question};
 use super::verify::{is_correct, parse_answer, ANSWER_CLOSE};
 use crate::error::UserError;
+use crate::sampling::Sampling;
 
 /// Rows per generation call when neither `--gen-batch` nor the preset's
 /// `[hardware] gen_batch` says: small enough for a CPU's memory (each row
@@ -37,10 +38,10 @@ pub struct Completion {
 
 /// Anything that continues prompts: the GPT implements it.
 pub trait Sampler {
-    /// One continuation per row, in order, at `temperature`. A row's
+    /// One continuation per row, in order, chosen by `sampling`. A row's
     /// continuation must depend only on its prompt and seed, never on the
     /// other rows of the call: callers batch rows for speed alone.
-    fn sample(&mut self, rows: &[Row<'_>], temperature: f32) -> Vec<Completion>;
+    fn sample(&mut self, rows: &[Row<'_>], sampling: &Sampling) -> Vec<Completion>;
 }
 
 /// The seed of sample `sample` of question `question` in `round`: a
@@ -65,6 +66,11 @@ pub struct DatagenConfig {
     pub oversample: usize,
     /// HW3 starter: 0.6; RFT paper: 0.7.
     pub temperature: f32,
+    /// Top-k after the temperature, as transformers' sampling: its default
+    /// 50 (`generate(do_sample=True, temperature=0.7)`); 0 = off.
+    pub top_k: usize,
+    /// Nucleus after top-k; 1 = off (transformers' default).
+    pub top_p: f32,
     /// Distinct correct completions kept per question (HW3 keeps 1; the RFT
     /// paper keeps every distinct one).
     pub max_kept_per_question: usize,
@@ -85,6 +91,10 @@ pub struct DatagenConfig {
 struct DatagenTable {
     oversample: usize,
     temperature: f32,
+    #[serde(default = "default_top_k")]
+    top_k: usize,
+    #[serde(default = "default_top_p")]
+    top_p: f32,
     /// Before issue #23 the generation batch was science (in config_hash).
     #[serde(default)]
     batch_questions: Option<IgnoredAny>,
@@ -93,6 +103,14 @@ struct DatagenTable {
     seed: u64,
     #[serde(default)]
     check_reasoning: bool,
+}
+
+fn default_top_k() -> usize {
+    crate::sampling::TRANSFORMERS_TOP_K
+}
+
+fn default_top_p() -> f32 {
+    1.0
 }
 
 /// Why `datagen.batch_questions` is refused, and what to do instead (after
@@ -112,6 +130,8 @@ impl TryFrom<DatagenTable> for DatagenConfig {
         Ok(Self {
             oversample: table.oversample,
             temperature: table.temperature,
+            top_k: table.top_k,
+            top_p: table.top_p,
             max_kept_per_question: table.max_kept_per_question,
             seed: table.seed,
             check_reasoning: table.check_reasoning,
@@ -124,6 +144,8 @@ impl Default for DatagenConfig {
         Self {
             oversample: 16,
             temperature: 0.7,
+            top_k: default_top_k(),
+            top_p: default_top_p(),
             max_kept_per_question: 1,
             seed: 0,
             check_reasoning: false,
@@ -143,17 +165,21 @@ impl DatagenConfig {
                     .into());
             }
         }
-        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
-            return Err(UserError::usage(format!(
-                "rft datagen: temperature = {}",
-                self.temperature
-            ))
-            .with_fix(
-                "use a temperature >= 0 (0 = greedy; 0.6-0.7 is usual for rejection sampling)",
-            )
-            .into());
+        if let Some((key, value, fix)) = self.sampling().problem() {
+            return Err(UserError::usage(format!("rft datagen: {key} = {value}"))
+                .with_fix(fix)
+                .into());
         }
         Ok(())
+    }
+
+    /// How stage (b) draws its completions.
+    pub fn sampling(&self) -> Sampling {
+        Sampling {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+        }
     }
 }
 
@@ -285,7 +311,7 @@ pub fn build_dataset(
                 seed: sample_seed(config.seed, round, q, s),
             })
             .collect();
-        let sampled = sampler.sample(&batch, config.temperature);
+        let sampled = sampler.sample(&batch, &config.sampling());
         // A sampler that loses or invents rows would misattribute
         // completions to questions: refuse rather than grade garbage.
         if sampled.len() != batch.len() {
@@ -328,7 +354,7 @@ pub fn greedy_completions(
     let mut out = Vec::with_capacity(prompts.len());
     for chunk in prompts.chunks(gen_batch.max(1)) {
         let rows: Vec<Row> = chunk.iter().map(|p| Row { prompt: p, seed: 0 }).collect();
-        let mut sampled = sampler.sample(&rows, 0.0);
+        let mut sampled = sampler.sample(&rows, &Sampling::greedy());
         sampled.resize(
             rows.len(),
             Completion {
@@ -382,8 +408,8 @@ mod tests {
     }
 
     impl Sampler for ScriptedSampler {
-        fn sample(&mut self, rows: &[Row<'_>], temperature: f32) -> Vec<Completion> {
-            self.calls.push((rows.len(), temperature));
+        fn sample(&mut self, rows: &[Row<'_>], sampling: &Sampling) -> Vec<Completion> {
+            self.calls.push((rows.len(), sampling.temperature));
             rows.iter()
                 .map(|row| {
                     let i = self.asked.entry(row.prompt.to_string()).or_default();
@@ -473,10 +499,8 @@ mod tests {
         }));
         let config = DatagenConfig {
             oversample: 6,
-            temperature: 0.7,
             max_kept_per_question: 5,
-            seed: 0,
-            check_reasoning: false,
+            ..DatagenConfig::default()
         };
         let mut progress = Vec::new();
         let dataset = build_dataset(&mut sampler, &questions, &config, 1, 25, &mut |s| {
@@ -505,7 +529,7 @@ mod tests {
         let mut sampler = ScriptedSampler::new(Box::new(|_, _| String::new()));
         struct Short;
         impl Sampler for Short {
-            fn sample(&mut self, _: &[Row<'_>], _: f32) -> Vec<Completion> {
+            fn sample(&mut self, _: &[Row<'_>], _: &Sampling) -> Vec<Completion> {
                 Vec::new()
             }
         }
