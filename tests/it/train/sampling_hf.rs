@@ -122,7 +122,12 @@ fn the_next_token_distribution_is_that_of_transformers_processors() {
         theirs[3]
     );
     // Defaults filled by transformers: top_k 50, top_p 1.
-    assert_eq!(theirs[0]["settings"], json!([0.7, 50, 1.0]));
+    let settings = &theirs[0]["settings"];
+    assert!(
+        (settings[0].as_f64().unwrap() - 0.7).abs() < 1e-6,
+        "{settings}"
+    );
+    assert_eq!((&settings[1], &settings[2]), (&json!(50), &json!(1.0)));
     for (i, (case, mine)) in theirs.as_array().unwrap().iter().zip(&ours).enumerate() {
         for (r, (row, want)) in mine
             .iter()
