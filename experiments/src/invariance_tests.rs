@@ -433,10 +433,15 @@ fn rft_llama_sampler_samples_the_same_at_any_generation_batch() {
         })
         .collect();
     let mut sampler = LlamaSampler::new(&model, &prompter, 10, device);
-    let together = sampler.sample(&rows, 1.0);
+    let together = sampler.sample(&rows, &crate::sampling::Sampling::transformers(1.0));
     let alone: Vec<_> = rows
         .iter()
-        .flat_map(|row| sampler.sample(std::slice::from_ref(row), 1.0))
+        .flat_map(|row| {
+            sampler.sample(
+                std::slice::from_ref(row),
+                &crate::sampling::Sampling::transformers(1.0),
+            )
+        })
         .collect();
     assert!(sampler.error.is_none(), "{:?}", sampler.error);
     assert_eq!(together, alone);

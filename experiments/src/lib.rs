@@ -21,6 +21,7 @@ pub mod pretrained;
 pub mod quant;
 pub mod registry;
 pub mod rft;
+pub mod sampling;
 
 pub use error::{ErrorKind, UserError};
 

@@ -9,7 +9,10 @@ use envgen_experiments::backend::Cpu;
 use envgen_experiments::data;
 use envgen_experiments::gpt2::{self, eval, hf, Gpt2Config};
 use envgen_experiments::llama::{self, GenerateOptions};
+use envgen_experiments::pretrained::chat::TurnEnd;
+use envgen_experiments::pretrained::generation::{Asked, CheckpointGeneration, Decoding};
 use envgen_experiments::pretrained::{self, Pretrained};
+use envgen_experiments::sampling::Sampling;
 use serde_json::json;
 
 use crate::error::{Result, UserError};
@@ -32,18 +35,22 @@ pub struct Args {
     /// Tokens to generate.
     #[arg(long, default_value_t = 200)]
     pub tokens: usize,
-    /// 0 = greedy.
-    #[arg(long, default_value_t = 0.8)]
-    pub temperature: f32,
-    /// Run directories only.
-    #[arg(long = "top-k")]
+    /// Above 0 samples at this temperature, 0 is greedy. Default: the
+    /// checkpoint's generation_config.json (do_sample, temperature), else
+    /// greedy, as transformers' generate.
+    #[arg(long)]
+    pub temperature: Option<f32>,
+    /// Keep the K most likely tokens when sampling (0 = off). Default: the
+    /// checkpoint's generation_config.json, else transformers' 50.
+    #[arg(long = "top-k", value_name = "K")]
     pub top_k: Option<usize>,
-    /// Nucleus sampling (--model only): draw from the most likely tokens
-    /// whose probability reaches P.
-    #[arg(long = "top-p", default_value_t = 1.0)]
-    pub top_p: f32,
-    /// Stop once the continuation contains this text (--model only;
-    /// repeatable). The checkpoint's end-of-sequence ids always stop it.
+    /// Nucleus when sampling: the most likely tokens whose probability
+    /// reaches P (1 = off). Default: generation_config.json, else 1.
+    #[arg(long = "top-p", value_name = "P")]
+    pub top_p: Option<f32>,
+    /// Stop once the continuation contains this text (Llama-family --model
+    /// only; repeatable). The checkpoint's end-of-sequence ids, and with
+    /// --chat the template's end of turn, always stop it.
     #[arg(long = "stop")]
     pub stop: Vec<String>,
     /// Send --prompt as the user's turn through the checkpoint's chat
@@ -63,27 +70,25 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = super::run::at_least_one)]
     pub batch: usize,
     /// One JSON object: prompt, prompt_tokens, text, tokens, finish (of the
-    /// first row), and with --model: rows, generated_tokens, generate_s,
-    /// tokens_per_s (the batch's new tokens over generation time, loading
-    /// excluded).
+    /// first row), decoding (each setting's value and where it came from:
+    /// flag, generation_config.json, config.json or transformers default),
+    /// and with --model: rows, generated_tokens, generate_s, tokens_per_s
+    /// (the batch's new tokens over generation time, loading excluded).
     #[arg(long)]
     pub json: bool,
 }
 
 pub fn execute(args: Args) -> Result<i32> {
     // NaN and negative temperatures were taken as greedy (issue #40).
-    if !args.temperature.is_finite() || args.temperature < 0.0 {
-        return Err(UserError::usage(format!(
-            "--temperature {} is not a number >= 0",
-            args.temperature
-        ))
-        .with_fix("use e.g. --temperature 0.8, or 0 for greedy")
-        .into());
-    }
-    if !(0.0..=1.0).contains(&args.top_p) || args.top_p == 0.0 {
+    let asked = Sampling {
+        temperature: args.temperature.unwrap_or(0.0),
+        top_k: 0,
+        top_p: args.top_p.unwrap_or(1.0),
+    };
+    if let Some((key, value, fix)) = asked.problem() {
         return Err(
-            UserError::usage(format!("--top-p {} is not in (0, 1]", args.top_p))
-                .with_fix("use e.g. --top-p 0.9, or 1 for the whole vocabulary")
+            UserError::usage(format!("--{} {value} is not usable", key.replace('_', "-")))
+                .with_fix(fix)
                 .into(),
         );
     }
@@ -111,13 +116,15 @@ pub fn execute(args: Args) -> Result<i32> {
 }
 
 fn sample_run(run: &Path, args: &Args) -> Result<i32> {
-    if args.top_p < 1.0 || !args.stop.is_empty() {
-        return Err(
-            UserError::usage("--top-p and --stop apply to --model hf:DIR only")
-                .with_fix("use --top-k with a run directory")
-                .into(),
-        );
+    if !args.stop.is_empty() {
+        return Err(UserError::usage(
+            "--stop applies to Llama-family checkpoints (--model hf:DIR) only",
+        )
+        .with_fix("drop --stop with a run directory")
+        .into());
     }
+    // A run directory has no generation_config.json: transformers' defaults.
+    let decoding = decoding(&CheckpointGeneration::default(), args)?;
     let config: Gpt2Config = eval::run_config(run)?;
     let weights = eval::run_weights(run)?;
     let device = Default::default();
@@ -132,8 +139,7 @@ fn sample_run(run: &Path, args: &Args) -> Result<i32> {
         &prompt,
         gpt2::SampleOptions {
             tokens: args.tokens,
-            temperature: args.temperature,
-            top_k: args.top_k,
+            sampling: decoding.sampling(),
             seed: args.seed,
             // The embedding's padding rows (GPT-2: 50,257 → 50,304) are
             // never sampled.
@@ -144,7 +150,8 @@ fn sample_run(run: &Path, args: &Args) -> Result<i32> {
     .map_err(|e| e.context(format!("sampling {}", run.display())))?;
     let text = tokenizer.decode(&out);
     if args.json {
-        let doc = json!({"prompt": args.prompt, "text": text, "tokens": out});
+        let doc = json!({"prompt": args.prompt, "text": text, "tokens": out,
+            "decoding": decoding.to_json()});
         crate::output::outln!("{doc}");
     } else {
         crate::output::outln!("{}{}", args.prompt, text);
@@ -159,6 +166,9 @@ fn sample_pretrained(dir: &Path, args: &Args) -> Result<i32> {
     let device = Default::default();
     let model = pretrained::load::<Cpu>(dir, &device)?;
     let tokenizer = pretrained::tokenizer(dir, &model)?;
+    let decoding = decoding(&CheckpointGeneration::read(dir)?, args)?;
+    let mut stop_ids = decoding.eos_token_ids.value.clone();
+    let mut stop_strings = args.stop.clone();
     let prompt = if args.chat {
         let template = pretrained::ChatTemplate::load(dir)?.ok_or_else(|| {
             UserError::usage(format!(
@@ -172,6 +182,10 @@ fn sample_pretrained(dir: &Path, args: &Args) -> Result<i32> {
             messages.push(pretrained::Message::new("system", system));
         }
         messages.push(pretrained::Message::new("user", &args.prompt));
+        // The answer ends with the turn (or eos), never at a newline.
+        let turn_end = TurnEnd::of(&tokenizer, &template.end_of_turn(args.system.as_deref())?);
+        stop_ids = turn_end.stop_ids(&stop_ids);
+        stop_strings.extend(turn_end.stop_strings());
         tokenizer.encode_plain(&template.render(&messages, true)?)?
     } else {
         tokenizer.encode(&args.prompt)?
@@ -180,11 +194,6 @@ fn sample_pretrained(dir: &Path, args: &Args) -> Result<i32> {
     let started = Instant::now();
     let (rows, finish) = match &model {
         Pretrained::Llama(model) => {
-            if args.top_k.is_some() {
-                return Err(UserError::usage("--top-k applies to GPT-2 models")
-                    .with_fix("use --top-p with a Llama-family checkpoint")
-                    .into());
-            }
             let cfg = model.config();
             let mut prompt = prompt;
             if prompt.is_empty() {
@@ -193,11 +202,10 @@ fn sample_pretrained(dir: &Path, args: &Args) -> Result<i32> {
             }
             let opts = GenerateOptions {
                 max_new_tokens: args.tokens,
-                temperature: args.temperature,
-                top_p: args.top_p,
+                sampling: decoding.sampling(),
                 seed: args.seed,
-                eos_token_ids: cfg.eos_token_ids.clone(),
-                stop_strings: args.stop.clone(),
+                eos_token_ids: stop_ids,
+                stop_strings,
                 row_seeds: Vec::new(),
             };
             // The batch's cache and logits, before a row is allocated.
@@ -220,12 +228,12 @@ fn sample_pretrained(dir: &Path, args: &Args) -> Result<i32> {
                         .into(),
                 );
             }
-            if args.top_p < 1.0 || !args.stop.is_empty() {
-                return Err(UserError::usage(
-                    "--top-p and --stop apply to Llama-family checkpoints only",
-                )
-                .with_fix("use --top-k with a GPT-2 checkpoint")
-                .into());
+            if !args.stop.is_empty() {
+                return Err(
+                    UserError::usage("--stop applies to Llama-family checkpoints only")
+                        .with_fix("drop --stop for a GPT-2 checkpoint")
+                        .into(),
+                );
             }
             if let Some(&t) = prompt.iter().find(|&&t| t as usize >= config.vocab_size) {
                 return Err(UserError::usage(format!(
@@ -245,14 +253,18 @@ fn sample_pretrained(dir: &Path, args: &Args) -> Result<i32> {
                 &prompt,
                 gpt2::SampleOptions {
                     tokens: args.tokens,
-                    temperature: args.temperature,
-                    top_k: args.top_k,
+                    sampling: decoding.sampling(),
                     seed: args.seed,
                     vocab_limit: None,
                 },
                 &device,
             )?;
-            (vec![out], "length")
+            // What follows the first stop id is what generate would not
+            // have produced: the tokens before it do not depend on it.
+            match out.iter().position(|t| stop_ids.contains(t)) {
+                Some(at) => (vec![out[..=at].to_vec()], "eos"),
+                None => (vec![out], "length"),
+            }
         }
     };
     let generate_s = started.elapsed().as_secs_f64();
@@ -261,6 +273,7 @@ fn sample_pretrained(dir: &Path, args: &Args) -> Result<i32> {
         let generated: usize = rows.iter().map(Vec::len).sum();
         let doc = json!({"prompt": args.prompt, "prompt_tokens": prompt_tokens,
             "text": texts[0], "tokens": rows[0], "finish": finish,
+            "decoding": decoding.to_json(),
             "rows": rows.len(), "generated_tokens": generated,
             "generate_s": generate_s, "tokens_per_s": generated as f64 / generate_s});
         crate::output::outln!("{doc}");
@@ -274,7 +287,29 @@ fn sample_pretrained(dir: &Path, args: &Args) -> Result<i32> {
     Ok(0)
 }
 
-/// `hf:DIR`, as the flag named it, for messages.
+/// The decoding of this call: the flags over `checkpoint`'s
+/// generation_config.json over transformers' defaults, said on stderr
+/// (`-q` silences it). `--top-k`/`--top-p` on a greedy decoding would do
+/// nothing, so they are refused.
+fn decoding(checkpoint: &CheckpointGeneration, args: &Args) -> Result<Decoding> {
+    let asked = Asked {
+        temperature: args.temperature,
+        top_k: args.top_k,
+        top_p: args.top_p,
+    };
+    let decoding = checkpoint.decoding(&asked);
+    if !decoding.do_sample.value && (args.top_k.is_some() || args.top_p.is_some()) {
+        return Err(UserError::usage(format!(
+            "--top-k/--top-p only shape sampling, and this call is greedy (do_sample false: {})",
+            decoding.do_sample.from.name()
+        ))
+        .with_fix("add --temperature T (above 0) to sample, or drop --top-k/--top-p")
+        .into());
+    }
+    crate::output::notice!("envgen: sample: {}", decoding.describe());
+    Ok(decoding)
+}
+
 /// GPT-2 sampling keeps the whole sequence (prompt and `--tokens` new
 /// ones) as u32 ids, and each step's context as i64: refused before the
 /// model runs when that cannot fit (`--tokens 1e12` aborted on allocation,
@@ -287,6 +322,7 @@ fn check_sequence_memory(origin: &str, prompt: usize, tokens: usize) -> Result<(
     Ok(())
 }
 
+/// `hf:DIR`, as the flag named it, for messages.
 fn spec_of(dir: &Path) -> String {
     format!("{}{}", pretrained::PREFIX, dir.display())
 }

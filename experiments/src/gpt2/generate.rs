@@ -18,8 +18,8 @@ use envgen_kernels::FusedBackend;
 use rand::{rngs::StdRng, SeedableRng};
 
 use super::model::{layer_norm, Block, Gpt2, ModelConfig};
-use super::pick;
 use crate::lora::adapter;
+use crate::sampling::{self, Sampling};
 
 /// How to continue a batch of prompts.
 #[derive(Debug, Clone, Copy)]
@@ -27,9 +27,8 @@ pub struct BatchSampleOptions {
     /// At most this many new tokens per row (the context is also capped at
     /// the model's block size).
     pub max_new_tokens: usize,
-    /// 0 = greedy.
-    pub temperature: f32,
-    pub top_k: Option<usize>,
+    /// Greedy, or temperature, top-k and top-p as transformers applies them.
+    pub sampling: Sampling,
     /// [`sample_batch`]: row `i` draws from its own generator seeded by
     /// (`seed`, `i`). [`sample_rows`] takes each row's seed instead.
     pub seed: u64,
@@ -123,7 +122,7 @@ pub fn sample_rows_until<B: FusedBackend>(
                 continue;
             }
             let row_logits = &logits[slot * vocab..(slot + 1) * vocab];
-            let token = pick(row_logits, opts.temperature, opts.top_k, &mut rngs[i]);
+            let token = sampling::pick(row_logits, &opts.sampling, &mut rngs[i]);
             rows[i].push(token);
             let generated = rows[i].len() - prompt_len[i];
             finished[i] =
@@ -262,8 +261,7 @@ mod tests {
         let prompts = vec![vec![1, 2, 3], vec![4], vec![5, 6, 7, 8, 9]];
         let opts = BatchSampleOptions {
             max_new_tokens: 8,
-            temperature: 0.0,
-            top_k: None,
+            sampling: Sampling::greedy(),
             seed: 0,
             stop_token: None,
         };
@@ -275,8 +273,7 @@ mod tests {
                 prompt,
                 SampleOptions {
                     tokens: 8,
-                    temperature: 0.0,
-                    top_k: None,
+                    sampling: Sampling::greedy(),
                     seed: 0,
                     vocab_limit: None,
                 },
@@ -293,8 +290,11 @@ mod tests {
         let prompts = vec![vec![1; 20], vec![2, 3]];
         let opts = BatchSampleOptions {
             max_new_tokens: 50,
-            temperature: 1.0,
-            top_k: None,
+            sampling: Sampling {
+                temperature: 1.0,
+                top_k: 0,
+                top_p: 1.0,
+            },
             seed: 9,
             stop_token: Some(4),
         };

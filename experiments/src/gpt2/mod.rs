@@ -26,6 +26,7 @@ use crate::data::{self, Batches, DataConfig, DataOrder, TokenData};
 use crate::engine::{self, EvalShare, OptimConfig, RunControl, Summary, Task, TrainConfig};
 use crate::error::UserError;
 use crate::experiment::{self, Experiment, ExperimentInfo, TypedExperiment};
+use crate::sampling::{self, Sampling};
 pub use generate::{sample_batch, sample_rows, sample_rows_until, BatchSampleOptions};
 pub use model::{Gpt2, ModelConfig};
 pub use val_sample::ValSample;
@@ -409,12 +410,12 @@ impl<B: FusedAutodiffBackend> Task<B> for Gpt2Task {
     }
 }
 
-/// How to sample: `temperature` 0 = greedy; `top_k` None = full vocabulary.
+/// How to sample: [`Sampling`] (greedy, or temperature, top-k, top-p as
+/// transformers applies them).
 #[derive(Debug, Clone, Copy)]
 pub struct SampleOptions {
     pub tokens: usize,
-    pub temperature: f32,
-    pub top_k: Option<usize>,
+    pub sampling: Sampling,
     pub seed: u64,
     /// Only ids below this are sampled: the tokenizer's vocabulary. GPT-2's
     /// embedding is padded (50,257 → 50,304); the padding rows were never a
@@ -422,8 +423,8 @@ pub struct SampleOptions {
     pub vocab_limit: Option<usize>,
 }
 
-/// Temperature/top-k sampling from a trained model; returns the new tokens,
-/// or a failure (`diverged: …`) when the model's logits are not numbers.
+/// Sampling from a trained model; returns the new tokens, or a failure
+/// (`diverged: …`) when the model's logits are not numbers.
 pub fn sample<B: FusedBackend>(
     model: &Gpt2<B>,
     cfg: &ModelConfig,
@@ -433,8 +434,7 @@ pub fn sample<B: FusedBackend>(
 ) -> anyhow::Result<Vec<u32>> {
     let SampleOptions {
         tokens,
-        temperature,
-        top_k,
+        sampling,
         seed,
         vocab_limit,
     } = opts;
@@ -459,32 +459,9 @@ pub fn sample<B: FusedBackend>(
             .unwrap_or_default();
         logits.truncate(vocab_limit.unwrap_or(usize::MAX).max(1));
         crate::engine::health::finite_output(&logits, "the model")?;
-        out.push(pick(&logits, temperature, top_k, &mut rng));
+        out.push(sampling::pick(&logits, &sampling, &mut rng));
     }
     Ok(out[prompt.len().min(out.len())..].to_vec())
-}
-
-fn pick(logits: &[f32], temperature: f32, top_k: Option<usize>, rng: &mut StdRng) -> u32 {
-    let mut order: Vec<usize> = (0..logits.len()).collect();
-    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
-    if temperature <= 0.0 {
-        return order[0] as u32;
-    }
-    order.truncate(top_k.unwrap_or(logits.len()).max(1));
-    let max = logits[order[0]];
-    let weights: Vec<f64> = order
-        .iter()
-        .map(|&i| f64::from((logits[i] - max) / temperature).exp())
-        .collect();
-    let total: f64 = weights.iter().sum();
-    let mut u = rng.random::<f64>() * total;
-    for (&i, w) in order.iter().zip(&weights) {
-        if u < *w {
-            return i as u32;
-        }
-        u -= w;
-    }
-    order[order.len() - 1] as u32
 }
 
 #[cfg(test)]
@@ -529,8 +506,11 @@ mod tests {
         let model = hf::load(cfg.init::<Cpu>(&device), &path).unwrap();
         let opts = |limit| SampleOptions {
             tokens: 12,
-            temperature: 1.0,
-            top_k: None,
+            sampling: Sampling {
+                temperature: 1.0,
+                top_k: 0,
+                top_p: 1.0,
+            },
             seed: 3,
             vocab_limit: limit,
         };

@@ -188,7 +188,7 @@ pub(crate) fn read_json(path: &Path) -> anyhow::Result<Value> {
 
 /// A token id or a list of them (`eos_token_id: [128001, 128009]`); None
 /// when absent or null.
-fn token_ids(doc: &Value, field: &str, path: &Path) -> anyhow::Result<Option<Vec<u32>>> {
+pub(crate) fn token_ids(doc: &Value, field: &str, path: &Path) -> anyhow::Result<Option<Vec<u32>>> {
     let one = |v: &Value| v.as_u64().and_then(|x| u32::try_from(x).ok());
     let why = || format!("is {}, expected a token id or a list of them", doc[field]);
     match &doc[field] {

@@ -23,20 +23,20 @@
 
 use burn::prelude::*;
 use burn::tensor::TensorData;
-use rand::{rngs::StdRng, Rng, SeedableRng};
+use rand::{rngs::StdRng, SeedableRng};
 
 use super::model::{KvCache, Llama};
 use crate::error::UserError;
+use crate::sampling::{self, Sampling};
 
 /// How to continue a batch of prompts.
 #[derive(Debug, Clone, Default)]
 pub struct GenerateOptions {
     pub max_new_tokens: usize,
-    /// 0 = greedy (the first of equal largest logits, as `argmax`).
-    pub temperature: f32,
-    /// Nucleus sampling: draw from the smallest set of most likely tokens
-    /// whose probability reaches `top_p` (1 = the whole vocabulary).
-    pub top_p: f32,
+    /// Greedy (the first of equal largest logits, as `argmax`; the
+    /// default), or temperature, top-k and top-p as transformers applies
+    /// them.
+    pub sampling: Sampling,
     pub seed: u64,
     /// One seed per row (RFT: one per question and sample), so that a row
     /// draws the same tokens in any batch at any position; empty = row `i`
@@ -172,9 +172,9 @@ pub fn generate<B: Backend>(
             if position < rows[i].len() {
                 continue; // still reading its prompt
             }
-            let token = pick(
+            let token = sampling::pick(
                 &logits[slot * vocab..(slot + 1) * vocab],
-                opts,
+                &opts.sampling,
                 &mut rngs[i],
             );
             rows[i].push(token);
@@ -268,56 +268,6 @@ fn row_seed(seed: u64, row: usize) -> u64 {
         .wrapping_add((row as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9))
 }
 
-/// The next token: argmax at temperature 0, else a draw from the softmax of
-/// `logits / temperature` restricted to the top-p nucleus.
-pub fn pick(logits: &[f32], opts: &GenerateOptions, rng: &mut StdRng) -> u32 {
-    let argmax = logits
-        .iter()
-        .enumerate()
-        .fold((0, f32::NEG_INFINITY), |best, (i, &v)| {
-            if v > best.1 {
-                (i, v)
-            } else {
-                best
-            }
-        })
-        .0;
-    if opts.temperature <= 0.0 {
-        return argmax as u32;
-    }
-    let mut order: Vec<usize> = (0..logits.len()).collect();
-    // Stable: equal logits keep id order, so the draw is reproducible.
-    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
-    let max = logits[argmax];
-    let t = f64::from(opts.temperature);
-    let weights: Vec<f64> = order
-        .iter()
-        .map(|&i| (f64::from(logits[i] - max) / t).exp())
-        .collect();
-    let total: f64 = weights.iter().sum();
-    // The nucleus: the first tokens whose probability reaches top_p (at
-    // least one).
-    let top_p = if opts.top_p > 0.0 && opts.top_p < 1.0 {
-        f64::from(opts.top_p)
-    } else {
-        1.0
-    };
-    let mut kept = 0;
-    let mut mass = 0.0;
-    while kept < order.len() && (kept == 0 || mass < top_p * total) {
-        mass += weights[kept];
-        kept += 1;
-    }
-    let mut u = rng.random::<f64>() * mass;
-    for (&i, w) in order[..kept].iter().zip(&weights) {
-        if u < *w {
-            return i as u32;
-        }
-        u -= w;
-    }
-    order[kept - 1] as u32
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -346,11 +296,9 @@ mod tests {
             let logits: Vec<f32> = model.forward(input).into_data().to_vec().unwrap();
             let vocab = logits.len() / len;
             let last = &logits[(len - 1) * vocab..];
-            row.push(pick(
-                last,
-                &GenerateOptions::default(),
-                &mut StdRng::seed_from_u64(0),
-            ) as i64);
+            row.push(
+                sampling::pick(last, &Sampling::greedy(), &mut StdRng::seed_from_u64(0)) as i64,
+            );
         }
         row[prompt.len()..].iter().map(|&t| t as u32).collect()
     }
@@ -382,8 +330,11 @@ mod tests {
         let prompts = vec![vec![1, 2, 3, 4], vec![9], vec![5, 6]];
         let opts = GenerateOptions {
             max_new_tokens: 10,
-            temperature: 0.9,
-            top_p: 0.8,
+            sampling: Sampling {
+                temperature: 0.9,
+                top_k: 50,
+                top_p: 0.8,
+            },
             seed: 42,
             ..Default::default()
         };

@@ -25,6 +25,7 @@ use minijinja::{Environment, Error, ErrorKind};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::HfTokenizer;
 use crate::error::UserError;
 
 /// Where transformers ≥ 4.43 saves the template (beside tokenizer.json).
@@ -193,6 +194,79 @@ impl ChatTemplate {
             ))
             .into()
         })
+    }
+}
+
+impl ChatTemplate {
+    /// What the template writes after an assistant's content, found by
+    /// rendering one answered conversation (after `system`, when given): it
+    /// must continue the generation prompt with the content, and what
+    /// follows (trailing whitespace dropped: the newline between turns is
+    /// not the model's to emit) is the end of turn. A template that renders
+    /// the answer otherwise (reformatted, or with reasoning blocks) falls
+    /// back to its `eos_token`.
+    pub fn end_of_turn(&self, system: Option<&str>) -> anyhow::Result<String> {
+        const QUESTION: &str = "How many grams are in 2 kilograms?";
+        const ANSWER: &str = "1 kilogram = 1000 grams, so 2 * 1000 = 2000. <answer>2000</answer>";
+        let mut messages: Vec<Message> = system
+            .map(|s| Message::new("system", s))
+            .into_iter()
+            .collect();
+        messages.push(Message::new("user", QUESTION));
+        let open = self.render(&messages, true)?;
+        messages.push(Message::new("assistant", ANSWER));
+        let answered = self.render(&messages, false)?;
+        let after = answered
+            .strip_prefix(open.as_str())
+            .and_then(|rest| rest.strip_prefix(ANSWER))
+            .map(str::trim_end)
+            .filter(|end| !end.is_empty());
+        if let Some(end) = after.or(self.special_token("eos_token")) {
+            return Ok(end.to_string());
+        }
+        Err(UserError::usage(format!(
+            "{}: cannot tell what ends the assistant's turn: an answered conversation does not continue the generation prompt with the answer, and no eos_token is given",
+            self.path.display()
+        ))
+        .with_fix("give a template whose assistant turn is the generation prompt followed by the content (ChatML, Llama 3), or --set task.prompt_format=plain")
+        .into())
+    }
+}
+
+/// How generation notices the end of an assistant's turn: by its token
+/// when the tokenizer has it as one (`<|im_end|>`), else by its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TurnEnd {
+    Token(u32),
+    Text(String),
+}
+
+impl TurnEnd {
+    pub fn of(tokenizer: &HfTokenizer, end_of_turn: &str) -> Self {
+        match tokenizer.encode_plain(end_of_turn).as_deref() {
+            Ok([id]) => TurnEnd::Token(*id),
+            _ => TurnEnd::Text(end_of_turn.to_string()),
+        }
+    }
+
+    /// `eos` and the turn's token (a template's turn end need not be the
+    /// eos of generation_config.json).
+    pub fn stop_ids(&self, eos: &[u32]) -> Vec<u32> {
+        let mut ids = eos.to_vec();
+        if let TurnEnd::Token(id) = self {
+            if !ids.contains(id) {
+                ids.push(*id);
+            }
+        }
+        ids
+    }
+
+    /// The turn's text when it is no single token; never a newline rule.
+    pub fn stop_strings(&self) -> Vec<String> {
+        match self {
+            TurnEnd::Token(_) => Vec::new(),
+            TurnEnd::Text(text) => vec![text.clone()],
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 //! --model hf:DIR`).
 
 pub mod chat;
+pub mod generation;
 #[cfg(test)]
 mod hostile_tests;
 pub mod tokenizer;

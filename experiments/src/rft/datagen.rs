@@ -16,6 +16,7 @@ use super::equations::equations_hold;
 use super::task::{format_training_text, Question};
 use super::verify::{is_correct, parse_answer, ANSWER_CLOSE};
 use crate::error::UserError;
+use crate::sampling::Sampling;
 
 /// Rows per generation call when neither `--gen-batch` nor the preset's
 /// `[hardware] gen_batch` says: small enough for a CPU's memory (each row
@@ -38,10 +39,10 @@ pub struct Completion {
 
 /// Anything that continues prompts: the GPT implements it.
 pub trait Sampler {
-    /// One continuation per row, in order, at `temperature`. A row's
+    /// One continuation per row, in order, chosen by `sampling`. A row's
     /// continuation must depend only on its prompt and seed, never on the
     /// other rows of the call: callers batch rows for speed alone.
-    fn sample(&mut self, rows: &[Row<'_>], temperature: f32) -> Vec<Completion>;
+    fn sample(&mut self, rows: &[Row<'_>], sampling: &Sampling) -> Vec<Completion>;
 }
 
 /// The seed of sample `sample` of question `question` in `round`: a
@@ -196,7 +197,7 @@ pub fn build_dataset(
                 seed: sample_seed(config.seed, round, q, s),
             })
             .collect();
-        let sampled = sampler.sample(&batch, config.temperature);
+        let sampled = sampler.sample(&batch, &config.sampling());
         // A sampler that loses or invents rows would misattribute
         // completions to questions: refuse rather than grade garbage.
         if sampled.len() != batch.len() {
@@ -239,7 +240,7 @@ pub fn greedy_completions(
     let mut out = Vec::with_capacity(prompts.len());
     for chunk in prompts.chunks(gen_batch.max(1)) {
         let rows: Vec<Row> = chunk.iter().map(|p| Row { prompt: p, seed: 0 }).collect();
-        let mut sampled = sampler.sample(&rows, 0.0);
+        let mut sampled = sampler.sample(&rows, &Sampling::greedy());
         sampled.resize(
             rows.len(),
             Completion {
@@ -293,8 +294,8 @@ mod tests {
     }
 
     impl Sampler for ScriptedSampler {
-        fn sample(&mut self, rows: &[Row<'_>], temperature: f32) -> Vec<Completion> {
-            self.calls.push((rows.len(), temperature));
+        fn sample(&mut self, rows: &[Row<'_>], sampling: &Sampling) -> Vec<Completion> {
+            self.calls.push((rows.len(), sampling.temperature));
             rows.iter()
                 .map(|row| {
                     let i = self.asked.entry(row.prompt.to_string()).or_default();
@@ -432,13 +433,13 @@ mod tests {
         }));
         let config = DatagenConfig {
             oversample: 6,
-            temperature: 0.7,
             max_kept_per_question: 5,
             seed: 0,
             check_reasoning: false,
             check_equations: false,
             // "try 0" and "try 2" have no equations: told apart by text.
             distinct: Distinct::Text,
+            ..DatagenConfig::default()
         };
         let mut progress = Vec::new();
         let dataset = build_dataset(&mut sampler, &questions, &config, 1, 25, &mut |s| {
@@ -467,7 +468,7 @@ mod tests {
         let mut sampler = ScriptedSampler::new(Box::new(|_, _| String::new()));
         struct Short;
         impl Sampler for Short {
-            fn sample(&mut self, _: &[Row<'_>], _: f32) -> Vec<Completion> {
+            fn sample(&mut self, _: &[Row<'_>], _: &Sampling) -> Vec<Completion> {
                 Vec::new()
             }
         }

@@ -1,4 +1,5 @@
-//! The `[datagen]` table: how many paths to sample, at what temperature,
+//! The `[datagen]` table: how many paths to sample, with which temperature,
+//! top-k and top-p,
 //! and which right paths to keep (`check_reasoning`, `distinct`,
 //! `max_kept_per_question`). `super::datagen` applies it.
 
@@ -7,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::equations::equation_key;
 use crate::error::UserError;
+use crate::sampling::Sampling;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "DatagenTable")]
@@ -15,6 +17,11 @@ pub struct DatagenConfig {
     pub oversample: usize,
     /// HW3 starter: 0.6; RFT paper: 0.7.
     pub temperature: f32,
+    /// Top-k after the temperature, as transformers' sampling: its default
+    /// 50 (`generate(do_sample=True, temperature=0.7)`); 0 = off.
+    pub top_k: usize,
+    /// Nucleus after top-k; 1 = off (transformers' default).
+    pub top_p: f32,
     /// Distinct correct completions kept per question (HW3 keeps 1; the RFT
     /// paper keeps every distinct one).
     pub max_kept_per_question: usize,
@@ -71,6 +78,10 @@ impl Distinct {
 struct DatagenTable {
     oversample: usize,
     temperature: f32,
+    #[serde(default = "default_top_k")]
+    top_k: usize,
+    #[serde(default = "default_top_p")]
+    top_p: f32,
     /// Before issue #23 the generation batch was science (in config_hash).
     #[serde(default)]
     batch_questions: Option<IgnoredAny>,
@@ -83,6 +94,14 @@ struct DatagenTable {
     check_equations: bool,
     #[serde(default)]
     distinct: Distinct,
+}
+
+fn default_top_k() -> usize {
+    crate::sampling::TRANSFORMERS_TOP_K
+}
+
+fn default_top_p() -> f32 {
+    1.0
 }
 
 /// Why `datagen.batch_questions` is refused, and what to do instead (after
@@ -102,6 +121,8 @@ impl TryFrom<DatagenTable> for DatagenConfig {
         Ok(Self {
             oversample: table.oversample,
             temperature: table.temperature,
+            top_k: table.top_k,
+            top_p: table.top_p,
             max_kept_per_question: table.max_kept_per_question,
             seed: table.seed,
             check_reasoning: table.check_reasoning,
@@ -116,6 +137,8 @@ impl Default for DatagenConfig {
         Self {
             oversample: 16,
             temperature: 0.7,
+            top_k: default_top_k(),
+            top_p: default_top_p(),
             max_kept_per_question: 1,
             seed: 0,
             check_reasoning: false,
@@ -137,16 +160,20 @@ impl DatagenConfig {
                     .into());
             }
         }
-        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
-            return Err(UserError::usage(format!(
-                "rft datagen: temperature = {}",
-                self.temperature
-            ))
-            .with_fix(
-                "use a temperature >= 0 (0 = greedy; 0.6-0.7 is usual for rejection sampling)",
-            )
-            .into());
+        if let Some((key, value, fix)) = self.sampling().problem() {
+            return Err(UserError::usage(format!("rft datagen: {key} = {value}"))
+                .with_fix(fix)
+                .into());
         }
         Ok(())
+    }
+
+    /// How stage (b) draws its completions.
+    pub fn sampling(&self) -> Sampling {
+        Sampling {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+        }
     }
 }

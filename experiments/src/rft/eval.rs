@@ -13,6 +13,7 @@ use super::task::Question;
 use super::tokens::RftTokenizer;
 use super::verify::{score, Metrics};
 use crate::gpt2::{self, BatchSampleOptions, Gpt2, ModelConfig};
+use crate::sampling::Sampling;
 
 pub(crate) const MODEL_FILE: &str = "model.safetensors";
 pub(crate) const ADAPTER_FILE: &str = "adapter.safetensors";
@@ -59,7 +60,7 @@ impl<'a, B: FusedBackend> GptSampler<'a, B> {
         }
     }
 
-    fn try_sample(&self, rows: &[Row<'_>], temperature: f32) -> anyhow::Result<Vec<Completion>> {
+    fn try_sample(&self, rows: &[Row<'_>], sampling: &Sampling) -> anyhow::Result<Vec<Completion>> {
         let tokens = &*self.tokens;
         let prompts = rows
             .iter()
@@ -68,8 +69,7 @@ impl<'a, B: FusedBackend> GptSampler<'a, B> {
         let seeds: Vec<u64> = rows.iter().map(|r| r.seed).collect();
         let opts = BatchSampleOptions {
             max_new_tokens: self.max_new_tokens,
-            temperature,
-            top_k: None,
+            sampling: *sampling,
             seed: 0,
             stop_token: None,
         };
@@ -93,8 +93,8 @@ impl<'a, B: FusedBackend> GptSampler<'a, B> {
 }
 
 impl<B: FusedBackend> Sampler for GptSampler<'_, B> {
-    fn sample(&mut self, rows: &[Row<'_>], temperature: f32) -> Vec<Completion> {
-        match self.try_sample(rows, temperature) {
+    fn sample(&mut self, rows: &[Row<'_>], sampling: &Sampling) -> Vec<Completion> {
+        match self.try_sample(rows, sampling) {
             Ok(out) => out,
             Err(e) => {
                 self.error.get_or_insert(e);
@@ -220,7 +220,14 @@ mod tests {
             .collect();
         // A random model at a high temperature: near-uniform draws over
         // the vocabulary, so some rows end early and some run out.
-        let out = sampler.sample(&rows, 5.0);
+        let out = sampler.sample(
+            &rows,
+            &Sampling {
+                temperature: 5.0,
+                top_k: 0,
+                top_p: 1.0,
+            },
+        );
         assert!(sampler.error.is_none());
         let (mut ended, mut ran_out) = (0, 0);
         for completion in &out {

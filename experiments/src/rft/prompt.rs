@@ -21,7 +21,7 @@ use super::completion::Tokenized;
 use super::config::{PromptFormat, TaskConfig};
 use super::model_path::template_of;
 use super::task::{format_prompt, Question, END_OF_COMPLETION, SEPARATOR};
-use crate::error::UserError;
+use crate::pretrained::chat::TurnEnd;
 use crate::pretrained::{ChatTemplate, HfTokenizer, Message};
 
 /// Turns questions into the checkpoint's tokens, as `task.prompt_format` says.
@@ -59,33 +59,6 @@ impl Chat {
     }
 }
 
-/// What the template writes after an assistant's content, found by
-/// rendering one answered conversation: it must continue the generation
-/// prompt with the content, and what follows (trailing whitespace dropped,
-/// the newline between turns is not the model's to emit) is the end of turn.
-/// A template that renders the answer otherwise (reformatted, or with
-/// reasoning blocks) falls back to its `eos_token`.
-fn end_of_turn(chat: &Chat) -> anyhow::Result<String> {
-    const QUESTION: &str = "How many grams are in 2 kilograms?";
-    const ANSWER: &str = "1 kilogram = 1000 grams, so 2 * 1000 = 2000. <answer>2000</answer>";
-    let open = chat.render(QUESTION, None)?;
-    let answered = chat.render(QUESTION, Some(ANSWER))?;
-    let after = answered
-        .strip_prefix(open.as_str())
-        .and_then(|rest| rest.strip_prefix(ANSWER))
-        .map(str::trim_end)
-        .filter(|end| !end.is_empty());
-    if let Some(end) = after.or(chat.template.special_token("eos_token")) {
-        return Ok(end.to_string());
-    }
-    Err(UserError::usage(format!(
-        "{}: cannot tell what ends the assistant's turn: an answered conversation does not continue the generation prompt with the answer, and no eos_token is given",
-        chat.template.path().display()
-    ))
-    .with_fix("give a template whose assistant turn is the generation prompt followed by the content (ChatML, Llama 3), or --set task.prompt_format=plain")
-    .into())
-}
-
 impl<'a> Prompter<'a> {
     /// The prompter of `task` for the checkpoint in `dir`, whose tokenizer
     /// is `tokenizer`.
@@ -100,14 +73,14 @@ impl<'a> Prompter<'a> {
                         .map(|q| (q.text.clone(), q.completion().trim_end().to_string()))
                         .collect(),
                 };
-                let mut chat = Chat {
-                    template: template_of(dir)?,
+                let template = template_of(dir)?;
+                let end_of_turn = template.end_of_turn(task.system_prompt.as_deref())?;
+                Some(Chat {
+                    template,
                     system: task.system_prompt.clone(),
                     shots,
-                    end_of_turn: String::new(),
-                };
-                chat.end_of_turn = end_of_turn(&chat)?;
-                Some(chat)
+                    end_of_turn,
+                })
             }
         };
         Ok(Self { tokenizer, chat })
@@ -159,15 +132,22 @@ impl<'a> Prompter<'a> {
     /// token (a template's turn end need not be the eos of
     /// generation_config.json).
     pub fn stop_ids(&self, eos: &[u32]) -> Vec<u32> {
-        let mut ids = eos.to_vec();
-        if let Some(chat) = &self.chat {
-            if let Ok([id]) = self.tokenizer.encode_plain(&chat.end_of_turn).as_deref() {
-                if !ids.contains(id) {
-                    ids.push(*id);
-                }
-            }
+        match &self.chat {
+            None => eos.to_vec(),
+            Some(chat) => TurnEnd::of(self.tokenizer, &chat.end_of_turn).stop_ids(eos),
         }
-        ids
+    }
+
+    /// The texts that end a generated completion besides [`Self::stop_ids`]:
+    /// in plain format the end-of-completion newline (RFT's own answer
+    /// format is one line, `super::task::END_OF_COMPLETION`); in chat none
+    /// when the end of turn is one token (an instruct model's answer may
+    /// span lines: a newline must not cut it), else the end of turn's text.
+    pub fn stop_strings(&self) -> Vec<String> {
+        match &self.chat {
+            None => vec![END_OF_COMPLETION.to_string()],
+            Some(chat) => TurnEnd::of(self.tokenizer, &chat.end_of_turn).stop_strings(),
+        }
     }
 
     /// `stages/prompt.json`: how `question` (the first training question)
@@ -207,7 +187,8 @@ pub struct PromptRecord {
     pub template: Option<PathBuf>,
     /// What every completion is trained to end with.
     pub end_of_completion: String,
-    /// Generation stops at these ids (or at the end-of-completion newline).
+    /// Generation stops at these ids (and, in plain format, at the
+    /// end-of-completion newline).
     pub stop_token_ids: Vec<u32>,
     /// The first training question, its prompt as text and as the ids
     /// generation starts from, and its worked answer (what the loss

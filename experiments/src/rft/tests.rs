@@ -269,9 +269,9 @@ impl<S: crate::rft::datagen::Sampler> crate::rft::datagen::Sampler for Recording
     fn sample(
         &mut self,
         rows: &[crate::rft::datagen::Row<'_>],
-        temperature: f32,
+        sampling: &crate::sampling::Sampling,
     ) -> Vec<crate::rft::datagen::Completion> {
-        let out = self.0.sample(rows, temperature);
+        let out = self.0.sample(rows, sampling);
         self.1.extend(out.iter().map(|c| c.text.clone()));
         out
     }

@@ -171,8 +171,7 @@ fn greedy(model: &Gpt2<Cpu>, cfg: &ModelConfig, tokens: &[u32], steps: usize) ->
         tokens,
         gpt2::SampleOptions {
             tokens: steps,
-            temperature: 0.0,
-            top_k: None,
+            sampling: Default::default(),
             seed: 0,
             vocab_limit: None,
         },

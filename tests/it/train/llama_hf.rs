@@ -160,12 +160,12 @@ json.dump(out, open(os.path.join(root, "reference.json"), "w"))
 "#;
 
 /// The checkpoints and transformers' answers, made once per test process.
-struct Fixture {
-    root: PathBuf,
-    reference: Value,
+pub(crate) struct Fixture {
+    pub(crate) root: PathBuf,
+    pub(crate) reference: Value,
 }
 
-fn fixture() -> &'static Fixture {
+pub(crate) fn fixture() -> &'static Fixture {
     static FIXTURE: OnceLock<Fixture> = OnceLock::new();
     FIXTURE.get_or_init(|| {
         let python = crate::common::reference::python();
@@ -191,7 +191,7 @@ fn fixture() -> &'static Fixture {
     })
 }
 
-fn ids(v: &Value) -> Vec<u32> {
+pub(crate) fn ids(v: &Value) -> Vec<u32> {
     v.as_array()
         .unwrap()
         .iter()
@@ -330,9 +330,9 @@ heavy_test!(envgen_sample_prints_transformers_greedy_text, || {
         cli["prompt"].as_str().unwrap(),
         "--tokens",
         "10",
-        "--temperature",
-        "0",
     ];
+    // No --temperature: greedy, as transformers when neither the
+    // checkpoint's generation_config.json nor the caller asks to sample.
     let out = run_ok(&args);
     let want = cli["text"].as_str().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{want}\n"));
@@ -341,6 +341,12 @@ heavy_test!(envgen_sample_prints_transformers_greedy_text, || {
     let doc = crate::common::json_of(&run_ok(&json_args));
     assert_eq!(ids(&doc["tokens"]), ids(&cli["tokens"]));
     assert_eq!(doc["text"], want);
+    let decoding = &doc["decoding"];
+    assert_eq!(decoding["do_sample"]["value"], false, "{doc}");
+    assert_eq!(decoding["do_sample"]["from"], "transformers default");
+    // save_pretrained wrote generation_config.json with the eos.
+    assert_eq!(decoding["eos_token_ids"]["value"], serde_json::json!([1]));
+    assert_eq!(decoding["eos_token_ids"]["from"], "generation_config.json");
 });
 
 // `--batch N` continues the prompt N times in one batch (RFT's sampling):
@@ -473,8 +479,7 @@ heavy_test!(envgen_sample_reads_gpt2_directories_too, |tmp| {
     let tokenizer = Tokenizer::gpt2();
     let options = gpt2::SampleOptions {
         tokens: 6,
-        temperature: 0.0,
-        top_k: None,
+        sampling: Default::default(),
         seed: 0,
         vocab_limit: None,
     };

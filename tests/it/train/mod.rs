@@ -11,4 +11,5 @@ pub mod hrm_cli;
 pub mod llama_hf;
 pub mod precision_cli;
 pub mod quantize_cli;
+pub mod sampling_hf;
 pub mod sudoku_cli;

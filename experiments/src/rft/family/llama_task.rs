@@ -20,7 +20,7 @@ use crate::rft::config::StageConfig;
 use crate::rft::datagen::{Completion, Row, Sampler};
 use crate::rft::files::copy_files;
 use crate::rft::prompt::Prompter;
-use crate::rft::task::END_OF_COMPLETION;
+use crate::sampling::Sampling;
 
 /// Files of a Hugging Face directory besides the weights that a fine-tuned
 /// copy keeps (transformers and `envgen sample` read them).
@@ -142,8 +142,9 @@ pub(crate) fn copy_companions(base: &Path, to: &Path) -> anyhow::Result<()> {
 
 /// Continues prompts with a Llama: each row's question in the tokens
 /// `task.prompt_format` gives it, batched KV-cached generation with each
-/// row's own seed, stopping at the end-of-completion marker, the model's
-/// end-of-sequence ids or (chat) the template's end of turn.
+/// row's own seed, stopping at the model's end-of-sequence ids and either
+/// the end-of-completion newline (plain) or the template's end of turn
+/// (chat: never at a newline, see `Prompter::stop_strings`).
 pub struct LlamaSampler<'a, B: Backend> {
     pub model: &'a Llama<B>,
     pub prompter: &'a Prompter<'a>,
@@ -169,19 +170,18 @@ impl<'a, B: Backend> LlamaSampler<'a, B> {
         }
     }
 
-    fn try_sample(&self, rows: &[Row<'_>], temperature: f32) -> anyhow::Result<Vec<Completion>> {
+    fn try_sample(&self, rows: &[Row<'_>], sampling: &Sampling) -> anyhow::Result<Vec<Completion>> {
         let prompts = rows
             .iter()
             .map(|r| self.prompter.prompt_ids(r.prompt))
             .collect::<anyhow::Result<Vec<_>>>()?;
         let opts = GenerateOptions {
             max_new_tokens: self.max_new_tokens,
-            temperature,
-            top_p: 1.0,
+            sampling: *sampling,
             seed: 0,
             row_seeds: rows.iter().map(|r| r.seed).collect(),
             eos_token_ids: self.prompter.stop_ids(&self.model.config().eos_token_ids),
-            stop_strings: vec![END_OF_COMPLETION.to_string()],
+            stop_strings: self.prompter.stop_strings(),
         };
         let tokenizer = self.prompter.tokenizer();
         let decode = |ids: &[u32]| tokenizer.decode(ids);
@@ -197,8 +197,8 @@ impl<'a, B: Backend> LlamaSampler<'a, B> {
 }
 
 impl<B: Backend> Sampler for LlamaSampler<'_, B> {
-    fn sample(&mut self, rows: &[Row<'_>], temperature: f32) -> Vec<Completion> {
-        match self.try_sample(rows, temperature) {
+    fn sample(&mut self, rows: &[Row<'_>], sampling: &Sampling) -> Vec<Completion> {
+        match self.try_sample(rows, sampling) {
             Ok(out) => out,
             Err(e) => {
                 self.error.get_or_insert(e);
@@ -247,17 +247,15 @@ mod tests {
             prompt: &prompt,
             seed: 0,
         }];
-        let sampled = sampler.sample(&rows, 0.0);
+        let sampled = sampler.sample(&rows, &Sampling::greedy());
         assert!(sampler.error.is_none());
         let greedy = |ids: Vec<u32>| {
             let opts = GenerateOptions {
                 max_new_tokens: 12,
-                temperature: 0.0,
-                top_p: 1.0,
-                seed: 0,
                 row_seeds: vec![0],
                 eos_token_ids: prompter.stop_ids(&cfg.eos_token_ids),
-                stop_strings: vec![END_OF_COMPLETION.to_string()],
+                stop_strings: prompter.stop_strings(),
+                ..Default::default()
             };
             let decode = |ids: &[u32]| tok.decode(ids);
             let out = llama::generate(&model, &[ids], &opts, Some(&decode), &device).unwrap();
@@ -266,5 +264,62 @@ mod tests {
         let chat = greedy(prompter.prompt_ids(&prompt).unwrap());
         assert_eq!(sampled[0].text, chat);
         assert_ne!(greedy(tok.encode(&prompt).unwrap()), chat);
+    }
+
+    /// An instruct model's answer may span lines: in chat format a row
+    /// runs past a newline and ends at the end of turn, eos or the length;
+    /// in plain format (RFT's own one-line answers) the newline ends it.
+    /// A model with all-zero weights draws uniformly over the bytes, so
+    /// newlines come up in some of the 48 rows.
+    #[test]
+    fn chat_answers_run_past_a_newline_and_plain_ones_stop_there() {
+        type B = crate::backend::Cpu;
+        let dir = tempfile::tempdir().unwrap();
+        checkpoint(dir.path(), Some(CHATML));
+        let tok = HfTokenizer::load(dir.path(), false).unwrap();
+        let cfg = llama::LlamaConfig {
+            vocab_size: 259,
+            ..pretrained::tiny_llama()
+        };
+        let device = Default::default();
+        let model =
+            llama::Llama::<B>::build(&cfg, &mut llama::model::random_weights(5, 0.0), &device)
+                .unwrap();
+        let prompt = question().prompt();
+        let rows: Vec<Row> = (0..48)
+            .map(|seed| Row {
+                prompt: &prompt,
+                seed,
+            })
+            .collect();
+        let uniform = Sampling {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+        };
+        let max = 24;
+        let sample = |format| {
+            let prompter = Prompter::new(&tok, dir.path(), &task(format, None)).unwrap();
+            let mut sampler = LlamaSampler::new(&model, &prompter, max, device);
+            let out = sampler.sample(&rows, &uniform);
+            assert!(sampler.error.is_none());
+            out
+        };
+        let chat = sample(PromptFormat::Chat);
+        let multi_line = chat
+            .iter()
+            .filter(|c| c.text.trim_end().contains('\n'))
+            .count();
+        assert!(
+            multi_line > 0,
+            "no chat row went on past a newline: {chat:?}"
+        );
+        let plain = sample(PromptFormat::Plain);
+        let mut stopped_at_newline = 0;
+        for c in &plain {
+            assert!(!c.text.trim_end().contains('\n'), "{c:?}");
+            stopped_at_newline += usize::from(c.tokens < max && c.text.ends_with('\n'));
+        }
+        assert!(stopped_at_newline > 0, "{plain:?}");
     }
 }
