@@ -319,8 +319,7 @@ heavy_test!(
             &tokens,
             gpt2::SampleOptions {
                 tokens: steps,
-                temperature: 0.0,
-                top_k: None,
+                sampling: envgen_experiments::sampling::Sampling::greedy(),
                 seed: 0,
                 vocab_limit: Some(vocab),
             },
