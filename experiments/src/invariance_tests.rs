@@ -369,23 +369,24 @@ fn rft_gpt2_checkpoint_lora_losses_ignore_micro_batch_and_threads() {
     assert_invariant("rft on a GPT-2 checkpoint (LoRA)", build);
 }
 
-/// A random tiny Llama checkpoint (`random:tiny-llama`'s), sharpened.
-fn llama_checkpoint(dir: &Path) {
-    crate::rft::pretrained::write_random("tiny-llama", 1, dir).unwrap();
-    sharpen(&dir.join(crate::llama::hf::SINGLE));
+/// A random tiny Llama checkpoint (`random:tiny-llama`'s), sharpened, in
+/// `dir`/llama; an rft config for it, its questions and its tokenizer.
+fn llama_checkpoint(dir: &Path) -> (PathBuf, RftConfig, Split, crate::pretrained::HfTokenizer) {
+    let base = dir.join("llama");
+    crate::rft::pretrained::write_random("tiny-llama", 1, &base).unwrap();
+    sharpen(&base.join(crate::llama::hf::SINGLE));
+    let config = rft_config(1, &[]);
+    let split = config.split().unwrap();
+    let tokenizer = crate::pretrained::HfTokenizer::load(&base, false).unwrap();
+    (base, config, split, tokenizer)
 }
 
 #[test]
 fn rft_llama_losses_ignore_micro_batch_and_threads() {
-    use crate::pretrained::HfTokenizer;
     use crate::rft::family::llama_task::LlamaRftTask;
     use crate::rft::prompt::Prompter;
     let tmp = tempfile::tempdir().unwrap();
-    let base = tmp.path().join("llama");
-    llama_checkpoint(&base);
-    let config = rft_config(1, &[]);
-    let split = config.split().unwrap();
-    let tokenizer = HfTokenizer::load(&base, false).unwrap();
+    let (base, config, split, tokenizer) = llama_checkpoint(tmp.path());
     let prompter = Prompter::new(&tokenizer, &base, &config.task).unwrap();
     let tokenize = |q: &crate::rft::task::Question| prompter.example(&q.text, &q.completion());
     let train: Vec<Tokenized> = split.train.iter().map(|q| tokenize(q).unwrap()).collect();
@@ -410,16 +411,11 @@ fn rft_llama_losses_ignore_micro_batch_and_threads() {
 /// continued together, padded, or one call each.
 #[test]
 fn rft_llama_sampler_samples_the_same_at_any_generation_batch() {
-    use crate::pretrained::HfTokenizer;
     use crate::rft::datagen::{Row, Sampler};
     use crate::rft::family::llama_task::LlamaSampler;
     use crate::rft::prompt::Prompter;
     let tmp = tempfile::tempdir().unwrap();
-    let base = tmp.path().join("llama");
-    llama_checkpoint(&base);
-    let config = rft_config(1, &[]);
-    let split = config.split().unwrap();
-    let tokenizer = HfTokenizer::load(&base, false).unwrap();
+    let (base, config, split, tokenizer) = llama_checkpoint(tmp.path());
     let prompter = Prompter::new(&tokenizer, &base, &config.task).unwrap();
     let device = Default::default();
     let model = crate::llama::hf::load::<crate::backend::Cpu>(&base, &device).unwrap();

@@ -370,25 +370,20 @@ heavy_test!(
         // `envgen eval` on the finished run: val loss over the .bin and the
         // .npy val shard (the same tokens: the same loss), HellaSwag on the
         // fixture, every field in one JSON document.
-        let eval = |val: &Path| {
-            json_of(&run_ok(&[
-                "eval",
-                "gpt2",
-                "--checkpoint",
-                run_dir_of(&a).to_str().unwrap(),
-                "--val",
-                val.to_str().unwrap(),
-                "--val-windows",
-                "4",
-                "--hellaswag",
-                concat!(
-                    env!("CARGO_MANIFEST_DIR"),
-                    "/tests/fixtures/hellaswag/hellaswag_val_sample.jsonl"
-                ),
-                "--json",
-            ]))
+        let eval = |val: &Path, sample: &[&str]| {
+            let (run, val) = (run_dir_of(&a), val.to_str().unwrap().to_string());
+            let mut args = vec!["eval", "gpt2", "--checkpoint", run.to_str().unwrap()];
+            args.extend(["--val", &val]);
+            args.extend(sample);
+            args.push("--json");
+            json_of(&run_ok(&args))
         };
-        let (on_bin, on_npy) = (eval(&bin), eval(&npy));
+        let hellaswag = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/hellaswag/hellaswag_val_sample.jsonl"
+        );
+        let spread = ["--val-windows", "4", "--hellaswag", hellaswag];
+        let (on_bin, on_npy) = (eval(&bin, &spread), eval(&npy, &spread));
         let loss = on_bin["val_loss"].as_f64().unwrap();
         assert!(loss > 0.0 && loss < 12.0, "{on_bin}");
         assert_eq!(on_bin["val_loss"], on_npy["val_loss"]);
@@ -405,17 +400,8 @@ heavy_test!(
         // By default, the reference's sample: windows tiling the val split
         // from its first token, as build-nanogpt's val loader reads them.
         // The same number from torch, reading the shard its own way.
-        let first = json_of(&run_ok(&[
-            "eval",
-            "gpt2",
-            "--checkpoint",
-            run_dir_of(&a).to_str().unwrap(),
-            "--val",
-            npy.to_str().unwrap(),
-            "--val-tokens",
-            &BUILD_NANOGPT_SAMPLE.tokens().to_string(),
-            "--json",
-        ]));
+        let tokens = BUILD_NANOGPT_SAMPLE.tokens().to_string();
+        let first = eval(&npy, &["--val-tokens", &tokens]);
         assert_eq!(first["val_tokens"], BUILD_NANOGPT_SAMPLE.tokens());
         assert!(
             first["val_sample"]
@@ -436,15 +422,7 @@ heavy_test!(
         );
         assert!((ours - on_bin["val_loss"].as_f64().unwrap()).abs() > 1e-6);
         // Asked for more than the split holds: all of it, and said so.
-        let whole = json_of(&run_ok(&[
-            "eval",
-            "gpt2",
-            "--checkpoint",
-            run_dir_of(&a).to_str().unwrap(),
-            "--val",
-            npy.to_str().unwrap(),
-            "--json",
-        ]));
+        let whole = eval(&npy, &[]);
         // 2,000 tokens hold (2,000 − 1) / 64 = 31 windows of 64 targets.
         assert_eq!(whole["val_windows"], 31, "{whole}");
 
