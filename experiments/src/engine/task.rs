@@ -96,8 +96,11 @@ pub trait Task<B: AutodiffBackend> {
 pub struct EvalShare<'a> {
     pub rank: usize,
     pub ranks: usize,
-    sum: Option<&'a dyn Fn(&[f64]) -> anyhow::Result<Vec<f64>>>,
+    sum: Option<SumCounts<'a>>,
 }
+
+/// Adds up every rank's counts, element by element (an all-reduce).
+pub type SumCounts<'a> = &'a dyn Fn(&[f64]) -> anyhow::Result<Vec<f64>>;
 
 impl<'a> EvalShare<'a> {
     /// One process does all of it.
@@ -111,11 +114,7 @@ impl<'a> EvalShare<'a> {
 
     /// Rank `rank` of `ranks`, summing through `sum` (an all-reduce that
     /// every rank calls the same number of times, with as many counts).
-    pub fn across(
-        rank: usize,
-        ranks: usize,
-        sum: &'a dyn Fn(&[f64]) -> anyhow::Result<Vec<f64>>,
-    ) -> Self {
+    pub fn across(rank: usize, ranks: usize, sum: SumCounts<'a>) -> Self {
         EvalShare {
             rank,
             ranks: ranks.max(1),
